@@ -1,0 +1,175 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
+)
+
+// binary is the plugin built once for the tests that run it as a process.
+var binary string
+
+func TestMain(m *testing.M) {
+	os.Exit(buildAndRun(m))
+}
+
+func buildAndRun(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "vgpu-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	binary = filepath.Join(dir, "virtual-gpu-device-plugin")
+	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build the plugin: %v\n%s", err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+// process is the plugin running as a child process.
+type process struct {
+	cmd  *exec.Cmd
+	logs *logLines
+	done chan error
+}
+
+// startBinary runs the built plugin with args; the test's end kills it.
+func startBinary(t *testing.T, args ...string) *process {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = []string{} // no VGPU_* from the test's environment
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &process{cmd: cmd, logs: newLogLines(t, stderr), done: make(chan error, 1)}
+	go func() { p.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.logs.closed
+	})
+	return p
+}
+
+// logLines collects a process's log lines and lets tests wait for one.
+type logLines struct {
+	lines  chan string
+	closed chan struct{}
+}
+
+func newLogLines(t *testing.T, r io.Reader) *logLines {
+	l := &logLines{lines: make(chan string, 1024), closed: make(chan struct{})}
+	go func() {
+		defer close(l.closed)
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			t.Log(sc.Text())
+			select {
+			case l.lines <- sc.Text():
+			default:
+			}
+		}
+	}()
+	return l
+}
+
+// waitLine waits for a log line containing s.
+func (l *logLines) waitLine(t *testing.T, s string) string {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case line := <-l.lines:
+			if strings.Contains(line, s) {
+				return line
+			}
+		case <-deadline:
+			t.Fatalf("no log line with %q within 10s", s)
+		}
+	}
+}
+
+func TestBinary_RegistersAndStopsOnSIGTERM(t *testing.T) {
+	dir, err := os.MkdirTemp("", "vgpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	k := plugintest.StartKubelet(t, dir)
+	p := startBinary(t, "-devices=4", "-device-plugin-path="+dir)
+
+	reg := k.WaitRegistration(10 * time.Second)
+	if reg.Request.ResourceName != "unicore.mcyou.cc/gpu" || reg.Request.Endpoint != "virtual-gpu.sock" {
+		t.Errorf("registered %v", reg.Request)
+	}
+	list := plugintest.NextList(t, reg, 10*time.Second)
+	if len(list.Devices) != 4 || list.Devices[3].ID != "fake-3" || list.Devices[3].Health != pluginapi.Healthy {
+		t.Errorf("first list = %v", list.Devices)
+	}
+	resp, err := reg.Client.Allocate(context.Background(), &pluginapi.AllocateRequest{
+		ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"fake-2"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.ContainerResponses[0].Envs["VIRTUAL_GPU_IDS"]; got != "fake-2" {
+		t.Errorf("VIRTUAL_GPU_IDS = %q, want fake-2", got)
+	}
+	p.logs.waitLine(t, `"message":"allocated"`)
+
+	sent := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.done:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v, want status 0", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("still running 2s after SIGTERM")
+	}
+	t.Logf("exited %v after SIGTERM", time.Since(sent))
+	if _, err := os.Stat(filepath.Join(dir, "virtual-gpu.sock")); !os.IsNotExist(err) {
+		t.Errorf("socket after exit: %v, want removed", err)
+	}
+}
+
+func TestBinary_BadFlag_OneLineExit2(t *testing.T) {
+	cmd := exec.Command(binary, "-devices=0")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+		t.Fatalf("exit = %v, want status 2", err)
+	}
+	if got := stderr.String(); got != "virtual-gpu-device-plugin: invalid -devices=0: must be between 1 and 1024\n" {
+		t.Errorf("stderr = %q", got)
+	}
+}
+
+func TestBinary_Version(t *testing.T) {
+	out, err := exec.Command(binary, "-version").Output()
+	if err != nil || strings.TrimSpace(string(out)) != version {
+		t.Errorf("-version = %q, %v; want %q", out, err, version)
+	}
+}

@@ -1,0 +1,23 @@
+package plugin
+
+import "errors"
+
+var (
+	// ErrNoDevices means a Server was configured without devices.
+	ErrNoDevices = errors.New("no devices")
+	// ErrEmptyID means a configured device has an empty id.
+	ErrEmptyID = errors.New("empty device id")
+	// ErrDuplicateDevice means two configured devices share an id or index.
+	ErrDuplicateDevice = errors.New("duplicate device")
+	// ErrUnknownDevice means an id names no device of the Server.
+	ErrUnknownDevice = errors.New("unknown device")
+	// ErrInvalidChoice means a PreferFunc returned a set that breaks the
+	// GetPreferredAllocation contract.
+	ErrInvalidChoice = errors.New("invalid preferred allocation")
+	// ErrNotSocket means the plugin's socket path exists and is not a unix
+	// socket, so the Runner refuses to remove it.
+	ErrNotSocket = errors.New("exists and is not a unix socket")
+	// ErrServerNotAnswering means the freshly started gRPC server did not
+	// answer the Runner's own GetDevicePluginOptions call.
+	ErrServerNotAnswering = errors.New("device plugin server does not answer")
+)

@@ -1,0 +1,454 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// KubeletSocketName is the kubelet's registration socket, in the
+// device-plugin directory.
+const KubeletSocketName = "kubelet.sock"
+
+// Defaults of RunnerConfig.
+const (
+	DefaultRegisterTimeout = 10 * time.Second
+	DefaultPollInterval    = 2 * time.Second
+	DefaultBackoffInitial  = 100 * time.Millisecond
+	DefaultBackoffMax      = 10 * time.Second
+	// stableRegistration is how long a registration must last for the
+	// next re-registration to start without backoff.
+	stableRegistration = time.Minute
+)
+
+// RunnerConfig configures a Runner. Dir, SocketName, ResourceName and
+// Server are required; zero durations take the defaults above.
+type RunnerConfig struct {
+	// Dir is the kubelet's device-plugin directory, holding kubelet.sock
+	// and the plugin's socket. Absolute.
+	Dir string
+	// SocketName is the plugin's socket file name inside Dir.
+	SocketName string
+	// ResourceName is registered with the kubelet, e.g. unicore.mcyou.cc/gpu.
+	ResourceName string
+	// Server answers the RPCs; the Runner serves it again after each
+	// kubelet restart.
+	Server *Server
+	// RegisterTimeout bounds one Register call (default 10 s).
+	RegisterTimeout time.Duration
+	// PollInterval is the fallback check of both sockets, in case a
+	// directory event is missed (default 2 s).
+	PollInterval time.Duration
+	// BackoffInitial and BackoffMax bound the exponential backoff between
+	// Register attempts (defaults 100 ms and 10 s).
+	BackoffInitial, BackoffMax time.Duration
+	// Logger receives one line per registration and per failure; the zero
+	// Logger discards.
+	Logger zerolog.Logger
+	// OnRegistered, if set, is called after every successful Register.
+	OnRegistered func()
+}
+
+// Runner keeps a Server served on its socket and registered with the
+// kubelet. Build it with NewRunner; call Run once.
+type Runner struct {
+	cfg         RunnerConfig
+	socketPath  string
+	kubeletSock string
+	log         zerolog.Logger
+
+	registered atomic.Bool
+}
+
+// NewRunner checks cfg and returns a Runner.
+func NewRunner(cfg RunnerConfig) (*Runner, error) {
+	switch {
+	case cfg.Server == nil:
+		return nil, errors.New("new runner: no server")
+	case !filepath.IsAbs(cfg.Dir):
+		return nil, fmt.Errorf("new runner: device-plugin dir %q is not absolute", cfg.Dir)
+	case cfg.SocketName == "" || cfg.SocketName != filepath.Base(cfg.SocketName) || cfg.SocketName == KubeletSocketName:
+		return nil, fmt.Errorf("new runner: socket name %q must be a plain file name other than %s", cfg.SocketName, KubeletSocketName)
+	case cfg.ResourceName == "":
+		return nil, errors.New("new runner: no resource name")
+	}
+	if cfg.RegisterTimeout <= 0 {
+		cfg.RegisterTimeout = DefaultRegisterTimeout
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = DefaultPollInterval
+	}
+	if cfg.BackoffInitial <= 0 {
+		cfg.BackoffInitial = DefaultBackoffInitial
+	}
+	if cfg.BackoffMax < cfg.BackoffInitial {
+		cfg.BackoffMax = max(DefaultBackoffMax, cfg.BackoffInitial)
+	}
+	return &Runner{
+		cfg:         cfg,
+		socketPath:  filepath.Join(cfg.Dir, cfg.SocketName),
+		kubeletSock: filepath.Join(cfg.Dir, KubeletSocketName),
+		log:         cfg.Logger.With().Str("resource", cfg.ResourceName).Logger(),
+	}, nil
+}
+
+// SocketPath is the plugin's socket.
+func (r *Runner) SocketPath() string { return r.socketPath }
+
+// Registered reports whether the plugin is registered with a live kubelet
+// right now, as far as the Runner knows.
+func (r *Runner) Registered() bool { return r.registered.Load() }
+
+// Run serves and registers until ctx ends, then stops the server, removes
+// its socket and returns nil. It returns an error only for what retrying
+// cannot fix (the socket path is taken by something that is not a socket,
+// the directory cannot be watched or listened in).
+func (r *Runner) Run(ctx context.Context) error {
+	defer r.cfg.Server.Close()
+	if err := r.waitForDir(ctx); err != nil || ctx.Err() != nil {
+		return err
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", r.cfg.Dir, err)
+	}
+	defer w.Close()
+	if err := w.Add(r.cfg.Dir); err != nil {
+		return fmt.Errorf("watch %s: %w", r.cfg.Dir, err)
+	}
+	poll := time.NewTicker(r.cfg.PollInterval)
+	defer poll.Stop()
+
+	delay := time.Duration(0)
+	for {
+		g, err := r.serve()
+		if err != nil {
+			return err
+		}
+		reason, registeredAt := r.session(ctx, g, w, poll, delay)
+		g.stop()
+		r.registered.Store(false)
+		if ctx.Err() != nil {
+			r.log.Info().Str("socket", r.socketPath).Msg("stopped")
+			return nil
+		}
+		switch {
+		case reason != reasonStreamEnded:
+			delay = 0 // the kubelet is back: register at once
+		case registeredAt.IsZero() || time.Since(registeredAt) < stableRegistration:
+			delay = min(max(2*delay, r.cfg.BackoffInitial), r.cfg.BackoffMax)
+		default:
+			delay = r.cfg.BackoffInitial
+		}
+		r.log.Info().Str("reason", reason).Dur("delay", delay).Msg("serving and registering again")
+	}
+}
+
+// waitForDir polls until the device-plugin directory exists: the kubelet
+// creates it, and may start after the plugin.
+func (r *Runner) waitForDir(ctx context.Context) error {
+	logged := false
+	for {
+		fi, err := os.Stat(r.cfg.Dir)
+		switch {
+		case err == nil && fi.IsDir():
+			return nil
+		case err == nil:
+			return fmt.Errorf("device-plugin dir %q is not a directory", r.cfg.Dir)
+		case !errors.Is(err, fs.ErrNotExist):
+			return fmt.Errorf("device-plugin dir: %w", err)
+		}
+		if !logged {
+			r.log.Info().Str("dir", r.cfg.Dir).Msg("waiting for the device-plugin directory")
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(r.cfg.PollInterval):
+		}
+	}
+}
+
+// Restart reasons.
+const (
+	reasonStreamEnded    = "kubelet ended the ListAndWatch stream"
+	reasonSocketGone     = "plugin socket removed"
+	reasonKubeletRestart = "kubelet.sock created again"
+	reasonServeFailed    = "grpc server stopped"
+)
+
+// session registers g with the kubelet (first after delay) and watches until
+// it must be served again; it returns why, and when it registered (zero if it
+// did not).
+func (r *Runner) session(ctx context.Context, g *generation, w *fsnotify.Watcher, poll *time.Ticker, delay time.Duration) (string, time.Time) {
+	var (
+		registeredAt time.Time
+		kubeletID    fileID // kubelet.sock we registered with, or last tried
+		waiting      bool   // waiting for kubelet.sock to appear
+		attempt      int
+		backoff      = r.cfg.BackoffInitial
+	)
+	retry := time.NewTimer(delay)
+	defer retry.Stop()
+
+	// check compares both sockets with what this session saw; it returns
+	// a restart reason or "".
+	check := func() string {
+		if id, err := statSocket(r.socketPath); err != nil || id != g.socketID {
+			return reasonSocketGone
+		}
+		id, err := statSocket(r.kubeletSock)
+		switch {
+		case !registeredAt.IsZero() && (err != nil || id != kubeletID):
+			// Registered kubelet's socket is gone or replaced: wait for
+			// it to come back in a fresh session (a missing socket is
+			// then waited for).
+			if err == nil {
+				return reasonKubeletRestart
+			}
+		case registeredAt.IsZero() && err == nil && (waiting || (attempt > 0 && id != kubeletID)):
+			waiting = false
+			retry.Reset(0) // a new kubelet: try now
+		}
+		return ""
+	}
+
+	for {
+		select {
+		case <-ctx.Done():
+			return "", registeredAt
+		case err := <-g.serveErr:
+			r.log.Error().Err(err).Msg("grpc server stopped")
+			return reasonServeFailed, registeredAt
+		case <-g.streamEnded:
+			if !registeredAt.IsZero() {
+				return reasonStreamEnded, registeredAt
+			}
+		case ev, ok := <-w.Events:
+			if !ok {
+				return "", registeredAt
+			}
+			if name := filepath.Base(ev.Name); name != r.cfg.SocketName && name != KubeletSocketName {
+				continue // the kubelet's checkpoint temp files and the like
+			}
+			if reason := check(); reason != "" {
+				return reason, registeredAt
+			}
+		case err, ok := <-w.Errors:
+			if ok {
+				r.log.Warn().Err(err).Str("dir", r.cfg.Dir).Msg("directory watch error; relying on polling")
+			}
+		case <-poll.C:
+			if reason := check(); reason != "" {
+				return reason, registeredAt
+			}
+		case <-retry.C:
+			if !registeredAt.IsZero() {
+				continue
+			}
+			id, err := statSocket(r.kubeletSock)
+			if err != nil {
+				if !waiting {
+					r.log.Info().Str("socket", r.kubeletSock).Msg("waiting for the kubelet")
+					waiting = true
+				}
+				continue // a directory event or the poll tries again
+			}
+			kubeletID = id
+			attempt++
+			if err := r.register(ctx); err != nil {
+				if ctx.Err() != nil {
+					return "", registeredAt
+				}
+				r.log.Warn().Err(err).Int("attempt", attempt).Dur("retry_in", backoff).Msg("register with kubelet failed")
+				retry.Reset(backoff)
+				backoff = min(2*backoff, r.cfg.BackoffMax)
+				continue
+			}
+			registeredAt = time.Now()
+			r.registered.Store(true)
+			r.log.Info().Str("socket", r.socketPath).Int("attempt", attempt).Msg("registered with kubelet")
+			if r.cfg.OnRegistered != nil {
+				r.cfg.OnRegistered()
+			}
+		}
+	}
+}
+
+// register calls the kubelet's Register with this plugin's socket name,
+// resource name and options.
+func (r *Runner) register(ctx context.Context) error {
+	conn, err := grpc.NewClient("unix://"+r.kubeletSock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("dial %s: %w", r.kubeletSock, err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.RegisterTimeout)
+	defer cancel()
+	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
+		Version:      pluginapi.Version,
+		Endpoint:     r.cfg.SocketName,
+		ResourceName: r.cfg.ResourceName,
+		Options:      Options(),
+	})
+	if err != nil {
+		return fmt.Errorf("register %s at %s: %w", r.cfg.ResourceName, r.kubeletSock, err)
+	}
+	return nil
+}
+
+// generation is one gRPC server on one socket file.
+type generation struct {
+	grpc        *grpc.Server
+	socketPath  string
+	socketID    fileID
+	serveErr    chan error    // the server stopped by itself
+	streamEnded chan struct{} // the last ListAndWatch stream ended
+	stopping    atomic.Bool
+	done        chan struct{} // Serve returned
+
+	mu      sync.Mutex
+	streams int
+}
+
+// serve removes a stale socket, listens, serves the Server and checks that
+// it answers.
+func (r *Runner) serve() (*generation, error) {
+	if err := removeStaleSocket(r.socketPath); err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("unix", r.socketPath)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", r.socketPath, err)
+	}
+	id, err := statSocket(r.socketPath)
+	if err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("listen on %s: %w", r.socketPath, err)
+	}
+	g := &generation{
+		grpc:        grpc.NewServer(),
+		socketPath:  r.socketPath,
+		socketID:    id,
+		serveErr:    make(chan error, 1),
+		streamEnded: make(chan struct{}, 1),
+		done:        make(chan struct{}),
+	}
+	pluginapi.RegisterDevicePluginServer(g.grpc, &generationServer{Server: r.cfg.Server, g: g})
+	go func() {
+		defer close(g.done)
+		if err := g.grpc.Serve(lis); err != nil && !g.stopping.Load() {
+			g.serveErr <- fmt.Errorf("serve %s: %w", r.socketPath, err)
+		}
+	}()
+	if err := selfCheck(r.socketPath); err != nil {
+		g.stop()
+		return nil, err
+	}
+	r.log.Info().Str("socket", r.socketPath).Msg("listening")
+	return g, nil
+}
+
+// stop ends the server and its streams and removes its socket if it is
+// still the one this generation created.
+func (g *generation) stop() {
+	g.stopping.Store(true)
+	g.grpc.Stop()
+	<-g.done
+	if id, err := statSocket(g.socketPath); err == nil && id == g.socketID {
+		_ = os.Remove(g.socketPath) // best effort: the next serve removes it too
+	}
+}
+
+// generationServer counts one generation's ListAndWatch streams so the
+// Runner learns when the kubelet dropped the last one.
+type generationServer struct {
+	*Server
+	g *generation
+}
+
+func (gs *generationServer) ListAndWatch(e *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+	gs.g.mu.Lock()
+	gs.g.streams++
+	gs.g.mu.Unlock()
+	err := gs.Server.ListAndWatch(e, stream)
+	gs.g.mu.Lock()
+	gs.g.streams--
+	last := gs.g.streams == 0
+	gs.g.mu.Unlock()
+	if last && !gs.g.stopping.Load() {
+		select {
+		case gs.g.streamEnded <- struct{}{}:
+		default:
+		}
+	}
+	return err
+}
+
+// selfCheck calls GetDevicePluginOptions on the socket, as the kubelet will
+// inside Register.
+func selfCheck(socket string) error {
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("check %s: %w", socket, err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := pluginapi.NewDevicePluginClient(conn).GetDevicePluginOptions(ctx, &pluginapi.Empty{}); err != nil {
+		return fmt.Errorf("check %s: %w: %w", socket, ErrServerNotAnswering, err)
+	}
+	return nil
+}
+
+// removeStaleSocket removes a leftover socket at path and refuses to remove
+// anything else.
+func removeStaleSocket(path string) error {
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("stale socket %s: %w", path, err)
+	case fi.Mode().Type() != fs.ModeSocket:
+		return fmt.Errorf("socket path %s (%s): %w", path, fi.Mode().Type(), ErrNotSocket)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove stale socket %s: %w", path, err)
+	}
+	return nil
+}
+
+// fileID identifies one file: a socket created again has another.
+type fileID struct{ dev, ino uint64 }
+
+// statSocket returns the identity of the unix socket at path.
+func statSocket(path string) (fileID, error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return fileID{}, err
+	}
+	if fi.Mode().Type() != fs.ModeSocket {
+		return fileID{}, fmt.Errorf("%s: %w", path, ErrNotSocket)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fileID{}, fmt.Errorf("%s: no inode", path)
+	}
+	return fileID{dev: uint64(st.Dev), ino: st.Ino}, nil
+}

@@ -1,0 +1,293 @@
+package plugin_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/unicore/virtual-gpu-device-plugin/plugin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
+)
+
+const (
+	resource = "unicore.mcyou.cc/gpu"
+	sockName = "virtual-gpu.sock"
+	wait     = 10 * time.Second
+)
+
+// runner is a started Runner with its device-plugin dir.
+type runner struct {
+	*plugin.Runner
+	srv  *plugin.Server
+	dir  string
+	done chan error
+	stop context.CancelFunc
+}
+
+// startRunner runs a Runner for a 4-device Server in dir until the test ends.
+// A long poll interval makes the tests prove the directory watch works.
+func startRunner(t *testing.T, dir string, tweak func(*plugin.RunnerConfig)) *runner {
+	t.Helper()
+	srv := mustServer(t, plugin.ServerConfig{Devices: fakeDevices(4, false)})
+	cfg := plugin.RunnerConfig{
+		Dir: dir, SocketName: sockName, ResourceName: resource, Server: srv,
+		PollInterval: time.Hour, Logger: zerolog.New(zerolog.NewTestWriter(t)),
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	r, err := plugin.NewRunner(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rr := &runner{Runner: r, srv: srv, dir: dir, done: make(chan error, 1), stop: cancel}
+	go func() { rr.done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-rr.done:
+		case <-time.After(wait):
+			t.Error("runner did not stop")
+		}
+	})
+	return rr
+}
+
+// shortDir is a temp dir short enough for unix socket paths.
+func shortDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "vgpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func TestRunner_RegistersAndLists(t *testing.T) {
+	dir := shortDir(t)
+	k := plugintest.StartKubelet(t, dir)
+	startRunner(t, dir, nil)
+
+	reg := k.WaitRegistration(wait)
+	if reg.Request.Version != pluginapi.Version || reg.Request.Endpoint != sockName || reg.Request.ResourceName != resource {
+		t.Errorf("register request = %v", reg.Request)
+	}
+	if reg.Request.Options.String() != reg.Options.String() || !reg.Options.GetPreferredAllocationAvailable {
+		t.Errorf("register options %v differ from GetDevicePluginOptions %v", reg.Request.Options, reg.Options)
+	}
+	if got := health(plugintest.NextList(t, reg, wait)); got != "fake-0=Healthy fake-1=Healthy fake-2=Healthy fake-3=Healthy " {
+		t.Errorf("first list = %s", got)
+	}
+	resp, err := reg.Client.Allocate(context.Background(), allocReq([]string{"fake-3", "fake-1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.ContainerResponses[0].Envs[plugin.EnvIDs]; got != "fake-1,fake-3" {
+		t.Errorf("VIRTUAL_GPU_IDS = %q, want fake-1,fake-3", got)
+	}
+}
+
+func TestRunner_KubeletRestart_RegistersAgain(t *testing.T) {
+	dir := shortDir(t)
+	k := plugintest.StartKubelet(t, dir)
+	r := startRunner(t, dir, nil)
+	k.WaitRegistration(wait)
+	for i := range 3 {
+		k.Restart()
+		reg := k.WaitRegistration(wait)
+		if got := health(plugintest.NextList(t, reg, wait)); !strings.Contains(got, "fake-3=Healthy") {
+			t.Errorf("restart %d: list = %s", i, got)
+		}
+		if _, err := os.Stat(r.SocketPath()); err != nil {
+			t.Errorf("restart %d: plugin socket: %v", i, err)
+		}
+	}
+}
+
+func TestRunner_OwnSocketDeleted_RegistersAgain(t *testing.T) {
+	dir := shortDir(t)
+	k := plugintest.StartKubelet(t, dir)
+	r := startRunner(t, dir, nil)
+	k.WaitRegistration(wait)
+	if err := os.Remove(r.SocketPath()); err != nil {
+		t.Fatal(err)
+	}
+	reg := k.WaitRegistration(wait)
+	plugintest.NextList(t, reg, wait)
+}
+
+func TestRunner_StartedBeforeKubelet(t *testing.T) {
+	dir := shortDir(t)
+	startRunner(t, dir, nil)
+	waitFor(t, func() bool { _, err := os.Stat(filepath.Join(dir, sockName)); return err == nil }, "plugin socket")
+	k := plugintest.StartKubelet(t, dir)
+	reg := k.WaitRegistration(wait)
+	plugintest.NextList(t, reg, wait)
+}
+
+func TestRunner_DirCreatedLater(t *testing.T) {
+	dir := filepath.Join(shortDir(t), "dp")
+	startRunner(t, dir, func(c *plugin.RunnerConfig) { c.PollInterval = 20 * time.Millisecond })
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	k := plugintest.StartKubelet(t, dir)
+	k.WaitRegistration(wait)
+}
+
+func TestRunner_StreamDropped_RegistersAgain(t *testing.T) {
+	dir := shortDir(t)
+	k := plugintest.StartKubelet(t, dir)
+	startRunner(t, dir, nil)
+	reg := k.WaitRegistration(wait)
+	plugintest.NextList(t, reg, wait)
+	k.DropStreams() // the kubelet disconnects us but keeps running
+	reg = k.WaitRegistration(wait)
+	plugintest.NextList(t, reg, wait)
+}
+
+func TestRunner_RegisterRejected_Retries(t *testing.T) {
+	dir := shortDir(t)
+	k := plugintest.StartKubelet(t, dir)
+	k.Reject(errors.New("kubelet says no"))
+	r := startRunner(t, dir, func(c *plugin.RunnerConfig) { c.BackoffInitial, c.BackoffMax = 10*time.Millisecond, 40*time.Millisecond })
+	waitFor(t, func() bool { _, err := os.Stat(r.SocketPath()); return err == nil }, "plugin socket")
+	if r.Registered() {
+		t.Fatal("registered while the kubelet rejects")
+	}
+	k.Reject(nil)
+	k.WaitRegistration(wait)
+	waitFor(t, r.Registered, "Registered() after acceptance")
+}
+
+func TestRunner_StopRemovesSocket(t *testing.T) {
+	dir := shortDir(t)
+	k := plugintest.StartKubelet(t, dir)
+	r := startRunner(t, dir, nil)
+	reg := k.WaitRegistration(wait)
+	plugintest.NextList(t, reg, wait)
+	r.stop()
+	err := <-r.done
+	r.done <- err // for the cleanup
+	if err != nil {
+		t.Fatalf("Run = %v, want nil after cancel", err)
+	}
+	if _, err := os.Stat(r.SocketPath()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket after stop: err = %v, want removed", err)
+	}
+	for range reg.Lists {
+	} // the kubelet's stream ends
+}
+
+func TestRunner_RemovesStaleSocket(t *testing.T) {
+	dir := shortDir(t)
+	mkSocket(t, filepath.Join(dir, sockName)) // left by a killed plugin
+	k := plugintest.StartKubelet(t, dir)
+	startRunner(t, dir, nil)
+	plugintest.NextList(t, k.WaitRegistration(wait), wait)
+}
+
+// mkSocket leaves a unix socket file at path that nobody serves.
+func mkSocket(t *testing.T, path string) {
+	t.Helper()
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	l.Close()
+}
+
+func TestRunner_RefusesNonSocketPath(t *testing.T) {
+	dir := shortDir(t)
+	path := filepath.Join(dir, sockName)
+	if err := os.WriteFile(path, []byte("precious"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := startRunner(t, dir, nil)
+	select {
+	case err := <-r.done:
+		if !errors.Is(err, plugin.ErrNotSocket) || !strings.Contains(err.Error(), path) {
+			t.Errorf("Run = %v, want ErrNotSocket naming %s", err, path)
+		}
+		r.done <- err
+	case <-time.After(wait):
+		t.Fatal("Run did not fail")
+	}
+	if b, _ := os.ReadFile(path); string(b) != "precious" {
+		t.Error("the non-socket file was touched")
+	}
+}
+
+func TestNewRunner_BadConfig(t *testing.T) {
+	srv := mustServer(t, plugin.ServerConfig{})
+	tests := []struct {
+		name string
+		cfg  plugin.RunnerConfig
+		want string
+	}{
+		{"no server", plugin.RunnerConfig{Dir: "/x", SocketName: "a.sock", ResourceName: resource}, "no server"},
+		{"relative dir", plugin.RunnerConfig{Dir: "x", SocketName: "a.sock", ResourceName: resource, Server: srv}, "not absolute"},
+		{"socket with slash", plugin.RunnerConfig{Dir: "/x", SocketName: "a/b.sock", ResourceName: resource, Server: srv}, "plain file name"},
+		{"kubelet socket", plugin.RunnerConfig{Dir: "/x", SocketName: "kubelet.sock", ResourceName: resource, Server: srv}, "plain file name other than kubelet.sock"},
+		{"no resource", plugin.RunnerConfig{Dir: "/x", SocketName: "a.sock", Server: srv}, "no resource name"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := plugin.NewRunner(tt.cfg); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %v, want %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after the deadline.
+func waitFor(t testing.TB, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// BenchmarkReregister measures the time from a new kubelet.sock to the
+// plugin's Register call arriving (metric reregister-ns).
+func BenchmarkReregister(b *testing.B) {
+	dir, err := os.MkdirTemp("", "vgpu")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	k := plugintest.StartKubelet(b, dir)
+	srv := mustServer(b, plugin.ServerConfig{})
+	r, err := plugin.NewRunner(plugin.RunnerConfig{Dir: dir, SocketName: sockName, ResourceName: resource, Server: srv, PollInterval: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	k.WaitRegistration(wait)
+	var total time.Duration
+	for b.Loop() {
+		k.Restart()
+		created := time.Now() // Restart returns right after the new kubelet.sock exists
+		reg := k.WaitRegistration(wait)
+		total += reg.At.Sub(created)
+	}
+	b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "reregister-ns")
+}

@@ -1,0 +1,389 @@
+package plugin_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/unicore/virtual-gpu-device-plugin/plugin"
+)
+
+// fakeDevices returns n healthy devices fake-0 … fake-n-1 on NUMA node i/2%2
+// (negative numa reports none).
+func fakeDevices(n int, numa bool) []plugin.Device {
+	devs := make([]plugin.Device, n)
+	for i := range devs {
+		devs[i] = plugin.Device{ID: fmt.Sprintf("fake-%d", i), Index: i, NUMA: -1, Healthy: true}
+		if numa {
+			devs[i].NUMA = i / 2 % 2
+		}
+	}
+	return devs
+}
+
+// mustServer builds a Server for cfg, logging to the test.
+func mustServer(t testing.TB, cfg plugin.ServerConfig) *plugin.Server {
+	t.Helper()
+	if cfg.Devices == nil {
+		cfg.Devices = fakeDevices(4, false)
+	}
+	if _, bench := t.(*testing.B); !bench {
+		cfg.Logger = zerolog.New(zerolog.NewTestWriter(t))
+	}
+	srv, err := plugin.NewServer(cfg)
+	if err != nil {
+		t.Fatalf("NewServer: %v", err)
+	}
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// dial serves srv on a real unix socket in a temp dir and returns a client.
+func dial(t testing.TB, srv *plugin.Server) pluginapi.DevicePluginClient {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "p.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	pluginapi.RegisterDevicePluginServer(gs, srv)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = gs.Serve(lis) }()
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(); gs.Stop(); <-done })
+	return pluginapi.NewDevicePluginClient(conn)
+}
+
+func allocReq(sets ...[]string) *pluginapi.AllocateRequest {
+	req := &pluginapi.AllocateRequest{}
+	for _, ids := range sets {
+		req.ContainerRequests = append(req.ContainerRequests, &pluginapi.ContainerAllocateRequest{DevicesIds: ids})
+	}
+	return req
+}
+
+func TestServer_Allocate_Env(t *testing.T) {
+	extra := func(idx []int) map[string]string { return map[string]string{"VIRTUAL_GPU_COUNT": fmt.Sprint(len(idx))} }
+	client := dial(t, mustServer(t, plugin.ServerConfig{Env: extra}))
+	resp, err := client.Allocate(context.Background(), allocReq([]string{"fake-2", "fake-0"}, []string{"fake-3"}))
+	if err != nil {
+		t.Fatalf("Allocate: %v", err)
+	}
+	want := []map[string]string{
+		{"VIRTUAL_GPU_IDS": "fake-0,fake-2", "VIRTUAL_GPU_COUNT": "2"},
+		{"VIRTUAL_GPU_IDS": "fake-3", "VIRTUAL_GPU_COUNT": "1"},
+	}
+	if len(resp.ContainerResponses) != len(want) {
+		t.Fatalf("got %d container responses, want %d", len(resp.ContainerResponses), len(want))
+	}
+	for i, cr := range resp.ContainerResponses {
+		if fmt.Sprint(cr.Envs) != fmt.Sprint(want[i]) {
+			t.Errorf("container %d envs = %v, want %v", i, cr.Envs, want[i])
+		}
+	}
+}
+
+func TestServer_Allocate_Idempotent(t *testing.T) {
+	client := dial(t, mustServer(t, plugin.ServerConfig{}))
+	var first string
+	for i := range 3 {
+		resp, err := client.Allocate(context.Background(), allocReq([]string{"fake-1", "fake-3"}))
+		if err != nil {
+			t.Fatalf("Allocate #%d: %v", i, err)
+		}
+		got := fmt.Sprint(resp.ContainerResponses[0].Envs)
+		if i == 0 {
+			first = got
+		} else if got != first {
+			t.Fatalf("Allocate #%d = %s, first answer was %s", i, got, first)
+		}
+	}
+}
+
+func TestServer_Allocate_BadInput(t *testing.T) {
+	srv := mustServer(t, plugin.ServerConfig{})
+	if _, err := srv.SetHealth("fake-1", false, "ECC errors", "test"); err != nil {
+		t.Fatal(err)
+	}
+	client := dial(t, srv)
+	tests := []struct {
+		name string
+		req  *pluginapi.AllocateRequest
+		code codes.Code
+		msg  string
+	}{
+		{"no container requests", allocReq(), codes.InvalidArgument, "no container requests"},
+		{"empty ids", allocReq([]string{}), codes.InvalidArgument, "no device ids"},
+		{"unknown id", allocReq([]string{"fake-0", "gpu-9"}), codes.InvalidArgument, `unknown device "gpu-9"`},
+		{"duplicate id", allocReq([]string{"fake-0", "fake-0"}), codes.InvalidArgument, `device "fake-0" requested twice`},
+		{"unhealthy id", allocReq([]string{"fake-1"}), codes.FailedPrecondition, `device "fake-1" is unhealthy: ECC errors`},
+		{"second container bad", allocReq([]string{"fake-0"}, []string{"fake-7"}), codes.InvalidArgument, "container request 1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := client.Allocate(context.Background(), tt.req)
+			assertStatus(t, err, tt.code, tt.msg)
+		})
+	}
+}
+
+type failingRecorder struct{}
+
+func (failingRecorder) RecordAllocation(context.Context, []string, map[string]string) (map[string]string, error) {
+	return nil, errors.New("disk full")
+}
+
+func TestServer_Allocate_RecordFails_Unavailable(t *testing.T) {
+	client := dial(t, mustServer(t, plugin.ServerConfig{Recorder: failingRecorder{}}))
+	_, err := client.Allocate(context.Background(), allocReq([]string{"fake-0"}))
+	assertStatus(t, err, codes.Unavailable, "disk full")
+}
+
+// assertStatus checks err's gRPC code and that its message contains msg.
+func assertStatus(t *testing.T, err error, code codes.Code, msg string) {
+	t.Helper()
+	st, ok := status.FromError(err)
+	if err == nil || !ok {
+		t.Fatalf("err = %v, want gRPC status %v", err, code)
+	}
+	if st.Code() != code {
+		t.Errorf("code = %v, want %v (%s)", st.Code(), code, st.Message())
+	}
+	if !strings.Contains(st.Message(), msg) {
+		t.Errorf("message %q does not contain %q", st.Message(), msg)
+	}
+}
+
+func prefReq(avail, must []string, size int32) *pluginapi.PreferredAllocationRequest {
+	return &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{
+		AvailableDeviceIDs: avail, MustIncludeDeviceIDs: must, AllocationSize: size,
+	}}}
+}
+
+func TestServer_Preferred_LowestIndex(t *testing.T) {
+	client := dial(t, mustServer(t, plugin.ServerConfig{}))
+	tests := []struct {
+		name        string
+		avail, must []string
+		size        int32
+		want        []string
+	}{
+		{"lowest first", []string{"fake-3", "fake-1", "fake-2"}, nil, 2, []string{"fake-1", "fake-2"}},
+		{"must include", []string{"fake-0", "fake-1", "fake-3"}, []string{"fake-3"}, 2, []string{"fake-0", "fake-3"}},
+		{"all", []string{"fake-0", "fake-1", "fake-2", "fake-3"}, nil, 4, []string{"fake-0", "fake-1", "fake-2", "fake-3"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, err := client.GetPreferredAllocation(context.Background(), prefReq(tt.avail, tt.must, tt.size))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := resp.ContainerResponses[0].DeviceIDs; !slices.Equal(got, tt.want) {
+				t.Errorf("got %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestServer_Preferred_BadInput(t *testing.T) {
+	client := dial(t, mustServer(t, plugin.ServerConfig{}))
+	all := []string{"fake-0", "fake-1", "fake-2"}
+	tests := []struct {
+		name string
+		req  *pluginapi.PreferredAllocationRequest
+		msg  string
+	}{
+		{"no requests", &pluginapi.PreferredAllocationRequest{}, "no container requests"},
+		{"size zero", prefReq(all, nil, 0), "allocation size 0"},
+		{"size negative", prefReq(all, nil, -2), "allocation size -2"},
+		{"size above available", prefReq(all, nil, 4), "more than the 3 available"},
+		{"must include unavailable", prefReq(all, []string{"fake-3"}, 2), `must-include device "fake-3" is not available`},
+		{"must include more than size", prefReq(all, []string{"fake-0", "fake-1"}, 1), "do not fit allocation size 1"},
+		{"unknown available", prefReq([]string{"fake-0", "nope"}, nil, 1), `unknown device "nope"`},
+		{"unknown must include", prefReq(all, []string{"nope"}, 1), `unknown device "nope"`},
+		{"duplicate available", prefReq([]string{"fake-0", "fake-0"}, nil, 1), "requested twice"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := client.GetPreferredAllocation(context.Background(), tt.req)
+			assertStatus(t, err, codes.InvalidArgument, tt.msg)
+		})
+	}
+}
+
+func TestServer_Preferred_PolicyAnswerChecked(t *testing.T) {
+	bad := func(avail, must []int, size int) ([]int, error) { return avail[:1], nil }
+	client := dial(t, mustServer(t, plugin.ServerConfig{Prefer: bad}))
+	_, err := client.GetPreferredAllocation(context.Background(), prefReq([]string{"fake-0", "fake-1"}, nil, 2))
+	assertStatus(t, err, codes.Internal, "1 devices chosen, want 2")
+}
+
+func TestServer_Options(t *testing.T) {
+	client := dial(t, mustServer(t, plugin.ServerConfig{}))
+	opts, err := client.GetDevicePluginOptions(context.Background(), &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !opts.GetPreferredAllocationAvailable || opts.PreStartRequired {
+		t.Errorf("options = %v, want preferred allocation and no pre-start", opts)
+	}
+	if _, err := client.PreStartContainer(context.Background(), &pluginapi.PreStartContainerRequest{DevicesIds: []string{"fake-0"}}); err != nil {
+		t.Errorf("PreStartContainer: %v", err)
+	}
+}
+
+// recv reads the next ListAndWatch message with a deadline.
+func recv(t *testing.T, stream grpc.ServerStreamingClient[pluginapi.ListAndWatchResponse]) *pluginapi.ListAndWatchResponse {
+	t.Helper()
+	type result struct {
+		l   *pluginapi.ListAndWatchResponse
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() { l, err := stream.Recv(); ch <- result{l, err} }()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			t.Fatalf("ListAndWatch: %v", r.err)
+		}
+		return r.l
+	case <-time.After(5 * time.Second):
+		t.Fatal("no ListAndWatch message within 5s")
+		return nil
+	}
+}
+
+func health(l *pluginapi.ListAndWatchResponse) string {
+	s := ""
+	for _, d := range l.Devices {
+		s += fmt.Sprintf("%s=%s ", d.ID, d.Health)
+	}
+	return s
+}
+
+func TestServer_ListAndWatch_BroadcastsToEveryStream(t *testing.T) {
+	srv := mustServer(t, plugin.ServerConfig{Devices: fakeDevices(4, true)})
+	client := dial(t, srv)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var streams []grpc.ServerStreamingClient[pluginapi.ListAndWatchResponse]
+	for range 2 {
+		s, err := client.ListAndWatch(ctx, &pluginapi.Empty{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := recv(t, s)
+		if got := health(first); got != "fake-0=Healthy fake-1=Healthy fake-2=Healthy fake-3=Healthy " {
+			t.Fatalf("first list = %s", got)
+		}
+		if n := first.Devices[2].GetTopology().GetNodes(); len(n) != 1 || n[0].ID != 1 {
+			t.Errorf("fake-2 topology = %v, want NUMA node 1", n)
+		}
+		streams = append(streams, s)
+	}
+	if changed, err := srv.SetHealth("fake-2", false, "XID 79", "test"); err != nil || !changed {
+		t.Fatalf("SetHealth = %v, %v", changed, err)
+	}
+	for i, s := range streams {
+		if got := health(recv(t, s)); got != "fake-0=Healthy fake-1=Healthy fake-2=Unhealthy fake-3=Healthy " {
+			t.Errorf("stream %d after SetHealth: %s", i, got)
+		}
+	}
+	// The same health again changes nothing; healing does.
+	if changed, _ := srv.SetHealth("fake-2", false, "XID 79", "test"); changed {
+		t.Error("SetHealth with the same state reported a change")
+	}
+	if _, err := srv.SetHealth("fake-2", true, "", "test"); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range streams {
+		if got := health(recv(t, s)); got != "fake-0=Healthy fake-1=Healthy fake-2=Healthy fake-3=Healthy " {
+			t.Errorf("stream %d after healing: %s (an unchanged SetHealth must not send)", i, got)
+		}
+	}
+}
+
+func TestServer_ListAndWatch_EndsOnClose(t *testing.T) {
+	srv := mustServer(t, plugin.ServerConfig{})
+	client := dial(t, srv)
+	s, err := client.ListAndWatch(context.Background(), &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv(t, s)
+	srv.Close()
+	done := make(chan error, 1)
+	go func() { _, err := s.Recv(); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("stream sent a message after Close, want end of stream")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("stream still open 5s after Close")
+	}
+}
+
+func TestServer_SetHealth_UnknownDevice(t *testing.T) {
+	srv := mustServer(t, plugin.ServerConfig{})
+	if _, err := srv.SetHealth("fake-9", false, "x", "test"); !errors.Is(err, plugin.ErrUnknownDevice) {
+		t.Errorf("err = %v, want ErrUnknownDevice", err)
+	}
+}
+
+func TestNewServer_BadDevices(t *testing.T) {
+	tests := []struct {
+		name    string
+		devices []plugin.Device
+		want    error
+	}{
+		{"none", nil, plugin.ErrNoDevices},
+		{"empty id", []plugin.Device{{ID: "", Index: 0}}, plugin.ErrEmptyID},
+		{"duplicate id", []plugin.Device{{ID: "a", Index: 0}, {ID: "a", Index: 1}}, plugin.ErrDuplicateDevice},
+		{"duplicate index", []plugin.Device{{ID: "a", Index: 1}, {ID: "b", Index: 1}}, plugin.ErrDuplicateDevice},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := plugin.NewServer(plugin.ServerConfig{Devices: tt.devices}); !errors.Is(err, tt.want) {
+				t.Errorf("err = %v, want %v", err, tt.want)
+			}
+		})
+	}
+}
+
+func BenchmarkAllocate_UnixSocket(b *testing.B) {
+	for _, n := range []int{1, 4} {
+		b.Run(fmt.Sprintf("ids=%d", n), func(b *testing.B) {
+			client := dial(b, mustServer(b, plugin.ServerConfig{Devices: fakeDevices(8, false)}))
+			ids := make([]string, n)
+			for i := range ids {
+				ids[i] = fmt.Sprintf("fake-%d", i)
+			}
+			req := allocReq(ids)
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := client.Allocate(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
