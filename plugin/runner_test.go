@@ -160,7 +160,9 @@ func TestRunner_RegisterRejected_Retries(t *testing.T) {
 	dir := shortDir(t)
 	k := plugintest.StartKubelet(t, dir)
 	k.Reject(errors.New("kubelet says no"))
-	r := startRunner(t, dir, func(c *plugin.RunnerConfig) { c.BackoffInitial, c.BackoffMax = 10*time.Millisecond, 40*time.Millisecond })
+	r := startRunner(t, dir, func(c *plugin.RunnerConfig) {
+		c.BackoffInitial, c.BackoffMax = 10*time.Millisecond, 40*time.Millisecond
+	})
 	waitFor(t, func() bool { _, err := os.Stat(r.SocketPath()); return err == nil }, "plugin socket")
 	if r.Registered() {
 		t.Fatal("registered while the kubelet rejects")
