@@ -1,0 +1,37 @@
+// Package topology models the fake GPU machine the plugin advertises: GPUs
+// fake-0 … fake-<n-1>, their NUMA nodes, the PCIe relation of every pair
+// (BOARD, PIX, PXB, PHB, NODE, SYS, as `nvidia-smi topo -m` reports them,
+// derived from a tree of host bridges and switches) and their NVLinks
+// (point-to-point counts, or NVSwitch domains where every pair has the same
+// count).
+//
+// A Machine comes from Generic (the -devices=N layout), Preset (built-in
+// machines: see PresetNames), Parse (a YAML file or pasted `nvidia-smi topo
+// -m` output, detected by content) or New (programmatic). Resolve picks one
+// from the plugin's -topology and -devices flags. Machines are immutable and
+// safe for concurrent use.
+//
+// The formats, the presets and their sources, the generic layout, and the
+// container environment variables are documented with examples in
+// topology/README.md. In short:
+//
+//   - YAML: apiVersion virtual-gpu.unicore.mcyou.cc/v1, kind Topology,
+//     numaNodes → hostBridges → switches → gpus (each with an optional
+//     count), nvlinks entries with a domain or pairs, links, and optional
+//     repeat/stride. Strict: unknown fields are errors.
+//   - nvidia-smi: the GPU×GPU matrix and the affinity columns; NIC columns
+//     and rows, legends, blank lines and a leading shell prompt are skipped.
+//
+// Errors from parsing are *ParseError values ("file:line: what was
+// expected") that unwrap to ErrInvalidTopology.
+//
+// ContainerEnv gives the variables a container gets besides
+// VIRTUAL_GPU_IDS:
+//
+//	VIRTUAL_GPU_TOPOLOGY=dgx1-volta          machine name
+//	VIRTUAL_GPU_NUMA_NODES=0,0,1             NUMA node per device, in id order, -1 if unknown
+//	VIRTUAL_GPU_LINKS=0:1=NV1,0:4=NV2,1:4=SYS   every pair i<j of device indices: NV<n> or PCIe relation
+//
+// HostNUMANodes reads the host's NUMA nodes from a sysfs fs.FS, so the plugin
+// reports only NUMA ids the kubelet can match.
+package topology

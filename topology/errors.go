@@ -1,0 +1,24 @@
+package topology
+
+import "errors"
+
+// Sentinel errors returned (wrapped) by this package. Callers test them with
+// errors.Is; the wrapping error adds the detail (file, line, value).
+var (
+	// ErrInvalidTopology reports a topology description that cannot be used:
+	// a malformed YAML file or nvidia-smi matrix, an inconsistent machine, or
+	// a value out of range. Parse errors are *ParseError values that unwrap
+	// to it.
+	ErrInvalidTopology = errors.New("invalid topology")
+
+	// ErrInvalidDeviceCount reports a GPU count that is not in 1..MaxGPUs.
+	ErrInvalidDeviceCount = errors.New("invalid device count")
+
+	// ErrDevicesMismatch reports an explicit -devices value that differs from
+	// the number of GPUs of a fixed-size topology (a preset or a file).
+	ErrDevicesMismatch = errors.New("device count does not match the topology")
+
+	// ErrUnknownTopology reports a -topology value that is neither a preset
+	// name nor a readable file.
+	ErrUnknownTopology = errors.New("unknown topology")
+)
