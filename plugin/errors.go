@@ -5,6 +5,8 @@ import "errors"
 var (
 	// ErrNoDevices means a Server was configured without devices.
 	ErrNoDevices = errors.New("no devices")
+	// ErrNoPreferFunc means a Server was configured without a PreferFunc.
+	ErrNoPreferFunc = errors.New("no preferred-allocation policy")
 	// ErrEmptyID means a configured device has an empty id.
 	ErrEmptyID = errors.New("empty device id")
 	// ErrDuplicateDevice means two configured devices share an id or index.

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
@@ -58,11 +59,25 @@ type HealthRecorder interface {
 	RecordHealth(id string, healthy bool, reason, cause string) error
 }
 
-// ServerConfig configures a Server. Only Devices is required.
+// Observer is told what the Server did, for metrics. Its methods must be
+// fast and safe for concurrent use.
+type Observer interface {
+	// Allocated reports one container request of Allocate: the ids, and
+	// the error it was refused or failed with (nil if answered).
+	Allocated(ids []string, err error)
+	// Preferred reports one container request of GetPreferredAllocation:
+	// the chosen indices, how long the choice took, and the error.
+	Preferred(chosen []int, took time.Duration, err error)
+	// HealthChanged reports a stored and broadcast health change.
+	HealthChanged(id string, healthy bool, cause string)
+}
+
+// ServerConfig configures a Server. Devices and Prefer are required.
 type ServerConfig struct {
 	// Devices are the advertised devices; ids and indices must be unique.
 	Devices []Device
-	// Prefer chooses preferred allocations; nil means lowest index first.
+	// Prefer chooses preferred allocations (allocator.Policies, bound to
+	// the machine).
 	Prefer PreferFunc
 	// Env adds environment variables to Allocate answers; nil adds none.
 	Env EnvFunc
@@ -70,6 +85,9 @@ type ServerConfig struct {
 	Recorder Recorder
 	// Health stores health changes; nil keeps them in memory only.
 	Health HealthRecorder
+	// Observer is told every allocation, preference and health change;
+	// nil tells nobody.
+	Observer Observer
 	// Logger receives one line per allocation and per health change; the
 	// zero Logger discards.
 	Logger zerolog.Logger
@@ -84,6 +102,7 @@ type Server struct {
 	env      EnvFunc
 	recorder Recorder
 	health   HealthRecorder
+	observer Observer
 	log      zerolog.Logger
 
 	mu      sync.Mutex
@@ -99,6 +118,9 @@ var _ pluginapi.DevicePluginServer = (*Server)(nil)
 func NewServer(cfg ServerConfig) (*Server, error) {
 	if len(cfg.Devices) == 0 {
 		return nil, fmt.Errorf("new server: %w", ErrNoDevices)
+	}
+	if cfg.Prefer == nil {
+		return nil, fmt.Errorf("new server: %w", ErrNoPreferFunc)
 	}
 	devices := slices.Clone(cfg.Devices)
 	slices.SortFunc(devices, func(a, b Device) int { return a.Index - b.Index })
@@ -120,14 +142,15 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		env:      cfg.Env,
 		recorder: cfg.Recorder,
 		health:   cfg.Health,
+		observer: cfg.Observer,
 		log:      cfg.Logger,
 		devices:  devices,
 		byID:     byID,
 		changed:  make(chan struct{}),
 		closed:   make(chan struct{}),
 	}
-	if s.prefer == nil {
-		s.prefer = LowestIndex
+	if s.observer == nil {
+		s.observer = nopObserver{}
 	}
 	return s, nil
 }
@@ -179,6 +202,7 @@ func (s *Server) SetHealth(id string, healthy bool, reason, cause string) (bool,
 	close(s.changed)
 	s.changed = make(chan struct{})
 	s.log.Info().Str("device", id).Bool("healthy", healthy).Str("reason", reason).Str("cause", cause).Msg("device health changed")
+	s.observer.HealthChanged(id, healthy, cause)
 	return true, nil
 }
 
@@ -243,6 +267,7 @@ func (s *Server) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 	for i, cr := range req.GetContainerRequests() {
 		devs, err := s.lookup(cr.GetDevicesIds(), true)
 		if err != nil {
+			s.observer.Allocated(cr.GetDevicesIds(), err)
 			return nil, status.Errorf(status.Code(err), "allocate: container request %d: %s", i, status.Convert(err).Message())
 		}
 		sets[i] = devs
@@ -265,11 +290,13 @@ func (s *Server) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 			stored, err := s.recorder.RecordAllocation(ctx, ids, envs)
 			if err != nil {
 				s.log.Error().Err(err).Strs("ids", ids).Msg("allocation not recorded")
+				s.observer.Allocated(ids, err)
 				return nil, status.Errorf(codes.Unavailable, "allocate %s: record allocation: %v", strings.Join(ids, ","), err)
 			}
 			envs = stored
 		}
 		s.log.Info().Strs("ids", ids).Msg("allocated")
+		s.observer.Allocated(ids, nil)
 		resp.ContainerResponses[i] = &pluginapi.ContainerAllocateResponse{Envs: envs}
 	}
 	return resp, nil
@@ -359,7 +386,9 @@ func (s *Server) preferOne(cr *pluginapi.ContainerPreferredAllocationRequest) ([
 		availIdx[i] = d.Index
 		idOf[d.Index] = d.ID
 	}
+	start := time.Now()
 	chosen, err := s.prefer(availIdx, mustIdx, size)
+	s.observer.Preferred(chosen, time.Since(start), err)
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "%v", err)
 	}
@@ -397,26 +426,14 @@ func checkChoice(chosen []int, available map[int]string, must []int, size int) e
 	return nil
 }
 
-// LowestIndex is the PreferFunc the kubelet's own choice resembles: every
-// must-include index, then the lowest available indices.
-func LowestIndex(available, mustInclude []int, size int) ([]int, error) {
-	chosen := slices.Clone(mustInclude)
-	rest := slices.Clone(available)
-	slices.Sort(rest)
-	for _, a := range rest {
-		if len(chosen) == size {
-			break
-		}
-		if !slices.Contains(mustInclude, a) {
-			chosen = append(chosen, a)
-		}
-	}
-	slices.Sort(chosen)
-	return chosen, nil
-}
-
 // PreStartContainer answers with an empty response; the Server does not ask
 // for it (PreStartRequired is false).
 func (s *Server) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
 	return &pluginapi.PreStartContainerResponse{}, nil
 }
+
+type nopObserver struct{}
+
+func (nopObserver) Allocated([]string, error)             {}
+func (nopObserver) Preferred([]int, time.Duration, error) {}
+func (nopObserver) HealthChanged(string, bool, string)    {}

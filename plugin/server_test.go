@@ -18,7 +18,9 @@ import (
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/unicore/virtual-gpu-device-plugin/allocator"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 // fakeDevices returns n healthy devices fake-0 … fake-n-1 on NUMA node i/2%2
@@ -39,6 +41,15 @@ func mustServer(t testing.TB, cfg plugin.ServerConfig) *plugin.Server {
 	t.Helper()
 	if cfg.Devices == nil {
 		cfg.Devices = fakeDevices(4, false)
+	}
+	if cfg.Prefer == nil {
+		m, err := topology.Generic(len(cfg.Devices))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Prefer = func(available, mustInclude []int, size int) ([]int, error) {
+			return allocator.LowestIndex(m, available, mustInclude, size)
+		}
 	}
 	if _, bench := t.(*testing.B); !bench {
 		cfg.Logger = zerolog.New(zerolog.NewTestWriter(t))
@@ -355,13 +366,18 @@ func TestNewServer_BadDevices(t *testing.T) {
 		want    error
 	}{
 		{"none", nil, plugin.ErrNoDevices},
+		{"no policy", fakeDevices(1, false), plugin.ErrNoPreferFunc},
 		{"empty id", []plugin.Device{{ID: "", Index: 0}}, plugin.ErrEmptyID},
 		{"duplicate id", []plugin.Device{{ID: "a", Index: 0}, {ID: "a", Index: 1}}, plugin.ErrDuplicateDevice},
 		{"duplicate index", []plugin.Device{{ID: "a", Index: 1}, {ID: "b", Index: 1}}, plugin.ErrDuplicateDevice},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := plugin.NewServer(plugin.ServerConfig{Devices: tt.devices}); !errors.Is(err, tt.want) {
+			prefer := func([]int, []int, int) ([]int, error) { return nil, nil }
+			if tt.want == plugin.ErrNoPreferFunc {
+				prefer = nil
+			}
+			if _, err := plugin.NewServer(plugin.ServerConfig{Devices: tt.devices, Prefer: prefer}); !errors.Is(err, tt.want) {
 				t.Errorf("err = %v, want %v", err, tt.want)
 			}
 		})
