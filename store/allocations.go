@@ -1,0 +1,255 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Allocation states. A record starts StateAllocated (the kubelet called
+// Allocate); the lifecycle reconciler moves it to StateHeld once it sees a
+// container using the devices, then to StateReleased when they are freed, or
+// to StateAbandoned when no container ever used them.
+const (
+	StateAllocated = "allocated"
+	StateHeld      = "held"
+	StateReleased  = "released"
+	StateAbandoned = "abandoned"
+)
+
+// ValidState reports whether state is one of the State constants.
+func ValidState(state string) bool {
+	switch state {
+	case StateAllocated, StateHeld, StateReleased, StateAbandoned:
+		return true
+	}
+	return false
+}
+
+// Active reports whether an allocation in this state still has its devices:
+// StateAllocated or StateHeld.
+func Active(state string) bool { return state == StateAllocated || state == StateHeld }
+
+// Allocation is one answer given to the kubelet's Allocate, with what is
+// later learned about who holds the devices. Its JSON form (snake_case keys,
+// RFC 3339 times, holder fields omitted while unset) is what dump prints and
+// is stable. Values returned by the Store are copies the caller may modify.
+type Allocation struct {
+	Seq         uint64            `json:"seq"`  // assigned by RecordAllocation; increasing, never reused
+	Time        time.Time         `json:"time"` // when Allocate answered
+	DeviceIDs   []string          `json:"device_ids"`
+	Envs        map[string]string `json:"envs,omitempty"`        // environment handed to the container
+	Annotations map[string]string `json:"annotations,omitempty"` // annotations handed to the runtime
+	State       string            `json:"state"`                 // one of the State constants
+
+	Namespace  string    `json:"namespace,omitempty"` // holder, once known
+	Pod        string    `json:"pod,omitempty"`
+	Container  string    `json:"container,omitempty"`
+	HeldSince  time.Time `json:"held_since,omitzero"`  // first seen in use
+	ReleasedAt time.Time `json:"released_at,omitzero"` // seen released or abandoned
+}
+
+// Active reports whether the allocation still has its devices (see the
+// package-level Active).
+func (a Allocation) Active() bool { return Active(a.State) }
+
+func (a Allocation) clone() Allocation {
+	a.DeviceIDs = slices.Clone(a.DeviceIDs)
+	a.Envs = maps.Clone(a.Envs)
+	a.Annotations = maps.Clone(a.Annotations)
+	return a
+}
+
+// AllocationFilter selects allocation records. The zero value selects all.
+type AllocationFilter struct {
+	DeviceID string    // only records including this device; "" means all
+	Since    time.Time // only records with Time at or after this; zero means all
+	Active   bool      // only records in StateAllocated or StateHeld
+	Limit    int       // at most this many (the newest); 0 means no limit
+}
+
+func (f AllocationFilter) match(a Allocation) bool {
+	return (f.DeviceID == "" || slices.Contains(a.DeviceIDs, f.DeviceID)) &&
+		(f.Since.IsZero() || !a.Time.Before(f.Since)) &&
+		(!f.Active || a.Active())
+}
+
+// RecordAllocation stores a new allocation record and returns it as stored:
+// with Seq assigned, Time set to now if zero, times in UTC and State set to
+// StateAllocated if empty. Every device id must be known, removed devices
+// included (ErrUnknownDevice); an empty or repeated id or an unknown state is
+// ErrInvalid. The record is committed to disk before RecordAllocation
+// returns.
+func (s *Store) RecordAllocation(a Allocation) (Allocation, error) {
+	a = a.clone()
+	a.Seq = 0
+	a.Time = s.stamp(a.Time)
+	if a.State == "" {
+		a.State = StateAllocated
+	}
+	normalizeTimes(&a)
+	if err := validateAllocation(a); err != nil {
+		return Allocation{}, fmt.Errorf("record allocation: %w", err)
+	}
+	err := s.update("record allocation", func(tx *bolt.Tx) error {
+		if err := knownDevices(tx, a.DeviceIDs); err != nil {
+			return err
+		}
+		b, err := bucket(tx, bucketAllocations)
+		if err != nil {
+			return err
+		}
+		b.FillPercent = appendFillPercent
+		if a.Seq, err = b.NextSequence(); err != nil {
+			return fmt.Errorf("next allocation sequence: %w", err)
+		}
+		return putJSON(b, u64(a.Seq), a)
+	})
+	if err != nil {
+		return Allocation{}, err
+	}
+	return a.clone(), nil
+}
+
+func validateAllocation(a Allocation) error {
+	if len(a.DeviceIDs) == 0 {
+		return fmt.Errorf("no device ids: %w", ErrInvalid)
+	}
+	seen := make(map[string]bool, len(a.DeviceIDs))
+	for _, id := range a.DeviceIDs {
+		if id == "" {
+			return fmt.Errorf("empty device id: %w", ErrInvalid)
+		}
+		if seen[id] {
+			return fmt.Errorf("device id %q listed twice: %w", id, ErrInvalid)
+		}
+		seen[id] = true
+	}
+	if !ValidState(a.State) {
+		return fmt.Errorf("state %q: %w", a.State, ErrInvalid)
+	}
+	return nil
+}
+
+func normalizeTimes(a *Allocation) {
+	a.Time = a.Time.UTC()
+	if !a.HeldSince.IsZero() {
+		a.HeldSince = a.HeldSince.UTC()
+	}
+	if !a.ReleasedAt.IsZero() {
+		a.ReleasedAt = a.ReleasedAt.UTC()
+	}
+}
+
+// Allocation returns the record with sequence number seq, or an error
+// wrapping ErrNotFound.
+func (s *Store) Allocation(seq uint64) (Allocation, error) {
+	var a Allocation
+	err := s.view("get allocation", func(tx *bolt.Tx) error {
+		var err error
+		a, err = getAllocation(tx.Bucket(bucketAllocations), seq)
+		return err
+	})
+	return a, err
+}
+
+// Allocations returns the records selected by f, newest (highest Seq) first.
+func (s *Store) Allocations(f AllocationFilter) ([]Allocation, error) {
+	var out []Allocation
+	err := s.view("list allocations", func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketAllocations)
+		if b == nil {
+			return nil
+		}
+		c := b.Cursor()
+		for k, v := c.Last(); k != nil; k, v = c.Prev() {
+			if f.Limit > 0 && len(out) >= f.Limit {
+				break
+			}
+			var a Allocation
+			if err := decodeSeq(k, v, &a, &a.Seq); err != nil {
+				return err
+			}
+			if f.match(a) {
+				out = append(out, a)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// UpdateAllocation applies fn to the record with sequence number seq and
+// stores the result, in one transaction: the lifecycle reconciler uses it to
+// fill in the holder and move State on. If fn returns an error nothing is
+// written and the error is returned (wrapped). fn must not change Seq, must
+// leave a valid State and known device ids (else ErrInvalid or
+// ErrUnknownDevice, and nothing is written) and must not call the Store (it runs inside the write
+// transaction and would deadlock). A missing record is ErrNotFound.
+func (s *Store) UpdateAllocation(seq uint64, fn func(*Allocation) error) (Allocation, error) {
+	var a Allocation
+	err := s.update("update allocation", func(tx *bolt.Tx) error {
+		b, err := bucket(tx, bucketAllocations)
+		if err != nil {
+			return err
+		}
+		if a, err = getAllocation(b, seq); err != nil {
+			return err
+		}
+		if err := fn(&a); err != nil {
+			return err
+		}
+		if a.Seq != seq {
+			return fmt.Errorf("record %d: sequence number changed to %d: %w", seq, a.Seq, ErrInvalid)
+		}
+		normalizeTimes(&a)
+		if err := validateAllocation(a); err != nil {
+			return fmt.Errorf("record %d: %w", seq, err)
+		}
+		if err := knownDevices(tx, a.DeviceIDs); err != nil {
+			return fmt.Errorf("record %d: %w", seq, err)
+		}
+		return putJSON(b, u64(seq), a)
+	})
+	if err != nil {
+		return Allocation{}, err
+	}
+	return a.clone(), nil
+}
+
+func getAllocation(b *bolt.Bucket, seq uint64) (Allocation, error) {
+	var v []byte
+	if b != nil {
+		v = b.Get(u64(seq))
+	}
+	if v == nil {
+		return Allocation{}, fmt.Errorf("record %d: %w", seq, ErrNotFound)
+	}
+	var a Allocation
+	err := decodeSeq(u64(seq), v, &a, &a.Seq)
+	return a, err
+}
+
+// knownDevices returns ErrUnknownDevice for the first id not in the devices
+// bucket. Removed devices are known.
+func knownDevices(tx *bolt.Tx, ids []string) error {
+	devs, err := bucket(tx, bucketDevices)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if devs.Get([]byte(id)) == nil {
+			return fmt.Errorf("%q: %w", id, ErrUnknownDevice)
+		}
+	}
+	return nil
+}
+
+func isRollback(err error) bool { return errors.Is(err, errRollback) }

@@ -1,0 +1,387 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Causes of health changes commonly passed to SetHealth and found in
+// HealthEvent.Cause. Any other short string is allowed.
+const (
+	CauseAdmin          = "admin"           // an operator's request
+	CauseFaultInjection = "fault-injection" // a simulated fault
+	CauseReconcile      = "reconcile"       // Reconcile added the device
+)
+
+// Device is the stored state of one device. Its JSON form (snake_case keys,
+// RFC 3339 times) is what dump prints and is stable.
+type Device struct {
+	ID        string    `json:"id"`
+	Index     int       `json:"index"`
+	NUMA      int       `json:"numa"`
+	Healthy   bool      `json:"healthy"`
+	Reason    string    `json:"reason,omitempty"`    // why it is unhealthy (or was last changed)
+	Since     time.Time `json:"since"`               // when Healthy or Reason last changed
+	Removed   bool      `json:"removed,omitempty"`   // no longer configured; history kept
+	RemovedAt time.Time `json:"removed_at,omitzero"` // zero unless Removed
+}
+
+// DeviceSpec is one configured device as Reconcile takes it. ID is stable
+// across restarts and must be unique and non-empty; Index must be unique and
+// non-negative. NUMA is stored as given (callers may use -1 for "none").
+type DeviceSpec struct {
+	ID    string `json:"id"`
+	Index int    `json:"index"`
+	NUMA  int    `json:"numa"`
+}
+
+// DeviceChange is a configured device whose index or NUMA node differs from
+// the stored one.
+type DeviceChange struct {
+	ID       string `json:"id"`
+	OldIndex int    `json:"old_index"`
+	NewIndex int    `json:"new_index"`
+	OldNUMA  int    `json:"old_numa"`
+	NewNUMA  int    `json:"new_numa"`
+}
+
+// ReconcileReport says what Reconcile changed; ids are sorted. The zero
+// value means nothing changed.
+type ReconcileReport struct {
+	Added    []string       `json:"added,omitempty"`    // new devices, stored healthy
+	Removed  []string       `json:"removed,omitempty"`  // no longer configured, flagged removed
+	Restored []string       `json:"restored,omitempty"` // configured again, health kept
+	Changed  []DeviceChange `json:"changed,omitempty"`  // index or NUMA node updated
+}
+
+// Empty reports whether the report records no change.
+func (r ReconcileReport) Empty() bool {
+	return len(r.Added) == 0 && len(r.Removed) == 0 && len(r.Restored) == 0 && len(r.Changed) == 0
+}
+
+// Reconcile makes the stored devices match the configured ones, in one
+// transaction: new ids are added healthy (with a health event of cause
+// CauseReconcile), known ids keep their health and get the configured index
+// and NUMA node, ids no longer configured are flagged removed (never
+// deleted), and a removed id configured again is restored with the health it
+// had. No history is touched. Invalid specs (ErrInvalid) change nothing.
+func (s *Store) Reconcile(devices []DeviceSpec) (ReconcileReport, error) {
+	if err := validateSpecs(devices); err != nil {
+		return ReconcileReport{}, fmt.Errorf("reconcile devices: %w", err)
+	}
+	var rep ReconcileReport
+	err := s.update("reconcile devices", func(tx *bolt.Tx) error {
+		rep = ReconcileReport{}
+		b, err := bucket(tx, bucketDevices)
+		if err != nil {
+			return err
+		}
+		now := s.stamp(time.Time{})
+		configured := make(map[string]bool, len(devices))
+		for _, spec := range devices {
+			configured[spec.ID] = true
+			d, found, err := getDevice(b, spec.ID)
+			if err != nil {
+				return err
+			}
+			if !found {
+				d = Device{ID: spec.ID, Index: spec.Index, NUMA: spec.NUMA, Healthy: true, Since: now}
+				if err := putJSON(b, []byte(d.ID), d); err != nil {
+					return err
+				}
+				if err := addEvent(tx, HealthEvent{Time: now, DeviceID: d.ID, Healthy: true, Reason: "device added", Cause: CauseReconcile}); err != nil {
+					return err
+				}
+				rep.Added = append(rep.Added, d.ID)
+				continue
+			}
+			changed := false
+			if d.Removed {
+				d.Removed, d.RemovedAt = false, time.Time{}
+				rep.Restored = append(rep.Restored, d.ID)
+				changed = true
+			}
+			if d.Index != spec.Index || d.NUMA != spec.NUMA {
+				rep.Changed = append(rep.Changed, DeviceChange{ID: d.ID, OldIndex: d.Index, NewIndex: spec.Index, OldNUMA: d.NUMA, NewNUMA: spec.NUMA})
+				d.Index, d.NUMA = spec.Index, spec.NUMA
+				changed = true
+			}
+			if changed {
+				if err := putJSON(b, []byte(d.ID), d); err != nil {
+					return err
+				}
+			}
+		}
+		var vanished []Device
+		err = b.ForEach(func(k, v []byte) error {
+			if configured[string(k)] {
+				return nil
+			}
+			var d Device
+			if err := decode(v, &d); err != nil {
+				return fmt.Errorf("device %q: %w", k, err)
+			}
+			if !d.Removed {
+				d.ID = string(k)
+				vanished = append(vanished, d)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, d := range vanished { // not inside ForEach: bbolt forbids writes while iterating
+			d.Removed, d.RemovedAt = true, now
+			if err := putJSON(b, []byte(d.ID), d); err != nil {
+				return err
+			}
+			rep.Removed = append(rep.Removed, d.ID)
+		}
+		return nil
+	})
+	if err != nil {
+		return ReconcileReport{}, err
+	}
+	slices.Sort(rep.Added)
+	slices.Sort(rep.Removed)
+	slices.Sort(rep.Restored)
+	slices.SortFunc(rep.Changed, func(a, b DeviceChange) int { return strings.Compare(a.ID, b.ID) })
+	return rep, nil
+}
+
+func validateSpecs(devices []DeviceSpec) error {
+	ids := make(map[string]bool, len(devices))
+	indexes := make(map[int]string, len(devices))
+	for _, d := range devices {
+		switch {
+		case d.ID == "":
+			return fmt.Errorf("device with index %d has an empty id: %w", d.Index, ErrInvalid)
+		case d.Index < 0:
+			return fmt.Errorf("device %q has negative index %d: %w", d.ID, d.Index, ErrInvalid)
+		case ids[d.ID]:
+			return fmt.Errorf("device id %q listed twice: %w", d.ID, ErrInvalid)
+		case indexes[d.Index] != "":
+			return fmt.Errorf("devices %q and %q share index %d: %w", indexes[d.Index], d.ID, d.Index, ErrInvalid)
+		}
+		ids[d.ID] = true
+		indexes[d.Index] = d.ID
+	}
+	return nil
+}
+
+// Devices returns every stored device, removed ones included (flagged),
+// sorted by Index then ID.
+func (s *Store) Devices() ([]Device, error) {
+	var out []Device
+	err := s.view("list devices", func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketDevices)
+		if b == nil {
+			return nil
+		}
+		return b.ForEach(func(k, v []byte) error {
+			var d Device
+			if err := decode(v, &d); err != nil {
+				return fmt.Errorf("device %q: %w", k, err)
+			}
+			d.ID = string(k)
+			out = append(out, d)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b Device) int {
+		if a.Index != b.Index {
+			return a.Index - b.Index
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return out, nil
+}
+
+// Device returns the stored device id, or an error wrapping
+// ErrUnknownDevice.
+func (s *Store) Device(id string) (Device, error) {
+	var d Device
+	err := s.view("get device", func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketDevices)
+		if b == nil {
+			return fmt.Errorf("%q: %w", id, ErrUnknownDevice)
+		}
+		var found bool
+		var err error
+		d, found, err = getDevice(b, id)
+		if err == nil && !found {
+			err = fmt.Errorf("%q: %w", id, ErrUnknownDevice)
+		}
+		return err
+	})
+	return d, err
+}
+
+// SetHealth sets the health of device id and returns the stored device and
+// whether anything changed. A change of Healthy or Reason updates Since and
+// records a HealthEvent with cause (e.g. CauseAdmin); setting the current
+// state again writes nothing. An unknown id is ErrUnknownDevice. Removed
+// devices can be set too.
+func (s *Store) SetHealth(id string, healthy bool, reason, cause string) (Device, bool, error) {
+	var (
+		d       Device
+		changed bool
+	)
+	err := s.update("set device health", func(tx *bolt.Tx) error {
+		b, err := bucket(tx, bucketDevices)
+		if err != nil {
+			return err
+		}
+		var found bool
+		d, found, err = getDevice(b, id)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return fmt.Errorf("%q: %w", id, ErrUnknownDevice)
+		}
+		if d.Healthy == healthy && d.Reason == reason {
+			changed = false
+			return errRollback
+		}
+		changed = true
+		d.Healthy, d.Reason, d.Since = healthy, reason, s.stamp(time.Time{})
+		if err := putJSON(b, []byte(id), d); err != nil {
+			return err
+		}
+		return addEvent(tx, HealthEvent{Time: d.Since, DeviceID: id, Healthy: healthy, Reason: reason, Cause: cause})
+	})
+	if err != nil && !isRollback(err) {
+		return Device{}, false, err
+	}
+	return d, changed, nil
+}
+
+// HealthEvent is one recorded health change. Its JSON form is what dump
+// prints and is stable.
+type HealthEvent struct {
+	Seq      uint64    `json:"seq"` // increasing, never reused, even after Prune
+	Time     time.Time `json:"time"`
+	DeviceID string    `json:"device_id"`
+	Healthy  bool      `json:"healthy"`
+	Reason   string    `json:"reason,omitempty"`
+	Cause    string    `json:"cause,omitempty"` // e.g. CauseAdmin
+}
+
+// EventFilter selects health events. The zero value selects all.
+type EventFilter struct {
+	DeviceID string    // only this device; "" means all
+	Since    time.Time // only events at or after this time; zero means all
+	Limit    int       // at most this many (the newest); 0 means no limit
+}
+
+// HealthEvents returns the events selected by f, newest first.
+func (s *Store) HealthEvents(f EventFilter) ([]HealthEvent, error) {
+	var out []HealthEvent
+	err := s.view("list health events", func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketEvents)
+		if b == nil {
+			return nil
+		}
+		c := b.Cursor()
+		for k, v := c.Last(); k != nil; k, v = c.Prev() {
+			if f.Limit > 0 && len(out) >= f.Limit {
+				break
+			}
+			var e HealthEvent
+			if err := decodeSeq(k, v, &e, &e.Seq); err != nil {
+				return err
+			}
+			if f.DeviceID != "" && e.DeviceID != f.DeviceID {
+				continue
+			}
+			if !f.Since.IsZero() && e.Time.Before(f.Since) {
+				continue
+			}
+			out = append(out, e)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func addEvent(tx *bolt.Tx, e HealthEvent) error {
+	b, err := bucket(tx, bucketEvents)
+	if err != nil {
+		return err
+	}
+	b.FillPercent = appendFillPercent
+	if e.Seq, err = b.NextSequence(); err != nil {
+		return fmt.Errorf("next event sequence: %w", err)
+	}
+	return putJSON(b, u64(e.Seq), e)
+}
+
+func getDevice(b *bolt.Bucket, id string) (Device, bool, error) {
+	v := b.Get([]byte(id))
+	if v == nil {
+		return Device{}, false, nil
+	}
+	var d Device
+	if err := decode(v, &d); err != nil {
+		return Device{}, false, fmt.Errorf("device %q: %w", id, err)
+	}
+	d.ID = id
+	return d, true, nil
+}
+
+// bucket returns the named top-level bucket for writing. Open guarantees it
+// exists in a read-write Store.
+func bucket(tx *bolt.Tx, name []byte) (*bolt.Bucket, error) {
+	b := tx.Bucket(name)
+	if b == nil {
+		return nil, fmt.Errorf("%w: bucket %q missing", ErrCorrupt, name)
+	}
+	return b, nil
+}
+
+// putJSON stores v as JSON under key. bbolt copies nothing: the encoded
+// slice is fresh and never reused, as bbolt requires until commit.
+func putJSON(b *bolt.Bucket, key []byte, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %q: %w", key, err)
+	}
+	if err := b.Put(key, data); err != nil {
+		return fmt.Errorf("put %q: %w", key, err)
+	}
+	return nil
+}
+
+// decode unmarshals a stored value. json.Unmarshal copies strings out of
+// data, so the result stays valid after the transaction.
+func decode(data []byte, v any) error {
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("%w: decode record: %w", ErrCorrupt, err)
+	}
+	return nil
+}
+
+// decodeSeq decodes a record stored under an 8-byte sequence key and sets
+// *seq from the key, which is authoritative.
+func decodeSeq(k, v []byte, dst any, seq *uint64) error {
+	if len(k) != 8 {
+		return fmt.Errorf("%w: record key %x is not a sequence number", ErrCorrupt, k)
+	}
+	if err := decode(v, dst); err != nil {
+		return fmt.Errorf("record %d: %w", be(k), err)
+	}
+	*seq = be(k)
+	return nil
+}

@@ -1,0 +1,75 @@
+// Package store keeps the plugin's durable state in one bbolt file: the
+// virtual devices with their health, the history of health changes, and the
+// history of allocations handed to the kubelet. The file lives on a hostPath
+// and survives plugin restarts. The package imports nothing else from the
+// project and logs nothing: it returns errors (see errors.go) and reports
+// (ReconcileReport, Stats) for the caller to log.
+//
+// # Lifetime and concurrency
+//
+// Open returns a *Store holding an exclusive lock on the file until Close;
+// a second opener fails with ErrLocked after Options.Timeout instead of
+// hanging. A read-only Store (Options.ReadOnly, for the dump subcommand while
+// the plugin is stopped) takes a shared lock and never writes. A Store is
+// safe for concurrent use. Every write method runs one bbolt transaction,
+// committed and fsynced before it returns. Read methods return copies that
+// outlive their transaction.
+//
+// # Damage
+//
+// Open checks the file before trusting it. Holding the file lock, it first
+// reads the file with plain reads (no mapping): a valid meta page, a length
+// covering every page the meta page claims (truncation), a sane freelist
+// page, and a page tree that stays inside the file with no page reached
+// twice. Only then does bbolt map the file, and bbolt's Tx.Check runs.
+// Damage found at any step, and any panic or memory fault inside bbolt, is
+// returned as ErrCorrupt naming the file and ending with
+// Options.RecoveryHint. Open is built so that a damaged file does not panic,
+// hang or crash it (FuzzOpen exercises this). Nothing is ever repaired or deleted: MoveAside
+// renames the file to "<path>.corrupt-<UTC time>" and the next Open starts
+// fresh. A meta page with a bad checksum is not damage when the other one is
+// good (bbolt keeps two and falls back, as after a crash during a commit);
+// a zeroed meta page fails bbolt's check and is damage.
+//
+// # Schema (version 1)
+//
+// Top-level buckets; integers in keys are 8-byte big-endian, so byte order
+// is numeric order; values are JSON objects with snake_case keys and RFC 3339
+// times in UTC, omitting unset optional fields:
+//
+//	meta            "schema_version" -> uint64 (8 bytes big-endian), = SchemaVersion
+//	devices         device id        -> Device       {"id","index","numa","healthy","reason","since","removed","removed_at"}
+//	allocations     seq (uint64)     -> Allocation   {"seq","time","device_ids","envs","annotations","state",
+//	                                                  "namespace","pod","container","held_since","released_at"}
+//	health_events   seq (uint64)     -> HealthEvent  {"seq","time","device_id","healthy","reason","cause"}
+//
+// Sequence numbers come from the bucket's NextSequence: they start at 1, only
+// grow and are never reused, even after Prune deletes the oldest records. The
+// key is authoritative; "seq" inside the value is a copy for readers of the
+// JSON. Devices are never deleted: a device no longer configured is flagged
+// "removed" by Reconcile, so history always resolves its ids. Allocation
+// "state" is one of allocated, held, released, abandoned.
+//
+// The JSON shapes of Device, Allocation, HealthEvent, ReconcileReport and
+// Stats are also the stable output format of the dump subcommand.
+//
+// # Versions and migration
+//
+// A file whose schema version is above SchemaVersion is refused with
+// ErrNewerSchema, naming both versions, and left untouched. An older file is
+// migrated by Open (read-write only) by running the steps of the migration
+// table in order inside one transaction, so a failed migration changes
+// nothing. Version 0 is a file without a meta bucket: one bbolt has just
+// created, or one from a pre-release build with the version-1 buckets and
+// values but no version; the 0→1 step creates the missing buckets and
+// refuses a file holding any other bucket (ErrCorrupt: not a state file). A
+// read-only Store reads an older file as it is. To change the layout, bump
+// SchemaVersion and append a step; never edit a shipped step.
+//
+// # Retention
+//
+// History grows with every Allocate and health change. Prune deletes the
+// oldest records beyond a count or older than an age, in small transactions;
+// bbolt reuses the freed pages, so with periodic pruning the file size
+// plateaus (it never shrinks).
+package store

@@ -1,0 +1,205 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/unicore/virtual-gpu-device-plugin/store"
+)
+
+// exampleDir makes a scratch directory for an example; examples have no
+// testing.T and its TempDir.
+func exampleDir() (string, func()) {
+	dir, err := os.MkdirTemp("", "store-example-")
+	if err != nil {
+		panic(err)
+	}
+	return dir, func() { os.RemoveAll(dir) }
+}
+
+// exampleClock is a fixed clock so that the output is stable.
+func exampleClock() time.Time { return time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC) }
+
+// The plugin's life with the store: reconcile the configured devices at
+// start, record what Allocate answered, mark a device unhealthy.
+func Example() {
+	dir, cleanup := exampleDir()
+	defer cleanup()
+
+	s, err := store.Open(filepath.Join(dir, "state.db"), store.Options{Now: exampleClock})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close()
+
+	rep, err := s.Reconcile([]store.DeviceSpec{
+		{ID: "fake-0", Index: 0, NUMA: 0},
+		{ID: "fake-1", Index: 1, NUMA: 0},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("added:", rep.Added)
+
+	a, err := s.RecordAllocation(store.Allocation{
+		DeviceIDs: []string{"fake-1"},
+		Envs:      map[string]string{"VIRTUAL_GPU_IDS": "fake-1"},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	out, _ := json.Marshal(a)
+	fmt.Println(string(out))
+
+	d, changed, err := s.SetHealth("fake-0", false, "ecc errors", store.CauseFaultInjection)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(d.ID, "healthy:", d.Healthy, "changed:", changed)
+	// Output:
+	// added: [fake-0 fake-1]
+	// {"seq":1,"time":"2026-03-01T12:00:00Z","device_ids":["fake-1"],"envs":{"VIRTUAL_GPU_IDS":"fake-1"},"state":"allocated"}
+	// fake-0 healthy: false changed: true
+}
+
+// Devices no longer configured are flagged removed, never deleted, and come
+// back with the health they had.
+func ExampleStore_Reconcile() {
+	dir, cleanup := exampleDir()
+	defer cleanup()
+	s, err := store.Open(filepath.Join(dir, "state.db"), store.Options{Now: exampleClock})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close()
+
+	four := []store.DeviceSpec{{ID: "fake-0", Index: 0}, {ID: "fake-1", Index: 1}, {ID: "fake-2", Index: 2, NUMA: 1}, {ID: "fake-3", Index: 3, NUMA: 1}}
+	for _, config := range [][]store.DeviceSpec{four, four[:2], four} {
+		rep, err := s.Reconcile(config)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Printf("added %v removed %v restored %v\n", rep.Added, rep.Removed, rep.Restored)
+	}
+	// Output:
+	// added [fake-0 fake-1 fake-2 fake-3] removed [] restored []
+	// added [] removed [fake-2 fake-3] restored []
+	// added [] removed [] restored [fake-2 fake-3]
+}
+
+// The lifecycle reconciler fills in who holds an allocation.
+func ExampleStore_UpdateAllocation() {
+	dir, cleanup := exampleDir()
+	defer cleanup()
+	s, err := store.Open(filepath.Join(dir, "state.db"), store.Options{Now: exampleClock})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close()
+	if _, err := s.Reconcile([]store.DeviceSpec{{ID: "fake-0"}}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	a, err := s.RecordAllocation(store.Allocation{DeviceIDs: []string{"fake-0"}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	a, err = s.UpdateAllocation(a.Seq, func(a *store.Allocation) error {
+		a.State, a.Namespace, a.Pod, a.Container = store.StateHeld, "default", "vgpu-demo", "demo"
+		a.HeldSince = exampleClock().Add(2 * time.Second)
+		return nil
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(a.Seq, a.State, a.Namespace+"/"+a.Pod+"/"+a.Container, a.HeldSince.Format(time.RFC3339))
+
+	active, _ := s.Allocations(store.AllocationFilter{DeviceID: "fake-0", Active: true})
+	fmt.Println("active on fake-0:", len(active))
+	// Output:
+	// 1 held default/vgpu-demo/demo 2026-03-01T12:00:02Z
+	// active on fake-0: 1
+}
+
+// Keep the history bounded; run Prune periodically.
+func ExampleStore_Prune() {
+	dir, cleanup := exampleDir()
+	defer cleanup()
+	s, err := store.Open(filepath.Join(dir, "state.db"), store.Options{Now: exampleClock})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close()
+	if _, err := s.Reconcile([]store.DeviceSpec{{ID: "fake-0"}}); err != nil { // one health event
+		fmt.Println(err)
+		return
+	}
+	for range 5 {
+		if _, err := s.RecordAllocation(store.Allocation{DeviceIDs: []string{"fake-0"}}); err != nil {
+			fmt.Println(err)
+			return
+		}
+	}
+	n, err := s.Prune(context.Background(), store.PruneOptions{MaxRecords: 2})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	kept, _ := s.Allocations(store.AllocationFilter{})
+	fmt.Println("deleted", n, "kept", kept[0].Seq, kept[1].Seq)
+	// Output:
+	// deleted 3 kept 5 4
+}
+
+// A damaged file is refused with ErrCorrupt; MoveAside keeps it for
+// inspection and the next Open starts fresh.
+func ExampleMoveAside() {
+	dir, cleanup := exampleDir()
+	defer cleanup()
+	path := filepath.Join(dir, "state.db")
+	if err := os.WriteFile(path, []byte("not a bbolt file"), 0o600); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	opts := store.Options{RecoveryHint: "start with -state-move-aside to move it aside and start fresh"}
+	_, err := store.Open(path, opts)
+	fmt.Println(errors.Is(err, store.ErrCorrupt))
+	fmt.Println(strings.ReplaceAll(err.Error(), dir, "DIR"))
+
+	moved, err := store.MoveAside(path, time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(filepath.Base(moved))
+
+	s, err := store.Open(path, opts)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close()
+	fmt.Println("fresh store opened")
+	// Output:
+	// true
+	// open state "DIR/state.db": state file is corrupt: no valid meta page: invalid database; start with -state-move-aside to move it aside and start fresh
+	// state.db.corrupt-20260301T120000Z
+	// fresh store opened
+}

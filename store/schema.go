@@ -1,0 +1,158 @@
+package store
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// SchemaVersion is the layout version this build reads and writes. Open
+// migrates files with a smaller version (see doc.go) and refuses files with a
+// larger one (ErrNewerSchema).
+const SchemaVersion = 1
+
+// Bucket and key names. They are part of the on-disk format: never rename them
+// without a migration step.
+var (
+	bucketMeta        = []byte("meta")
+	bucketDevices     = []byte("devices")
+	bucketAllocations = []byte("allocations")
+	bucketEvents      = []byte("health_events")
+
+	keySchemaVersion = []byte("schema_version")
+)
+
+// appendFillPercent is the page fill for the history buckets, whose keys
+// only grow: bbolt's default (0.5) splits pages half full, which for
+// append-only keys leaves every page half empty.
+const appendFillPercent = 0.9
+
+// dataBuckets are the buckets holding records; with bucketMeta they are every
+// top-level bucket a version-1 file has.
+var dataBuckets = [][]byte{bucketDevices, bucketAllocations, bucketEvents}
+
+// migration is one step of the schema history: it turns a file of version
+// from into a file of version from+1. Steps run inside the single read-write
+// transaction that Open uses for the whole migration, so a failing step leaves
+// the file as it was.
+type migration struct {
+	from  int
+	name  string
+	apply func(tx *bolt.Tx) error
+}
+
+// migrations is the schema history, one step per version, in order. Append a
+// step (and bump SchemaVersion) for every layout change; never edit a step
+// that has shipped.
+var migrations = []migration{
+	{from: 0, name: "create buckets and record the schema version", apply: migrateV0toV1},
+}
+
+// migrateV0toV1 adopts a version-0 file: one without a meta bucket. That is a
+// file bbolt has just created (no buckets at all) or one written by a
+// pre-release build, which used the version-1 buckets and value formats but
+// recorded no version. Any other top-level bucket means the file belongs to
+// something else, and it is refused rather than adopted.
+func migrateV0toV1(tx *bolt.Tx) error {
+	known := map[string]bool{}
+	for _, name := range dataBuckets {
+		known[string(name)] = true
+	}
+	err := tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+		if !known[string(name)] {
+			return fmt.Errorf("%w: unexpected bucket %q: not a state file", ErrCorrupt, name)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, name := range dataBuckets {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return fmt.Errorf("create bucket %q: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// readVersion returns the schema version recorded in tx: 0 when there is no
+// meta bucket.
+func readVersion(tx *bolt.Tx) (int, error) {
+	meta := tx.Bucket(bucketMeta)
+	if meta == nil {
+		return 0, nil
+	}
+	v := meta.Get(keySchemaVersion)
+	if len(v) != 8 {
+		return 0, fmt.Errorf("%w: meta bucket has no valid %q (%d bytes)", ErrCorrupt, keySchemaVersion, len(v))
+	}
+	n := binary.BigEndian.Uint64(v)
+	if n > 1<<31 {
+		return 0, fmt.Errorf("%w: implausible schema version %d", ErrCorrupt, n)
+	}
+	return int(n), nil
+}
+
+// writeVersion records version v in tx, creating the meta bucket if needed.
+func writeVersion(tx *bolt.Tx, v int) error {
+	meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+	if err != nil {
+		return fmt.Errorf("create bucket %q: %w", bucketMeta, err)
+	}
+	if err := meta.Put(keySchemaVersion, u64(uint64(v))); err != nil {
+		return fmt.Errorf("write schema version: %w", err)
+	}
+	return nil
+}
+
+// migrate brings the file in tx from its recorded version up to target by
+// running the steps of table in order, recording the version after each. It
+// returns the version found. A version above target is ErrNewerSchema; a gap
+// in table is an error. migrate writes nothing when the file is at target.
+func migrate(tx *bolt.Tx, table []migration, target int) (from int, err error) {
+	from, err = readVersion(tx)
+	if err != nil {
+		return 0, err
+	}
+	if from > target {
+		return from, newerSchemaError(from, target)
+	}
+	for v := from; v < target; v++ {
+		step, ok := findStep(table, v)
+		if !ok {
+			return from, fmt.Errorf("no migration from schema version %d", v)
+		}
+		if err := step.apply(tx); err != nil {
+			return from, fmt.Errorf("migrate schema %d -> %d (%s): %w", v, v+1, step.name, err)
+		}
+		if err := writeVersion(tx, v+1); err != nil {
+			return from, err
+		}
+	}
+	return from, nil
+}
+
+func findStep(table []migration, from int) (migration, bool) {
+	for _, m := range table {
+		if m.from == from {
+			return m, true
+		}
+	}
+	return migration{}, false
+}
+
+func newerSchemaError(file, supported int) error {
+	return fmt.Errorf("%w: file has schema version %d, this build supports up to %d; upgrade the plugin or move the file aside",
+		ErrNewerSchema, file, supported)
+}
+
+// u64 encodes n as an 8-byte big-endian key, so byte order is numeric order.
+func u64(n uint64) []byte {
+	b := make([]byte, 8)
+	binary.BigEndian.PutUint64(b, n)
+	return b
+}
+
+// be decodes an 8-byte big-endian key written by u64.
+func be(k []byte) uint64 { return binary.BigEndian.Uint64(k) }

@@ -1,0 +1,62 @@
+// Package storetest provides test helpers for code that uses package store.
+// Its functions are meant for tests only: they take a testing.TB and fail the
+// test on error.
+package storetest
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/unicore/virtual-gpu-device-plugin/store"
+)
+
+// MustOpen opens a new store in a fresh directory under t.TempDir() and
+// registers a cleanup that closes it and checks the file's integrity with
+// bbolt's Tx.Check. opts are passed to store.Open as they are.
+func MustOpen(t testing.TB, opts store.Options) *store.Store {
+	t.Helper()
+	return MustOpenPath(t, filepath.Join(t.TempDir(), "state", "state.db"), opts)
+}
+
+// MustOpenPath is MustOpen at a given path, for tests that reopen a file.
+// Cleanups run in reverse order, so a store opened later is closed before an
+// earlier one's file is checked.
+func MustOpenPath(t testing.TB, path string, opts store.Options) *store.Store {
+	t.Helper()
+	s, err := store.Open(path, opts)
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("close store: %v", err)
+		}
+		CheckFile(t, path)
+	})
+	return s
+}
+
+// CheckFile opens the bbolt file at path read-only and fails the test for
+// every problem bbolt's Tx.Check reports. The file must not be held open for
+// writing.
+func CheckFile(t testing.TB, path string) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		t.Errorf("integrity check %s: open: %v", path, err)
+		return
+	}
+	defer db.Close()
+	err = db.View(func(tx *bolt.Tx) error {
+		for err := range tx.Check() {
+			t.Errorf("integrity check %s: %v", path, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Errorf("integrity check %s: %v", path, err)
+	}
+}
