@@ -4,17 +4,18 @@ BINARY   := virtual-gpu-device-plugin
 IMAGE    ?= unicore/virtual-gpu-device-plugin:dev
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GO       ?= go
+BIN      ?= bin
 # The one build command: the Dockerfile runs this same target.
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 BUILD    := CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)"
 
-.PHONY: all build test unit lint bench fuzz e2e demo clean
+.PHONY: all build test unit lint bench e2e demo image clean
 
 all: build
 
 ## build: the static plugin binary in bin/
 build:
-	$(BUILD) -o bin/$(BINARY) ./cmd/$(BINARY)
+	$(BUILD) -o $(BIN)/$(BINARY) ./cmd/$(BINARY)
 
 ## test: everything CI runs — vet, the unit suite with the race detector, then the real-kubelet suite
 test: unit
@@ -28,6 +29,10 @@ unit:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+
+## image: the container image (needs a Docker engine; CI checks `make build`, which the Dockerfile runs)
+image:
+	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
 ## bench: every benchmark, with allocations
 bench:

@@ -5,12 +5,19 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/rs/zerolog"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/unicore/virtual-gpu-device-plugin/allocator"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/faults"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/lifecycle"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 // Defaults of the flags.
@@ -25,6 +32,12 @@ const (
 	// (sun_path is 108 bytes including the terminating NUL).
 	maxSocketPath = 107
 	envPrefix     = "VGPU_"
+
+	defaultStatePath         = "/var/lib/virtual-gpu/state.db"
+	adminSocketName          = "admin.sock"
+	defaultSysfsRoot         = "/sys"
+	defaultHistoryMaxRecords = 100000
+	defaultHistoryMaxAge     = 90 * 24 * time.Hour
 )
 
 // defaultDevicePluginPath is the kubelet's device-plugin directory.
@@ -47,6 +60,44 @@ type config struct {
 	// logFormat is json or console (default json).
 	logFormat string
 
+	// topology is a preset name or a topology file; "" is the generic
+	// layout of -devices GPUs (default "").
+	topology string
+	// numaReport is auto, always or never (default auto).
+	numaReport string
+	// sysfsRoot is where the host's /sys is, for -numa-report=auto
+	// (default /sys).
+	sysfsRoot string
+	// allocationPolicy names an allocator.Policies entry (default best-connected).
+	allocationPolicy string
+
+	// statePath is the bbolt state file (default /var/lib/virtual-gpu/state.db).
+	statePath string
+	// stateMoveAside moves a damaged state file aside and starts fresh
+	// (default false).
+	stateMoveAside bool
+	// historyMaxRecords bounds the allocation history and the health
+	// events, each (default 100000).
+	historyMaxRecords int
+	// historyMaxAge drops older history; 0 keeps any age (default 90 days).
+	historyMaxAge time.Duration
+	// adminSocket is the local admin API (default admin.sock next to the
+	// state file).
+	adminSocket string
+	// faults is a fault-injection plan (default none).
+	faults string
+
+	// podResourcesSocket is the kubelet's PodResources API (default
+	// /var/lib/kubelet/pod-resources/kubelet.sock).
+	podResourcesSocket string
+	// reconcileInterval is the PodResources poll period (default 5 s).
+	reconcileInterval time.Duration
+	// abandonAfter marks allocations no pod claimed (default 1 m).
+	abandonAfter time.Duration
+	// metricsAddress serves /metrics, /healthz and /readyz; "" is off
+	// (default off).
+	metricsAddress string
+
 	showVersion bool
 	showHelp    bool
 	// set holds the flags given explicitly, on the command line or by
@@ -63,6 +114,20 @@ func newFlagSet(cfg *config) *flag.FlagSet {
 	fs.StringVar(&cfg.socketName, "socket-name", defaultSocketName, "file name of the plugin's socket in -device-plugin-path")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	fs.StringVar(&cfg.logFormat, "log-format", "json", "log format: json or console")
+	fs.StringVar(&cfg.topology, "topology", "", "topology preset ("+strings.Join(topology.PresetNames(), ", ")+") or file (YAML or `nvidia-smi topo -m` output); empty: a generic layout of -devices GPUs")
+	fs.StringVar(&cfg.numaReport, "numa-report", "auto", "report device NUMA nodes to the kubelet: auto (only nodes this host has), always, never")
+	fs.StringVar(&cfg.sysfsRoot, "sysfs-root", defaultSysfsRoot, "the host's sysfs, read for its NUMA nodes")
+	fs.StringVar(&cfg.allocationPolicy, "allocation-policy", allocator.PolicyBestConnected, "preferred-allocation policy: "+strings.Join(allocator.PolicyNames(), ", "))
+	fs.StringVar(&cfg.statePath, "state", defaultStatePath, "bbolt state file: device health and allocation history")
+	fs.BoolVar(&cfg.stateMoveAside, "state-move-aside", false, "if the state file is damaged, rename it to <file>.corrupt-<time> and start fresh")
+	fs.IntVar(&cfg.historyMaxRecords, "history-max-records", defaultHistoryMaxRecords, "keep at most this many allocation records (and as many health events)")
+	fs.DurationVar(&cfg.historyMaxAge, "history-max-age", defaultHistoryMaxAge, "drop history older than this; 0 keeps any age")
+	fs.StringVar(&cfg.adminSocket, "admin-socket", "", "local admin API socket, used by dump and health (default: admin.sock next to -state)")
+	fs.StringVar(&cfg.faults, "faults", "", "fault-injection plan, e.g. \"down:fake-1:after=30s;flap:fake-2:period=10s;random:mtbf=1h:repair=5m\"")
+	fs.StringVar(&cfg.podResourcesSocket, "pod-resources-socket", lifecycle.DefaultSocket, "the kubelet's PodResources API socket, to follow allocations to pods")
+	fs.DurationVar(&cfg.reconcileInterval, "reconcile-interval", lifecycle.DefaultInterval, "how often to ask the PodResources API who holds which devices")
+	fs.DurationVar(&cfg.abandonAfter, "abandon-after", lifecycle.DefaultAbandonAfter, "mark an allocation abandoned when no pod claimed it this long")
+	fs.StringVar(&cfg.metricsAddress, "metrics-address", "", "serve /metrics, /healthz and /readyz on this host:port (e.g. :9400 or 127.0.0.1:9400); empty: off")
 	fs.BoolVar(&cfg.showVersion, "version", false, "print the version and exit")
 	return fs
 }
@@ -147,6 +212,47 @@ func (c *config) validate() error {
 	if c.logFormat != "json" && c.logFormat != "console" {
 		return usagef("invalid -log-format=%q: must be json or console", c.logFormat)
 	}
+	switch c.numaReport {
+	case "auto", "always", "never":
+	default:
+		return usagef("invalid -numa-report=%q: must be auto, always or never", c.numaReport)
+	}
+	if !filepath.IsAbs(c.sysfsRoot) {
+		return usagef("invalid -sysfs-root=%q: must be an absolute path", c.sysfsRoot)
+	}
+	if _, ok := allocator.Policies[c.allocationPolicy]; !ok {
+		return usagef("invalid -allocation-policy=%q: must be one of %s", c.allocationPolicy, strings.Join(allocator.PolicyNames(), ", "))
+	}
+	if !filepath.IsAbs(c.statePath) || strings.HasSuffix(c.statePath, "/") {
+		return usagef("invalid -state=%q: must be an absolute file path", c.statePath)
+	}
+	if c.historyMaxRecords < 1 {
+		return usagef("invalid -history-max-records=%d: must be at least 1 (the history is always bounded)", c.historyMaxRecords)
+	}
+	if c.historyMaxAge < 0 {
+		return usagef("invalid -history-max-age=%s: must be 0 (any age) or positive", c.historyMaxAge)
+	}
+	var err error
+	if c.adminSocket, err = adminSocketPath(c.adminSocket, c.statePath); err != nil {
+		return err
+	}
+	if !filepath.IsAbs(c.podResourcesSocket) || len(c.podResourcesSocket) > maxSocketPath {
+		return usagef("invalid -pod-resources-socket=%q: must be an absolute path of at most %d bytes", c.podResourcesSocket, maxSocketPath)
+	}
+	if c.reconcileInterval < 100*time.Millisecond {
+		return usagef("invalid -reconcile-interval=%s: must be at least 100ms (the kubelet rate-limits the PodResources API)", c.reconcileInterval)
+	}
+	if c.metricsAddress != "" {
+		if _, port, err := net.SplitHostPort(c.metricsAddress); err != nil || port == "" {
+			return usagef("invalid -metrics-address=%q: want host:port, e.g. :9400 or 127.0.0.1:9400", c.metricsAddress)
+		}
+	}
+	if c.abandonAfter < c.reconcileInterval {
+		return usagef("invalid -abandon-after=%s: must be at least -reconcile-interval (%s)", c.abandonAfter, c.reconcileInterval)
+	}
+	if _, err := faults.Parse(c.faults); err != nil {
+		return usagef("invalid -faults: %v", err)
+	}
 	return nil
 }
 
@@ -173,4 +279,20 @@ func validateResourceName(name string) error {
 		return fmt.Errorf("name %q must be at most 54 characters of [A-Za-z0-9-_.], starting and ending alphanumeric", short)
 	}
 	return nil
+}
+
+// adminSocketPath checks the admin socket flag; empty means admin.sock next
+// to the state file.
+func adminSocketPath(flagValue, statePath string) (string, error) {
+	p := flagValue
+	if p == "" {
+		p = filepath.Join(filepath.Dir(statePath), adminSocketName)
+	}
+	if !filepath.IsAbs(p) {
+		return "", usagef("invalid -admin-socket=%q: must be an absolute path", p)
+	}
+	if len(p) > maxSocketPath {
+		return "", usagef("invalid -admin-socket=%q: %d bytes, unix sockets allow %d", p, len(p), maxSocketPath)
+	}
+	return p, nil
 }

@@ -3,8 +3,10 @@
 //
 // Usage:
 //
-//	virtual-gpu-device-plugin [flags]        serve the device plugin (the main job)
-//	virtual-gpu-device-plugin -version       print the version
+//	virtual-gpu-device-plugin [serve] [flags]   serve the device plugin (the main job)
+//	virtual-gpu-device-plugin dump [flags]      show devices and allocation history
+//	virtual-gpu-device-plugin health list|set   show or change device health
+//	virtual-gpu-device-plugin -version          print the version
 //
 // Every flag has an environment twin: -devices is VGPU_DEVICES, and so on; a
 // flag given on the command line wins over its environment variable.
@@ -58,6 +60,16 @@ func exitCode(err error, stderr io.Writer) int {
 // run is the whole program: it parses args and runs the chosen job until ctx
 // ends.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "dump":
+			return dump(args[1:], stdout, getenv)
+		case "health":
+			return health(args[1:], stdout, getenv)
+		case "serve":
+			args = args[1:]
+		}
+	}
 	cfg, err := parseConfig(args, getenv, stdout)
 	if err != nil {
 		return err

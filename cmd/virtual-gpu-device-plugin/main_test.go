@@ -115,7 +115,7 @@ func TestBinary_RegistersAndStopsOnSIGTERM(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	k := plugintest.StartKubelet(t, dir)
-	p := startBinary(t, "-devices=4", "-device-plugin-path="+dir)
+	p := startBinary(t, "-devices=4", "-device-plugin-path="+dir, "-state="+dir+"/state/state.db", "-pod-resources-socket="+dir+"/pr.sock")
 
 	reg := k.WaitRegistration(10 * time.Second)
 	if reg.Request.ResourceName != "unicore.mcyou.cc/gpu" || reg.Request.Endpoint != "virtual-gpu.sock" {

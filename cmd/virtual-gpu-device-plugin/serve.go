@@ -2,15 +2,30 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
 
+	"github.com/unicore/virtual-gpu-device-plugin/allocator"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/admin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/faults"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/lifecycle"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/metrics"
+	"github.com/unicore/virtual-gpu-device-plugin/store"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
+
+// pruneInterval is how often the history is pruned at the least; every
+// Allocate also asks for a prune (at most one a second).
+const pruneInterval = time.Minute
 
 // newLogger builds the root logger from the validated config.
 func newLogger(cfg config, w io.Writer) zerolog.Logger {
@@ -24,26 +39,243 @@ func newLogger(cfg config, w io.Writer) zerolog.Logger {
 // serve runs the device plugin until ctx ends.
 func serve(ctx context.Context, cfg config, logw io.Writer) error {
 	log := newLogger(cfg, logw)
-	devices := make([]plugin.Device, cfg.devices)
-	for i := range devices {
-		devices[i] = plugin.Device{ID: fmt.Sprintf("fake-%d", i), Index: i, NUMA: -1, Healthy: true}
+	machine, err := topology.Resolve(cfg.topology, cfg.devices, cfg.set["devices"])
+	if err != nil {
+		return usagef("invalid -topology=%q: %v", cfg.topology, err)
 	}
-	srv, err := plugin.NewServer(plugin.ServerConfig{Devices: devices, Logger: log})
+	plan, _ := faults.Parse(cfg.faults) // validated
+	ids := make([]string, machine.Len())
+	for i := range ids {
+		ids[i] = machine.ID(i)
+	}
+	if err := faults.Check(plan, ids); err != nil {
+		return usagef("invalid -faults: %v", err)
+	}
+
+	st, err := openState(cfg, log)
 	if err != nil {
 		return err
 	}
-	runner, err := plugin.NewRunner(plugin.RunnerConfig{
+	defer st.Close()
+	specs := make([]store.DeviceSpec, machine.Len())
+	for i := range specs {
+		specs[i] = store.DeviceSpec{ID: machine.ID(i), Index: i, NUMA: machine.NUMA(i)}
+	}
+	report, err := st.Reconcile(specs)
+	if err != nil {
+		return err
+	}
+	if !report.Empty() {
+		log.Info().Strs("added", report.Added).Strs("removed", report.Removed).Strs("restored", report.Restored).
+			Int("changed", len(report.Changed)).Str("state", st.Path()).Msg("reconciled stored devices with the configured machine")
+	}
+	devices, err := pluginDevices(cfg, machine, st, log)
+	if err != nil {
+		return err
+	}
+
+	policy := allocator.Policies[cfg.allocationPolicy]
+	pruneKick := make(chan struct{}, 1)
+	var (
+		srv    *plugin.Server
+		runner *plugin.Runner
+	)
+	// The closures run at scrape time, after srv and runner are set.
+	m := metrics.New(func() []plugin.Device { return srv.Devices() }, func() bool { return runner.Registered() },
+		func(set []int) int { return allocator.Score(machine, set) })
+	srv, err = plugin.NewServer(plugin.ServerConfig{
+		Devices: devices,
+		Prefer: func(available, mustInclude []int, size int) ([]int, error) {
+			return policy(machine, available, mustInclude, size)
+		},
+		Env:      machine.ContainerEnv,
+		Recorder: recorder{st: st, kick: pruneKick},
+		Health:   healthRecorder{st},
+		Observer: m,
+		Logger:   log,
+	})
+	if err != nil {
+		return err
+	}
+	runner, err = plugin.NewRunner(plugin.RunnerConfig{
 		Dir:          cfg.devicePluginPath,
 		SocketName:   cfg.socketName,
 		ResourceName: cfg.resourceName,
 		Server:       srv,
 		Logger:       log,
+		OnRegistered: m.Registered,
 	})
 	if err != nil {
 		return err
 	}
+	tracker, err := lifecycle.New(lifecycle.Config{
+		Socket:       cfg.podResourcesSocket,
+		ResourceName: cfg.resourceName,
+		Store:        st,
+		Interval:     cfg.reconcileInterval,
+		AbandonAfter: cfg.abandonAfter,
+		Logger:       log,
+	})
+	if err != nil {
+		return err
+	}
+	adminSrv := admin.NewServer(cfg.adminSocket, st, func(id string, healthy bool, reason string) error {
+		_, err := srv.SetHealth(id, healthy, reason, store.CauseAdmin)
+		return err
+	}, log)
+
 	host, _ := os.Hostname()
-	log.Info().Str("version", version).Str("node", host).Int("devices", cfg.devices).
-		Str("resource", cfg.resourceName).Str("dir", cfg.devicePluginPath).Msg("starting")
-	return runner.Run(ctx)
+	log.Info().Str("version", version).Str("node", host).Str("topology", machine.Name()).Int("devices", machine.Len()).
+		Str("resource", cfg.resourceName).Str("dir", cfg.devicePluginPath).Str("state", st.Path()).
+		Str("policy", cfg.allocationPolicy).Msg("starting")
+
+	var metricsLis net.Listener
+	if cfg.metricsAddress != "" {
+		if metricsLis, err = net.Listen("tcp", cfg.metricsAddress); err != nil {
+			return fmt.Errorf("-metrics-address: %w", err)
+		}
+		log.Info().Str("address", metricsLis.Addr().String()).Msg("serving /metrics, /healthz, /readyz")
+	}
+
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return runner.Run(ctx) })
+	g.Go(func() error { return adminSrv.Run(ctx) })
+	g.Go(func() error { return tracker.Run(ctx) })
+	if metricsLis != nil {
+		live := func() error { _, err := st.Devices(); return err }
+		ready := func() error {
+			if !runner.Registered() {
+				return errors.New("not registered with the kubelet")
+			}
+			return live()
+		}
+		g.Go(func() error { return metrics.Serve(ctx, metricsLis, m.Handler(live, ready)) })
+	}
+	if len(plan) > 0 {
+		log.Info().Str("plan", cfg.faults).Msg("fault injection on")
+		g.Go(func() error {
+			faults.Run(ctx, plan, ids, func(id string, healthy bool, reason string) error {
+				_, err := srv.SetHealth(id, healthy, reason, store.CauseFaultInjection)
+				return err
+			}, func(err error) { log.Error().Err(err).Msg("fault injection") })
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// openState opens the state file; with -state-move-aside a damaged file is
+// renamed and a fresh one started.
+func openState(cfg config, log zerolog.Logger) (*store.Store, error) {
+	opts := store.Options{RecoveryHint: "start once with -state-move-aside to keep it as <file>.corrupt-<time> and start fresh"}
+	st, err := store.Open(cfg.statePath, opts)
+	if err == nil || !errors.Is(err, store.ErrCorrupt) || !cfg.stateMoveAside {
+		return st, err
+	}
+	moved, merr := store.MoveAside(cfg.statePath, time.Now())
+	if merr != nil {
+		return nil, fmt.Errorf("%w; moving it aside failed: %w", err, merr)
+	}
+	log.Warn().AnErr("damage", err).Str("moved_to", moved).Msg("damaged state file moved aside; starting with a fresh one")
+	return store.Open(cfg.statePath, opts)
+}
+
+// pluginDevices builds the served devices from the stored ones (health
+// survives restarts) and the NUMA nodes to report.
+func pluginDevices(cfg config, machine *topology.Machine, st *store.Store, log zerolog.Logger) ([]plugin.Device, error) {
+	stored, err := st.Devices()
+	if err != nil {
+		return nil, err
+	}
+	var host []int
+	if cfg.numaReport == "auto" {
+		host, err = topology.HostNUMANodes(os.DirFS(cfg.sysfsRoot))
+		if err != nil {
+			log.Warn().Err(err).Str("sysfs", cfg.sysfsRoot).Msg("cannot read the host's NUMA nodes; reporting none")
+		}
+	}
+	var devices []plugin.Device
+	var dropped []int
+	for _, d := range stored {
+		if d.Removed {
+			continue
+		}
+		numa := machine.NUMA(d.Index)
+		switch {
+		case cfg.numaReport == "never":
+			numa = -1
+		case cfg.numaReport == "auto" && numa >= 0 && !slices.Contains(host, numa):
+			dropped = append(dropped, numa)
+			numa = -1
+		}
+		devices = append(devices, plugin.Device{ID: d.ID, Index: d.Index, NUMA: numa, Healthy: d.Healthy, Reason: d.Reason})
+		if !d.Healthy {
+			log.Info().Str("device", d.ID).Str("reason", d.Reason).Time("since", d.Since).Msg("device unhealthy since before this start")
+		}
+	}
+	if len(dropped) > 0 {
+		slices.Sort(dropped)
+		log.Info().Ints("host_numa_nodes", host).Ints("not_reported", slices.Compact(dropped)).
+			Msg("the host lacks some topology NUMA nodes; those devices report no NUMA node (-numa-report=always to force)")
+	}
+	return devices, nil
+}
+
+// recorder stores every allocation before Allocate answers it.
+type recorder struct {
+	st   *store.Store
+	kick chan<- struct{}
+}
+
+var _ plugin.Recorder = recorder{}
+
+func (r recorder) RecordAllocation(_ context.Context, ids []string, envs map[string]string) (map[string]string, error) {
+	a, err := r.st.RecordAllocation(store.Allocation{DeviceIDs: ids, Envs: envs})
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+	return a.Envs, nil
+}
+
+// healthRecorder stores health changes.
+type healthRecorder struct{ st *store.Store }
+
+var _ plugin.HealthRecorder = healthRecorder{}
+
+func (h healthRecorder) RecordHealth(id string, healthy bool, reason, cause string) error {
+	_, _, err := h.st.SetHealth(id, healthy, reason, cause)
+	return err
+}
+
+// prune keeps the history bounded, off the RPC path: after allocations (at
+// most once a second) and every pruneInterval.
+func prune(ctx context.Context, st *store.Store, cfg config, kick <-chan struct{}, log zerolog.Logger) {
+	tick := time.NewTicker(pruneInterval)
+	defer tick.Stop()
+	limit := time.NewTicker(time.Second)
+	defer limit.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-kick:
+			select { // at most one prune a second
+			case <-limit.C:
+			case <-ctx.Done():
+				return
+			}
+		}
+		n, err := st.Prune(ctx, store.PruneOptions{MaxRecords: cfg.historyMaxRecords, MaxAge: cfg.historyMaxAge})
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.Error().Err(err).Msg("prune history")
+		case n > 0:
+			log.Debug().Int("deleted", n).Msg("pruned history")
+		}
+	}
 }
