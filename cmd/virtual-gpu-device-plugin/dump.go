@@ -175,7 +175,7 @@ func dump(args []string, stdout io.Writer, getenv func(string) string) error {
 		return err
 	}
 	defer closeSrc()
-	devs, err := src.Devices()
+	devs, err := readDevices(src)
 	if err != nil {
 		return err
 	}
@@ -190,11 +190,7 @@ func dump(args []string, stdout io.Writer, getenv func(string) string) error {
 	if err != nil {
 		return err
 	}
-	holders, err := src.Allocations(store.AllocationFilter{Active: true})
-	if err != nil {
-		return err
-	}
-	doc := dumpDoc{Source: origin, Devices: withHolders(devs, holders), Allocations: allocs, Events: events}
+	doc := dumpDoc{Source: origin, Devices: devs, Allocations: allocs, Events: events}
 	if doc.Allocations == nil {
 		doc.Allocations = []store.Allocation{}
 	}
@@ -223,11 +219,24 @@ func parseSince(v string, now time.Time) (time.Time, error) {
 	return time.Time{}, usagef("invalid --since=%q: want an RFC 3339 time (2026-11-30T08:00:00Z) or a duration (90m)", v)
 }
 
-func hasDevice(devs []store.Device, id string) bool {
-	return slices.ContainsFunc(devs, func(d store.Device) bool { return d.ID == id })
+// readDevices reads the devices with their current holders.
+func readDevices(src admin.Source) ([]dumpDevice, error) {
+	devs, err := src.Devices()
+	if err != nil {
+		return nil, err
+	}
+	active, err := src.Allocations(store.AllocationFilter{Active: true})
+	if err != nil {
+		return nil, err
+	}
+	return withHolders(devs, active), nil
 }
 
-func deviceList(devs []store.Device) string {
+func hasDevice(devs []dumpDevice, id string) bool {
+	return slices.ContainsFunc(devs, func(d dumpDevice) bool { return d.ID == id })
+}
+
+func deviceList(devs []dumpDevice) string {
 	ids := make([]string, len(devs))
 	for i, d := range devs {
 		ids[i] = d.ID

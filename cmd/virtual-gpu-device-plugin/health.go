@@ -47,15 +47,11 @@ func health(args []string, stdout io.Writer, getenv func(string) string) error {
 			return err
 		}
 		defer closeSrc()
-		devs, err := src.Devices()
+		devs, err := readDevices(src)
 		if err != nil {
 			return err
 		}
-		active, err := src.Allocations(store.AllocationFilter{Active: true})
-		if err != nil {
-			return err
-		}
-		return printDevices(stdout, f.output, withHolders(devs, active))
+		return printDevices(stdout, f.output, devs)
 	case "set":
 		if len(pos) != 3 {
 			return usagef("health set: want <device> healthy|unhealthy, got %d arguments", len(pos)-1)

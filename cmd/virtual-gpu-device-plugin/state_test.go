@@ -127,6 +127,11 @@ func TestBinary_HealthSurvivesRestart(t *testing.T) {
 	}); err == nil || !strings.Contains(err.Error(), "unhealthy") {
 		t.Errorf("Allocate of the unhealthy device: %v", err)
 	}
+	list, errOut, code := cli(t, "health", "list", "-o", "json", "-state="+n.state)
+	var devs []dumpDevice
+	if code != 0 || json.Unmarshal([]byte(list), &devs) != nil || len(devs) != 4 || devs[1].Healthy || devs[1].Reason != "XID 79" || !devs[0].Healthy {
+		t.Errorf("health list -o json: exit %d %s\n%s", code, errOut, list)
+	}
 	p.stop(t)
 
 	_, reg = n.start(t)
