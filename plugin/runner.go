@@ -115,8 +115,10 @@ func (r *Runner) Registered() bool { return r.registered.Load() }
 
 // Run serves and registers until ctx ends, then stops the server, removes
 // its socket and returns nil. It returns an error only for what retrying
-// cannot fix (the socket path is taken by something that is not a socket,
-// the directory cannot be watched or listened in).
+// cannot fix: the socket path is taken by something that is not a socket,
+// or the directory cannot be watched. A failure to serve (the kubelet
+// removing the socket mid-start, a failed listen) is logged and retried
+// with backoff.
 func (r *Runner) Run(ctx context.Context) error {
 	defer r.cfg.Server.Close()
 	if err := r.waitForDir(ctx); err != nil || ctx.Err() != nil {
@@ -134,11 +136,25 @@ func (r *Runner) Run(ctx context.Context) error {
 	defer poll.Stop()
 
 	delay := time.Duration(0)
+	serveBackoff := r.cfg.BackoffInitial
 	for {
 		g, err := r.serve()
-		if err != nil {
+		if errors.Is(err, ErrNotSocket) {
 			return err
 		}
+		if err != nil {
+			// A starting kubelet deletes every socket in the directory,
+			// ours too, possibly between listen and the self-check.
+			r.log.Warn().Err(err).Dur("retry_in", serveBackoff).Msg("serving the device plugin failed")
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(serveBackoff):
+			}
+			serveBackoff = min(2*serveBackoff, r.cfg.BackoffMax)
+			continue
+		}
+		serveBackoff = r.cfg.BackoffInitial
 		reason, registeredAt := r.session(ctx, g, w, poll, delay)
 		g.stop()
 		r.registered.Store(false)
@@ -147,7 +163,7 @@ func (r *Runner) Run(ctx context.Context) error {
 			return nil
 		}
 		switch {
-		case reason != reasonStreamEnded:
+		case reason != reasonStreamEnded && reason != reasonServeFailed:
 			delay = 0 // the kubelet is back: register at once
 		case registeredAt.IsZero() || time.Since(registeredAt) < stableRegistration:
 			delay = min(max(2*delay, r.cfg.BackoffInitial), r.cfg.BackoffMax)

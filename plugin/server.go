@@ -105,11 +105,12 @@ type Server struct {
 	observer Observer
 	log      zerolog.Logger
 
-	mu      sync.Mutex
-	devices []Device       // sorted by Index
-	byID    map[string]int // id -> position in devices
-	changed chan struct{}  // closed and replaced on every change
-	closed  chan struct{}  // closed by Close
+	healthMu sync.Mutex     // serializes SetHealth calls
+	mu       sync.Mutex     // guards the fields below
+	devices  []Device       // sorted by Index
+	byID     map[string]int // id -> position in devices
+	changed  chan struct{}  // closed and replaced on every change
+	closed   chan struct{}  // closed by Close
 }
 
 var _ pluginapi.DevicePluginServer = (*Server)(nil)
@@ -183,14 +184,18 @@ func (s *Server) SetHealth(id string, healthy bool, reason, cause string) (bool,
 	if healthy {
 		reason = ""
 	}
+	// Health writers take turns; RPCs only wait for the in-memory change,
+	// never for the disk.
+	s.healthMu.Lock()
+	defer s.healthMu.Unlock()
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	pos, ok := s.byID[id]
-	if !ok {
+	unchanged := ok && s.devices[pos].Healthy == healthy && s.devices[pos].Reason == reason
+	s.mu.Unlock()
+	switch {
+	case !ok:
 		return false, fmt.Errorf("set health of %q: %w", id, ErrUnknownDevice)
-	}
-	d := &s.devices[pos]
-	if d.Healthy == healthy && d.Reason == reason {
+	case unchanged:
 		return false, nil
 	}
 	if s.health != nil {
@@ -198,9 +203,12 @@ func (s *Server) SetHealth(id string, healthy bool, reason, cause string) (bool,
 			return false, fmt.Errorf("set health of %q: %w", id, err)
 		}
 	}
+	s.mu.Lock()
+	d := &s.devices[pos]
 	d.Healthy, d.Reason = healthy, reason
 	close(s.changed)
 	s.changed = make(chan struct{})
+	s.mu.Unlock()
 	s.log.Info().Str("device", id).Bool("healthy", healthy).Str("reason", reason).Str("cause", cause).Msg("device health changed")
 	s.observer.HealthChanged(id, healthy, cause)
 	return true, nil

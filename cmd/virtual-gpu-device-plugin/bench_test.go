@@ -10,12 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/admin"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
@@ -121,3 +123,77 @@ func serveForBench(b *testing.B, srv *plugin.Server) pluginapi.DevicePluginClien
 	return pluginapi.NewDevicePluginClient(conn)
 }
 
+// BenchmarkHealthSet_ToListAndWatch measures an operator's health change
+// through the admin socket, the durable store and the Server until the
+// ListAndWatch stream carries it (issue: within 100 ms).
+func BenchmarkHealthSet_ToListAndWatch(b *testing.B) {
+	dir, err := os.MkdirTemp("", "vgpu-bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.RemoveAll(dir) })
+	st, err := store.Open(filepath.Join(dir, "state.db"), store.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.Reconcile([]store.DeviceSpec{{ID: "fake-0", Index: 0}, {ID: "fake-1", Index: 1}}); err != nil {
+		b.Fatal(err)
+	}
+	srv, err := plugin.NewServer(plugin.ServerConfig{
+		Devices: []plugin.Device{{ID: "fake-0", Index: 0, NUMA: -1, Healthy: true}, {ID: "fake-1", Index: 1, NUMA: -1, Healthy: true}},
+		Prefer:  func(a, m []int, n int) ([]int, error) { return a[:n], nil },
+		Health:  healthRecorder{st},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	client := serveForBench(b, srv)
+	sock := filepath.Join(dir, "admin.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	adminDone := make(chan error, 1)
+	go func() {
+		adminDone <- admin.NewServer(sock, st, func(id string, healthy bool, reason string) error {
+			_, err := srv.SetHealth(id, healthy, reason, store.CauseAdmin)
+			return err
+		}, zerolog.Nop()).Run(ctx)
+	}()
+	defer func() { cancel(); <-adminDone }()
+	ac := admin.NewClient(sock, 5*time.Second)
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if _, err := ac.Devices(); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			b.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	stream, err := client.ListAndWatch(ctx, &pluginapi.Empty{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		b.Fatal(err)
+	}
+	healthy := true
+	var took []time.Duration
+	for b.Loop() {
+		healthy = !healthy
+		start := time.Now()
+		if _, err := ac.SetHealth("fake-1", healthy, map[bool]string{false: "bench"}[healthy]); err != nil {
+			b.Fatal(err)
+		}
+		l, err := stream.Recv()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if got := l.Devices[1].Health == pluginapi.Healthy; got != healthy {
+			b.Fatalf("stream says healthy=%v, want %v", got, healthy)
+		}
+		took = append(took, time.Since(start))
+	}
+	slices.Sort(took)
+	b.ReportMetric(float64(took[len(took)/2].Nanoseconds()), "p50-ns")
+	b.ReportMetric(float64(took[len(took)*99/100].Nanoseconds()), "p99-ns")
+}

@@ -141,6 +141,10 @@ func serve(ctx context.Context, cfg config, logw io.Writer) error {
 	g.Go(func() error { return runner.Run(ctx) })
 	g.Go(func() error { return adminSrv.Run(ctx) })
 	g.Go(func() error { return tracker.Run(ctx) })
+	g.Go(func() error {
+		prune(ctx, st, cfg, pruneKick, log)
+		return nil
+	})
 	if metricsLis != nil {
 		live := func() error { _, err := st.Devices(); return err }
 		ready := func() error {

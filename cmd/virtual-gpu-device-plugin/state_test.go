@@ -476,3 +476,32 @@ func TestBinary_Metrics(t *testing.T) {
 		t.Errorf("/healthz without a kubelet = %d, want 200 (liveness must not restart the plugin for the kubelet's sake)", code)
 	}
 }
+
+func TestBinary_HistoryPruned(t *testing.T) {
+	n := newNode(t)
+	_, reg := n.start(t, "-history-max-records=5")
+	for i := range 40 {
+		allocate(t, reg, fmt.Sprintf("fake-%d", i%4))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, errOut, code := cli(t, "dump", "-o", "json", "-state="+n.state)
+		if code != 0 {
+			t.Fatal(errOut)
+		}
+		var doc dumpDoc
+		if err := json.Unmarshal([]byte(out), &doc); err != nil {
+			t.Fatal(err)
+		}
+		if len(doc.Allocations) <= 5 {
+			if doc.Allocations[0].Seq != 40 {
+				t.Errorf("newest kept record is #%d, want #40", doc.Allocations[0].Seq)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d allocation records kept 10s after 40 allocations, want at most 5", len(doc.Allocations))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

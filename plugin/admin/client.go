@@ -16,13 +16,6 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 )
 
-// ErrNoPlugin means nothing answers on the admin socket: the plugin is not
-// running (or runs with another -admin-socket).
-var ErrNoPlugin = errors.New("no plugin answers on the admin socket")
-
-// ErrRequest means the plugin refused a request; the message is its answer.
-var ErrRequest = errors.New("admin request refused")
-
 // Client calls a running plugin's admin API. The zero value is not usable;
 // build it with NewClient. Safe for concurrent use.
 type Client struct {

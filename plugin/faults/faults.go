@@ -21,7 +21,6 @@ package faults
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -30,13 +29,6 @@ import (
 	"sync"
 	"time"
 )
-
-// ErrBadPlan means a fault plan could not be parsed; the message says which
-// fault and what was expected.
-var ErrBadPlan = errors.New("bad fault plan")
-
-// ErrUnknownDevice means a fault names a device the plugin does not have.
-var ErrUnknownDevice = errors.New("fault names an unknown device")
 
 // Kind is a fault kind.
 type Kind string
@@ -208,6 +200,9 @@ func Check(plan []Fault, known []string) error {
 	return nil
 }
 
+// maxWait caps one random wait (about 292 years is Duration's limit).
+const maxWait = 100 * 365 * 24 * time.Hour
+
 // Setter applies one injected health change.
 type Setter func(id string, healthy bool, reason string) error
 
@@ -283,7 +278,8 @@ func runFlap(ctx context.Context, f Fault, apply func(string, bool, string)) {
 func runRandom(ctx context.Context, f Fault, id string, rng *rand.Rand, apply func(string, bool, string)) {
 	reason := "fault injection: " + f.String()
 	exp := func(mean time.Duration) time.Duration {
-		return max(time.Duration(rng.ExpFloat64()*float64(mean)), time.Millisecond)
+		d := min(rng.ExpFloat64()*float64(mean), float64(maxWait)) // no Duration overflow
+		return max(time.Duration(d), time.Millisecond)
 	}
 	for {
 		if !sleep(ctx, exp(f.MTBF)) {

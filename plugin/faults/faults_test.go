@@ -172,3 +172,25 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestRun_HugeMTBF_NoStorm: a mean time between failures near Duration's
+// limit must not overflow into a storm of 1 ms failures.
+func TestRun_HugeMTBF_NoStorm(t *testing.T) {
+	p, err := faults.Parse("random:mtbf=2000000h:repair=2000000h:seed=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	var calls int
+	var mu sync.Mutex
+	faults.Run(ctx, p, []string{"fake-0", "fake-1", "fake-2", "fake-3"}, func(string, bool, string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		return nil
+	}, nil)
+	if calls != 0 {
+		t.Errorf("%d failures within 200ms with a mean of 2,000,000 h", calls)
+	}
+}

@@ -123,10 +123,13 @@ func (t *Tracker) Run(ctx context.Context) error {
 	available, first := false, true
 	for {
 		err := t.Sync(ctx, client)
+		listFailed := errors.Is(err, ErrListFailed)
 		switch {
 		case ctx.Err() != nil:
 			return nil
-		case err != nil && (available || first):
+		case err != nil && !listFailed:
+			t.log.Error().Err(err).Msg("lifecycle: updating allocation records failed; retrying next interval")
+		case listFailed && (available || first):
 			t.log.Warn().Err(err).Str("socket", t.cfg.Socket).
 				Msg("lifecycle tracking is off: the kubelet's PodResources API does not answer; allocations are still served and recorded, without holders or releases (retrying)")
 			available = false
@@ -147,13 +150,14 @@ func (t *Tracker) Run(ctx context.Context) error {
 type holderKey struct{ namespace, pod, container string }
 
 // Sync lists the pods once and updates the records. A List error changes
-// nothing and is returned.
+// nothing and is returned wrapping ErrListFailed; a store error is returned
+// as it is.
 func (t *Tracker) Sync(ctx context.Context, client podresourcesapi.PodResourcesListerClient) error {
 	lctx, cancel := context.WithTimeout(ctx, listTimeout)
 	defer cancel()
 	resp, err := client.List(lctx, &podresourcesapi.ListPodResourcesRequest{})
 	if err != nil {
-		return fmt.Errorf("list pod resources: %w", err)
+		return fmt.Errorf("%w: %w", ErrListFailed, err)
 	}
 	// Containers by the exact set of our devices they hold.
 	holders := map[string][]holderKey{}
