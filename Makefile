@@ -18,12 +18,21 @@ build:
 	$(BUILD) -o $(BIN)/$(BINARY) ./cmd/$(BINARY)
 
 ## test: everything CI runs — vet, the unit suite with the race detector, then the real-kubelet suite
-test: unit
+test: unit e2e
 
 ## unit: go vet and the unit tests with the race detector
 unit:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
+
+## e2e: the end-to-end suite against a real kubelet, containerd and API server (root, Linux; see e2e/README.md)
+e2e: build
+	VGPU_PLUGIN_BIN=$(CURDIR)/$(BIN)/$(BINARY) e2e/run.sh
+
+## demo: the seed's demo on this machine: plugin registers, node shows 4 GPUs, vgpu-demo pod prints its ids
+demo: build
+	cd e2e && VGPU_PLUGIN_BIN=$(CURDIR)/$(BIN)/$(BINARY) go run ./cmd/prepare
+	cd e2e && VGPU_PLUGIN_BIN=$(CURDIR)/$(BIN)/$(BINARY) go run ./cmd/demo
 
 ## lint: formatting and vet
 lint:

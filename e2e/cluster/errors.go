@@ -1,0 +1,15 @@
+package cluster
+
+import "errors"
+
+// ErrUnsupported is returned by Start when the harness cannot run here (not Linux, or not root).
+// Tests skip on it.
+var ErrUnsupported = errors.New("the e2e cluster needs root on Linux")
+
+// ErrStopTimeout is returned by Process.Stop when the process did not exit within its grace period
+// after SIGTERM and had to be killed.
+var ErrStopTimeout = errors.New("process did not exit after SIGTERM: killed")
+
+// ErrPodPhase is returned by WaitPodPhase when the pod reached a terminal phase other than the one
+// waited for.
+var ErrPodPhase = errors.New("pod reached another terminal phase")

@@ -1,0 +1,290 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// NodeResource returns the Node's capacity and allocatable quantity of resource name (0 if absent).
+func (c *Cluster) NodeResource(ctx context.Context, name corev1.ResourceName) (capacity, allocatable int64, err error) {
+	node, err := c.Client.CoreV1().Nodes().Get(ctx, c.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return 0, 0, fmt.Errorf("get node: %w", err)
+	}
+	capQ, allocQ := node.Status.Capacity[name], node.Status.Allocatable[name]
+	return capQ.Value(), allocQ.Value(), nil
+}
+
+// WaitNodeAllocatable polls the Node (every 50 ms) until its allocatable ResourceName equals want, or
+// until timeout. It returns when it saw the value.
+func (c *Cluster) WaitNodeAllocatable(ctx context.Context, timeout time.Duration, want int64) (time.Time, error) {
+	return c.WaitNodeResource(ctx, timeout, ResourceName, -1, want)
+}
+
+// WaitNodeResource polls the Node (every 50 ms) until its capacity (unless wantCapacity < 0) and
+// allocatable of name equal the wanted values, or until timeout. It returns when it saw them.
+func (c *Cluster) WaitNodeResource(ctx context.Context, timeout time.Duration, name corev1.ResourceName, wantCapacity, wantAllocatable int64) (time.Time, error) {
+	var seenAt time.Time
+	err := poll(ctx, timeout, 50*time.Millisecond, func() (bool, string, error) {
+		capacity, alloc, err := c.NodeResource(ctx, name)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		seenAt = time.Now()
+		return alloc == wantAllocatable && (wantCapacity < 0 || capacity == wantCapacity),
+			fmt.Sprintf("%s capacity %d allocatable %d", name, capacity, alloc), nil
+	})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("wait for node %s allocatable %d: %w", name, wantAllocatable, err)
+	}
+	return seenAt, nil
+}
+
+// LoadPod reads a Pod manifest (YAML or JSON).
+func LoadPod(path string) (*corev1.Pod, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read pod manifest: %w", err)
+	}
+	var pod corev1.Pod
+	if err := yaml.UnmarshalStrict(b, &pod); err != nil {
+		return nil, fmt.Errorf("decode pod manifest %s: %w", path, err)
+	}
+	return &pod, nil
+}
+
+// NewPod returns a pod on the harness's node running ShellImage with `sh -c script`, asking for gpus
+// devices of ResourceName (none if 0), with host networking (there is no CNI) and a 1 s termination
+// grace period.
+func NewPod(name string, gpus int64, script string) *corev1.Pod {
+	grace := int64(1)
+	ctr := corev1.Container{
+		Name:            "main",
+		Image:           ShellImage,
+		ImagePullPolicy: corev1.PullNever,
+		Command:         []string{"sh", "-c", script},
+	}
+	if gpus > 0 {
+		q := *resource.NewQuantity(gpus, resource.DecimalSI)
+		ctr.Resources = corev1.ResourceRequirements{
+			Limits:   corev1.ResourceList{ResourceName: q},
+			Requests: corev1.ResourceList{ResourceName: q},
+		}
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: metav1.NamespaceDefault, Labels: map[string]string{"app": name}},
+		Spec: corev1.PodSpec{
+			HostNetwork:                   true,
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: &grace,
+			Containers:                    []corev1.Container{ctr},
+		},
+	}
+}
+
+// CreatePod creates pod, binding it to the harness's node (there is no scheduler) and defaulting the
+// namespace to "default".
+func (c *Cluster) CreatePod(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
+	pod = pod.DeepCopy()
+	if pod.Namespace == "" {
+		pod.Namespace = metav1.NamespaceDefault
+	}
+	pod.Spec.NodeName = c.NodeName
+	created, err := c.Client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("create pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return created, nil
+}
+
+// WaitPod polls the pod until cond returns true, an error, or timeout.
+func (c *Cluster) WaitPod(ctx context.Context, timeout time.Duration, namespace, name string, cond func(*corev1.Pod) (bool, error)) (*corev1.Pod, error) {
+	var pod *corev1.Pod
+	err := poll(ctx, timeout, 100*time.Millisecond, func() (bool, string, error) {
+		p, err := c.Client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		pod = p
+		done, err := cond(p)
+		return done, describePod(p), err
+	})
+	if err != nil {
+		return pod, fmt.Errorf("wait for pod %s/%s: %w", namespace, name, err)
+	}
+	return pod, nil
+}
+
+// WaitPodPhase waits until the pod's phase is phase. A pod that ends Failed or Succeeded otherwise
+// makes it return ErrPodPhase at once.
+func (c *Cluster) WaitPodPhase(ctx context.Context, timeout time.Duration, namespace, name string, phase corev1.PodPhase) (*corev1.Pod, error) {
+	return c.WaitPod(ctx, timeout, namespace, name, func(p *corev1.Pod) (bool, error) {
+		if p.Status.Phase == phase {
+			return true, nil
+		}
+		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+			return false, fmt.Errorf("%w: %s", ErrPodPhase, describePod(p))
+		}
+		return false, nil
+	})
+}
+
+func describePod(p *corev1.Pod) string {
+	s := fmt.Sprintf("phase %s", p.Status.Phase)
+	if p.Status.Reason != "" {
+		s += fmt.Sprintf(" reason %s: %s", p.Status.Reason, p.Status.Message)
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		switch {
+		case cs.State.Waiting != nil:
+			s += fmt.Sprintf("; %s waiting %s %s", cs.Name, cs.State.Waiting.Reason, cs.State.Waiting.Message)
+		case cs.State.Terminated != nil:
+			s += fmt.Sprintf("; %s terminated %s exit %d", cs.Name, cs.State.Terminated.Reason, cs.State.Terminated.ExitCode)
+		case cs.State.Running != nil:
+			s += fmt.Sprintf("; %s running (restarts %d)", cs.Name, cs.RestartCount)
+		}
+	}
+	return s
+}
+
+// PodLog returns the log of a container of a pod (through the API server and the kubelet, as
+// `kubectl logs` does).
+func (c *Cluster) PodLog(ctx context.Context, namespace, name, container string) (string, error) {
+	b, err := c.Client.CoreV1().Pods(namespace).GetLogs(name, &corev1.PodLogOptions{Container: container}).DoRaw(ctx)
+	if err != nil {
+		return "", fmt.Errorf("logs of %s/%s %s: %w", namespace, name, container, err)
+	}
+	return string(b), nil
+}
+
+// WaitPodLog waits until the container's log contains substr and returns the log.
+func (c *Cluster) WaitPodLog(ctx context.Context, timeout time.Duration, namespace, name, container, substr string) (string, error) {
+	var log string
+	err := poll(ctx, timeout, 100*time.Millisecond, func() (bool, string, error) {
+		l, err := c.PodLog(ctx, namespace, name, container)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		log = l
+		return strings.Contains(l, substr), fmt.Sprintf("log %q", l), nil
+	})
+	return log, err
+}
+
+// DeletePod deletes the pod (grace period 1 s) and waits until it is gone from the API server (the
+// kubelet removes it once its containers are stopped). A missing pod is not an error.
+func (c *Cluster) DeletePod(ctx context.Context, timeout time.Duration, namespace, name string) error {
+	grace := int64(1)
+	err := c.Client.CoreV1().Pods(namespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("delete pod %s/%s: %w", namespace, name, err)
+	}
+	return poll(ctx, timeout, 100*time.Millisecond, func() (bool, string, error) {
+		p, err := c.Client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, "", nil
+		}
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return false, describePod(p), nil
+	})
+}
+
+// ContainerDevices is what the kubelet's PodResources API reports for one container.
+type ContainerDevices struct {
+	Namespace, Pod, Container string
+	// Devices maps a resource name to its device ids, sorted.
+	Devices map[string][]string
+}
+
+// PodResources calls List on the kubelet's PodResources API and returns every container that holds
+// devices.
+func (c *Cluster) PodResources(ctx context.Context) ([]ContainerDevices, error) {
+	conn, err := grpc.NewClient("unix://"+c.PodResourcesSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("dial pod resources: %w", err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := podresourcesv1.NewPodResourcesListerClient(conn).List(ctx, &podresourcesv1.ListPodResourcesRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("pod resources list: %w", err)
+	}
+	var out []ContainerDevices
+	for _, p := range resp.PodResources {
+		for _, ctr := range p.Containers {
+			cd := ContainerDevices{Namespace: p.Namespace, Pod: p.Name, Container: ctr.Name, Devices: map[string][]string{}}
+			for _, d := range ctr.Devices {
+				ids := append(cd.Devices[d.ResourceName], d.DeviceIds...)
+				slices.Sort(ids)
+				cd.Devices[d.ResourceName] = ids
+			}
+			if len(cd.Devices) > 0 {
+				out = append(out, cd)
+			}
+		}
+	}
+	return out, nil
+}
+
+// ContainerDeviceIDs returns the sorted ResourceName device ids the PodResources API reports for a
+// container (nil if none).
+func (c *Cluster) ContainerDeviceIDs(ctx context.Context, namespace, pod, container string) ([]string, error) {
+	all, err := c.PodResources(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, cd := range all {
+		if cd.Namespace == namespace && cd.Pod == pod && cd.Container == container {
+			return cd.Devices[ResourceName], nil
+		}
+	}
+	return nil, nil
+}
+
+func mkdirFor(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("create dir for %s: %w", path, err)
+	}
+	return nil
+}
+
+// NodeAllocatableStays polls the Node for the duration d and fails as soon as its allocatable
+// ResourceName differs from want.
+func (c *Cluster) NodeAllocatableStays(ctx context.Context, d time.Duration, want int64) error {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		_, alloc, err := c.NodeResource(ctx, ResourceName)
+		if err != nil {
+			return err
+		}
+		if alloc != want {
+			return fmt.Errorf("node %s allocatable changed to %d (want %d)", ResourceName, alloc, want)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil
+}

@@ -1,0 +1,285 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Defaults of the plugin under test (its CLI contract).
+const (
+	// ResourceName is the extended resource the plugin advertises.
+	ResourceName = "unicore.mcyou.cc/gpu"
+	// PluginSocket is the plugin's socket name in the device-plugin directory.
+	PluginSocket = "virtual-gpu.sock"
+	// EnvIDs is the environment variable the plugin injects into containers.
+	EnvIDs = "VIRTUAL_GPU_IDS"
+)
+
+// PluginOptions configure StartPlugin.
+type PluginOptions struct {
+	// Binary is the plugin executable. Required.
+	Binary string
+	// Devices is the -devices flag. Default 4.
+	Devices int
+	// StatePath is the -state flag. Default: <cluster dir>/plugin-<n>/state.db, a fresh one per start;
+	// pass the previous Plugin's StatePath to keep the state across a restart.
+	StatePath string
+	// AdminSocket is the -admin-socket flag. Default: admin.sock next to StatePath.
+	AdminSocket string
+	// Args are appended after the harness's flags (a repeated flag overrides the earlier one).
+	Args []string
+}
+
+// Plugin is a running (or exited) device plugin process started by StartPlugin.
+type Plugin struct {
+	*Process
+	// StatePath is the plugin's state file.
+	StatePath string
+}
+
+// StartPlugin starts the plugin binary outside the kubelet's mount namespace with
+// -device-plugin-path=DevicePluginDir, the default resource and socket names, JSON logs, and every
+// other host path (state, admin socket, PodResources socket) under the cluster's temp dir; the
+// environment is the harness's minus VGPU_* variables. It does not wait for the registration: use
+// WaitPluginReady or Plugin.WaitLog. The cluster stops it on Stop.
+func (c *Cluster) StartPlugin(ctx context.Context, opts PluginOptions) (*Plugin, error) {
+	if opts.Binary == "" {
+		return nil, errors.New("start plugin: no binary")
+	}
+	if opts.Devices == 0 {
+		opts.Devices = 4
+	}
+	c.mu.Lock()
+	c.pluginStarts++
+	n := c.pluginStarts
+	c.mu.Unlock()
+	if opts.StatePath == "" {
+		opts.StatePath = filepath.Join(c.Dir, fmt.Sprintf("plugin-%d", n), "state.db")
+	}
+	if opts.AdminSocket == "" {
+		opts.AdminSocket = filepath.Join(filepath.Dir(opts.StatePath), "admin.sock")
+	}
+	argv := []string{opts.Binary,
+		"-devices=" + strconv.Itoa(opts.Devices),
+		"-device-plugin-path=" + c.DevicePluginDir,
+		"-socket-name=" + PluginSocket,
+		"-resource-name=" + ResourceName,
+		"-state=" + opts.StatePath,
+		"-log-format=json",
+		"-log-level=info",
+	}
+	// Host paths of newer flags, passed only to binaries that have them.
+	known, err := pluginFlags(opts.Binary)
+	if err != nil {
+		return nil, err
+	}
+	for flag, value := range map[string]string{
+		"admin-socket":         opts.AdminSocket,
+		"pod-resources-socket": c.PodResourcesSocket,
+	} {
+		if known[flag] {
+			argv = append(argv, "-"+flag+"="+value)
+		}
+	}
+	argv = append(argv, opts.Args...)
+	if err := mkdirFor(opts.StatePath); err != nil {
+		return nil, err
+	}
+	p, err := c.reg.start(processSpec{
+		name:    "plugin",
+		argv:    argv,
+		dir:     filepath.Dir(opts.StatePath),
+		env:     pluginEnv(),
+		logPath: c.logPath(fmt.Sprintf("plugin.%d", n)),
+	})
+	if err != nil {
+		return nil, err
+	}
+	pl := &Plugin{Process: p, StatePath: opts.StatePath}
+	c.mu.Lock()
+	c.plugins = append(c.plugins, pl)
+	c.mu.Unlock()
+	return pl, nil
+}
+
+var pluginFlagCache sync.Map // binary path -> map[string]bool
+
+// pluginFlags returns the flag names the plugin binary lists in its -h output.
+func pluginFlags(binary string) (map[string]bool, error) {
+	if v, ok := pluginFlagCache.Load(binary); ok {
+		return v.(map[string]bool), nil
+	}
+	out, _ := exec.Command(binary, "-h").CombinedOutput() // -h exits 0 or 2
+	flags := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^\s+-([a-z0-9][a-z0-9-]*)`).FindAllStringSubmatch(string(out), -1) {
+		flags[m[1]] = true
+	}
+	if !flags["device-plugin-path"] {
+		return nil, fmt.Errorf("plugin %s: no -device-plugin-path flag in its -h output: %s", binary, lastLines(string(out), 10))
+	}
+	pluginFlagCache.Store(binary, flags)
+	return flags, nil
+}
+
+// pluginEnv is the harness's environment without VGPU_* variables: the plugin reads VGPU_<FLAG>
+// twins of its flags, and its configuration must come from the harness's flags alone.
+func pluginEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "VGPU_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// Terminate sends SIGTERM and waits (10 s at most) for the plugin to exit; it is an error if the plugin
+// does not exit with code 0.
+func (p *Plugin) Terminate() error {
+	if err := p.Stop(10 * time.Second); err != nil {
+		return err
+	}
+	if err := p.ExitErr(); err != nil {
+		return fmt.Errorf("plugin exit on SIGTERM: %w", err)
+	}
+	return nil
+}
+
+// KillHard sends SIGKILL and waits for the plugin to be reaped.
+func (p *Plugin) KillHard() {
+	_ = p.Signal(syscall.SIGKILL)
+	<-p.Done()
+}
+
+// PluginLogLine is one JSON log line of the plugin.
+type PluginLogLine map[string]any
+
+// Message returns the line's "message" field.
+func (l PluginLogLine) Message() string { s, _ := l["message"].(string); return s }
+
+// Strings returns the field key as a list of strings (nil if absent or not a list of strings).
+func (l PluginLogLine) Strings(key string) []string {
+	v, ok := l[key].([]any)
+	if !ok {
+		return nil
+	}
+	out := make([]string, 0, len(v))
+	for _, x := range v {
+		s, ok := x.(string)
+		if !ok {
+			return nil
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// LogLines returns the plugin's JSON log lines (lines that are not JSON objects are skipped).
+func (p *Plugin) LogLines() ([]PluginLogLine, error) {
+	lines, err := readLines(p.LogPath)
+	if err != nil {
+		return nil, err
+	}
+	var out []PluginLogLine
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "{") {
+			continue
+		}
+		var m PluginLogLine
+		if json.Unmarshal([]byte(l), &m) == nil {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+// FindLog returns the plugin's log lines whose message equals msg.
+func (p *Plugin) FindLog(msg string) ([]PluginLogLine, error) {
+	lines, err := p.LogLines()
+	if err != nil {
+		return nil, err
+	}
+	var out []PluginLogLine
+	for _, l := range lines {
+		if l.Message() == msg {
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
+// WaitLog waits until the plugin has logged at least n lines with message msg and returns them.
+func (p *Plugin) WaitLog(ctx context.Context, timeout time.Duration, msg string, n int) ([]PluginLogLine, error) {
+	var found []PluginLogLine
+	err := poll(ctx, timeout, 20*time.Millisecond, func() (bool, string, error) {
+		var err error
+		if found, err = p.FindLog(msg); err != nil {
+			return false, "", err
+		}
+		if len(found) >= n {
+			return true, "", nil
+		}
+		if p.Exited() {
+			return false, "", fmt.Errorf("plugin exited (%v) after %d %q lines; log %s", p.ExitErr(), len(found), msg, p.LogPath)
+		}
+		return false, fmt.Sprintf("%d lines %q", len(found), msg), nil
+	})
+	return found, err
+}
+
+// AssignedPrefix starts the line the demo pod prints: "assigned virtual gpus: <VIRTUAL_GPU_IDS>".
+const AssignedPrefix = "assigned virtual gpus: "
+
+// AssignedIDs returns the ids of the first "assigned virtual gpus: a,b" line in a container log, in
+// the order printed. A line with no ids gives an empty, non-nil slice.
+func AssignedIDs(log string) ([]string, error) {
+	for _, line := range strings.Split(log, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), strings.TrimSpace(AssignedPrefix))
+		if !ok {
+			continue
+		}
+		if rest = strings.TrimSpace(rest); rest == "" {
+			return []string{}, nil
+		}
+		return strings.Split(rest, ","), nil
+	}
+	return nil, fmt.Errorf("no %q line in log %q", AssignedPrefix, log)
+}
+
+// WaitPluginReady waits until the Node shows devices in both capacity and allocatable of
+// ResourceName; it fails at once if the plugin process exits meanwhile.
+func (c *Cluster) WaitPluginReady(ctx context.Context, p *Plugin, timeout time.Duration, devices int64) (time.Time, error) {
+	var seenAt time.Time
+	err := poll(ctx, timeout, 50*time.Millisecond, func() (bool, string, error) {
+		if p.Exited() {
+			return false, "", fmt.Errorf("plugin exited (%v); last log lines:\n%s", p.ExitErr(), p.Tail(10))
+		}
+		capacity, alloc, err := c.NodeResource(ctx, ResourceName)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		seenAt = time.Now()
+		return capacity == devices && alloc == devices, fmt.Sprintf("%s capacity %d allocatable %d", ResourceName, capacity, alloc), nil
+	})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("wait for the plugin's %d devices on node %s (plugin log %s): %w", devices, c.NodeName, p.LogPath, err)
+	}
+	return seenAt, nil
+}
+
+// Tail returns the last n lines of the process's log.
+func (p *Process) Tail(n int) string {
+	lines, _ := readLines(p.LogPath)
+	return lastLines(strings.Join(lines, "\n"), n)
+}

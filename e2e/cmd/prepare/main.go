@@ -1,0 +1,46 @@
+// Command prepare installs the Debian packages the e2e cluster needs (when missing) and builds the
+// pinned kubelet and kube-apiserver into the cache directory (when not there yet), then prints their
+// paths. Run it as root from the e2e module: `go run ./cmd/prepare`.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/unicore/virtual-gpu-device-plugin/e2e/cluster"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintf(os.Stderr, "prepare: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log := cluster.StderrLogger{}
+	start := time.Now()
+	if os.Geteuid() == 0 {
+		if err := cluster.EnsureHostPackages(ctx, log); err != nil {
+			return err
+		}
+	} else {
+		log.Logf("not root: not checking Debian packages")
+	}
+	moduleDir, err := cluster.ModuleDir()
+	if err != nil {
+		return err
+	}
+	bins, err := cluster.EnsureKubeBinaries(ctx, moduleDir, cluster.CacheDir(), log)
+	if err != nil {
+		return err
+	}
+	log.Logf("ready in %s: kubelet %s, kube-apiserver %s (%s)", time.Since(start).Round(time.Second), bins.Kubelet, bins.APIServer, bins.Version)
+	return nil
+}

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Runs the end-to-end suite against a real one-node cluster (etcd, kube-apiserver, containerd + runc,
+# kubelet). Needs root on Linux, the Go module proxy and Debian apt.
+#
+#   e2e/run.sh [go test flags...]      e.g. e2e/run.sh -run TestDemo
+#
+# Environment:
+#   VGPU_PLUGIN_BIN  plugin binary to test, absolute or relative to the repository root
+#                    (default: built from this repository by the suite)
+#   VGPU_E2E_CACHE   cache of built Kubernetes binaries and of the process registry
+#                    (default /var/cache/virtual-gpu-e2e; survives between runs and fresh clones)
+#   VGPU_E2E_KEEP=1  keep the cluster's temp dir (all process logs) after the run
+#
+# The first run builds the kubelet and kube-apiserver from the Go module proxy (measured 13.3 min on
+# 2 cores with empty Go caches, 10-15 min expected);
+# later runs reuse them from the cache.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+if [[ $(id -u) -ne 0 ]]; then
+	echo "e2e/run.sh: needs root (it mounts in a private mount namespace and runs containerd and a kubelet)" >&2
+	exit 1
+fi
+
+# Install missing Debian packages and build (or reuse) the kubelet and kube-apiserver before the tests,
+# so that go test's timeout covers the tests only.
+go run ./cmd/prepare
+
+exec go test -count=1 -timeout 20m -v "$@" ./...
