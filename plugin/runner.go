@@ -216,6 +216,8 @@ func (r *Runner) session(ctx context.Context, g *generation, w *fsnotify.Watcher
 		registeredAt time.Time
 		kubeletID    fileID // kubelet.sock we registered with, or last tried
 		waiting      bool   // waiting for kubelet.sock to appear
+		stale        bool   // kubelet.sock exists but nothing listens (logged)
+		tried        bool   // kubeletID holds the socket last tried
 		attempt      int
 		backoff      = r.cfg.BackoffInitial
 	)
@@ -237,7 +239,7 @@ func (r *Runner) session(ctx context.Context, g *generation, w *fsnotify.Watcher
 			if err == nil {
 				return reasonKubeletRestart
 			}
-		case registeredAt.IsZero() && err == nil && (waiting || (attempt > 0 && id != kubeletID)):
+		case registeredAt.IsZero() && err == nil && (waiting || (tried && id != kubeletID)):
 			waiting = false
 			retry.Reset(0) // a new kubelet: try now
 		}
@@ -277,6 +279,11 @@ func (r *Runner) session(ctx context.Context, g *generation, w *fsnotify.Watcher
 			if !registeredAt.IsZero() {
 				continue
 			}
+			if id, err := statSocket(r.socketPath); err != nil || id != g.socketID {
+				// A restarting kubelet deleted it; its event may still
+				// be queued behind this timer.
+				return reasonSocketGone, registeredAt
+			}
 			id, err := statSocket(r.kubeletSock)
 			if err != nil {
 				if !waiting {
@@ -285,7 +292,20 @@ func (r *Runner) session(ctx context.Context, g *generation, w *fsnotify.Watcher
 				}
 				continue // a directory event or the poll tries again
 			}
-			kubeletID = id
+			kubeletID, tried = id, true
+			if conn, err := net.DialTimeout("unix", r.kubeletSock, time.Second); err != nil {
+				// A dead kubelet's socket: wait for the new one (its
+				// creation retries at once), polling gently meanwhile.
+				if !stale {
+					r.log.Info().Str("socket", r.kubeletSock).Err(err).Msg("waiting for the kubelet: its socket does not accept connections")
+					stale = true
+				}
+				retry.Reset(backoff)
+				backoff = min(2*backoff, r.cfg.BackoffMax)
+				continue
+			} else {
+				conn.Close()
+			}
 			attempt++
 			if err := r.register(ctx); err != nil {
 				if ctx.Err() != nil {

@@ -81,6 +81,7 @@ func (k *Kubelet) start() {
 	if err != nil {
 		k.t.Fatalf("kubelet stub: listen: %v", err)
 	}
+	lis.(*net.UnixListener).SetUnlinkOnClose(false) // a dead kubelet leaves its socket
 	ctx, cancel := context.WithCancel(context.Background())
 	srv := grpc.NewServer()
 	pluginapi.RegisterRegistrationServer(srv, &registration{k: k, ctx: ctx})
@@ -105,8 +106,8 @@ func (k *Kubelet) Stop() {
 	if srv == nil {
 		return
 	}
+	srv.Stop() // first the socket stops accepting, then the streams end
 	cancel()
-	srv.Stop()
 	for _, c := range conns {
 		_ = c.Close()
 	}
