@@ -126,6 +126,12 @@ func needCluster(t *testing.T) *cluster.Cluster {
 // stopped it, and waits until the kubelet has noticed (allocatable 0), so the next test starts clean.
 func startPlugin(t *testing.T, c *cluster.Cluster, opts cluster.PluginOptions) *cluster.Plugin {
 	t.Helper()
+	return startPluginN(t, c, opts, 4)
+}
+
+// startPluginN is startPlugin for a plugin that advertises n devices.
+func startPluginN(t *testing.T, c *cluster.Cluster, opts cluster.PluginOptions, n int64) *cluster.Plugin {
+	t.Helper()
 	if pluginErr != nil {
 		t.Fatalf("plugin binary: %v", pluginErr)
 	}
@@ -136,10 +142,10 @@ func startPlugin(t *testing.T, c *cluster.Cluster, opts cluster.PluginOptions) *
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { stopPlugin(t, c, p) })
-	if _, err := c.WaitPluginReady(t.Context(), p, 30*time.Second, 4); err != nil {
+	if _, err := c.WaitPluginReady(t.Context(), p, 30*time.Second, n); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("timing: plugin start -> node allocatable 4: %s", time.Since(start).Round(time.Millisecond))
+	t.Logf("timing: plugin start -> node allocatable %d: %s", n, time.Since(start).Round(time.Millisecond))
 	return p
 }
 
@@ -199,7 +205,7 @@ func gpuPod(name string, n int64) *corev1.Pod {
 	return cluster.NewPod(name, n, gpuScript)
 }
 
-var validID = regexp.MustCompile(`^fake-[0-3]$`)
+var validID = regexp.MustCompile(`^fake-(0|[1-9][0-9]*)$`)
 
 // podDevices returns a running pod's device ids twice: as printed by the container (from the env the
 // plugin injected) and as reported by the kubelet's PodResources API; it checks they are the same n

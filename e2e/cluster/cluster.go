@@ -58,10 +58,15 @@ type Cluster struct {
 	// DevicePluginDir is bind-mounted on /var/lib/kubelet/device-plugins in the kubelet's mount
 	// namespace: device plugins outside that namespace put their sockets here.
 	DevicePluginDir string
-	// KubeletRootDir is the kubelet's --root-dir.
+	// KubeletRootDir is the kubelet's --root-dir (the same path inside and outside the mount namespace).
 	KubeletRootDir string
-	// PodResourcesSocket is the kubelet's PodResources API socket.
+	// PodResourcesSocket is the kubelet's PodResources API socket, <KubeletRootDir>/pod-resources/
+	// kubelet.sock. Its directory is also bind-mounted on /var/lib/kubelet/pod-resources in the mount
+	// namespace, where a containerized plugin's hostPath finds it.
 	PodResourcesSocket string
+	// VirtualGPUDir is bind-mounted on /var/lib/virtual-gpu in the mount namespace: the host side of the
+	// DaemonSet's state hostPath.
+	VirtualGPUDir string
 	// Kubeconfig is a kubeconfig file for the API server (token auth, TLS verification off).
 	Kubeconfig string
 	// RESTConfig and Client talk to the API server.
@@ -146,6 +151,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		DevicePluginDir:    filepath.Join(dir, "device-plugins"),
 		KubeletRootDir:     filepath.Join(dir, "kubelet"),
 		PodResourcesSocket: filepath.Join(dir, "kubelet", "pod-resources", "kubelet.sock"),
+		VirtualGPUDir:      filepath.Join(dir, "virtual-gpu"),
 		Kubeconfig:         filepath.Join(dir, "kubeconfig"),
 		Binaries:           bins,
 		moduleDir:          opts.ModuleDir,
@@ -165,7 +171,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		}
 	}()
 	log.Logf("starting cluster in %s (kubernetes %s)", dir, bins.Version)
-	for _, d := range []string{c.LogDir, c.DevicePluginDir, c.KubeletRootDir, c.kubeletWorkDir} {
+	for _, d := range []string{c.LogDir, c.DevicePluginDir, c.KubeletRootDir, filepath.Dir(c.PodResourcesSocket), c.VirtualGPUDir, c.kubeletWorkDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return c, fmt.Errorf("create %s: %w", d, err)
 		}
@@ -244,8 +250,10 @@ func freePorts(n int) ([]int, error) {
 func (c *Cluster) logPath(name string) string { return filepath.Join(c.LogDir, name+".log") }
 
 // startNamespace starts the process that holds the private mount namespace and mounts, inside it,
-// overlays on /var/lib, /var/log and /run (upper layers in the temp dir) and DevicePluginDir on
-// /var/lib/kubelet/device-plugins.
+// overlays on /var/lib, /var/log and /run (upper layers in the temp dir), and binds DevicePluginDir on
+// /var/lib/kubelet/device-plugins (hard-coded in the kubelet), the kubelet's PodResources directory on
+// /var/lib/kubelet/pod-resources and VirtualGPUDir on /var/lib/virtual-gpu (the DaemonSet's hostPaths,
+// which containerd resolves in this namespace).
 func (c *Cluster) startNamespace(ctx context.Context) error {
 	p, err := c.reg.start(processSpec{
 		name:    "mount-namespace",
@@ -286,7 +294,13 @@ func (c *Cluster) startNamespace(ctx context.Context) error {
 		}
 		fmt.Fprintf(&script, "mount -t overlay overlay -o lowerdir=%s,upperdir=%s,workdir=%s %s\n", d, upper, work, d)
 	}
-	fmt.Fprintf(&script, "mkdir -p /var/lib/kubelet/device-plugins\nmount --bind %s /var/lib/kubelet/device-plugins\n", c.DevicePluginDir)
+	for _, b := range []struct{ src, dst string }{
+		{c.DevicePluginDir, "/var/lib/kubelet/device-plugins"},
+		{filepath.Dir(c.PodResourcesSocket), "/var/lib/kubelet/pod-resources"},
+		{c.VirtualGPUDir, "/var/lib/virtual-gpu"},
+	} {
+		fmt.Fprintf(&script, "mkdir -p %[2]s\nmount --bind %[1]s %[2]s\n", b.src, b.dst)
+	}
 	if out, err := run(c.Dir, nil, "nsenter", "-t", strconv.Itoa(p.PID()), "-m", "--", "sh", "-c", script.String()); err != nil {
 		return fmt.Errorf("mount in namespace: %w: %s", err, out)
 	}
@@ -519,15 +533,8 @@ func (c *Cluster) importImages(ctx context.Context) error {
 		if err := writeBusyboxImage(&archive, busybox, spec); err != nil {
 			return fmt.Errorf("build image %s: %w", spec.name, err)
 		}
-		file := filepath.Join(c.Dir, "images", strings.NewReplacer("/", "_", ":", "_").Replace(spec.name)+".tar")
-		if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		if err := c.importArchive(spec.name, archive.Bytes()); err != nil {
 			return err
-		}
-		if err := os.WriteFile(file, archive.Bytes(), 0o644); err != nil {
-			return err
-		}
-		if out, err := run(c.Dir, nil, "ctr", "--address", c.containerdSock, "-n", "k8s.io", "images", "import", file); err != nil {
-			return fmt.Errorf("import %s: %w: %s", spec.name, err, out)
 		}
 	}
 	out, err := run(c.Dir, nil, "ctr", "--address", c.containerdSock, "-n", "k8s.io", "images", "ls", "-q")
@@ -540,6 +547,36 @@ func (c *Cluster) importImages(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// importArchive writes an OCI archive of image name into the temp dir and imports it into containerd's
+// k8s.io namespace.
+func (c *Cluster) importArchive(name string, archive []byte) error {
+	file := filepath.Join(c.Dir, "images", strings.NewReplacer("/", "_", ":", "_").Replace(name)+".tar")
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(file, archive, 0o644); err != nil {
+		return err
+	}
+	if out, err := run(c.Dir, nil, "ctr", "--address", c.containerdSock, "-n", "k8s.io", "images", "import", file); err != nil {
+		return fmt.Errorf("import %s: %w: %s", name, err, out)
+	}
+	return nil
+}
+
+// ImportBinaryImage builds a single-layer image named name holding the static executable hostBinary at
+// pathInImage (plus /bin, /dev, /etc, /proc, /sys, /tmp, /var, /root) with the given entrypoint, and
+// imports it into containerd, where pods can use it with imagePullPolicy Never or IfNotPresent.
+func (c *Cluster) ImportBinaryImage(name, hostBinary, pathInImage string, entrypoint []string) error {
+	if !isStatic(hostBinary) {
+		return fmt.Errorf("image %s: %s is not a static executable", name, hostBinary)
+	}
+	var archive bytes.Buffer
+	if err := writeBinaryImage(&archive, hostBinary, pathInImage, imageSpec{name: name, entrypoint: entrypoint}); err != nil {
+		return fmt.Errorf("build image %s: %w", name, err)
+	}
+	return c.importArchive(name, archive.Bytes())
 }
 
 // Stop stops every process the cluster started (plugins, kubelet, the pods' containers, containerd,

@@ -10,7 +10,9 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path"
+	pathpkg "path"
+	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
@@ -31,6 +33,19 @@ type imageSpec struct {
 	cmd        []string
 }
 
+// imageEntry is one entry of an image's single layer: a directory (data nil, link empty), a regular
+// file or a symlink.
+type imageEntry struct {
+	name string // path in the image, without a leading slash
+	mode int64
+	data []byte
+	link string // symlink target
+	dir  bool
+}
+
+// baseDirs are the directories every local image has.
+var baseDirs = []string{"bin", "dev", "etc", "proc", "sys", "tmp", "var", "root"}
+
 // writeBusyboxImage writes an OCI image layout archive (for `ctr images import`) of a single layer
 // holding busybox at /bin/busybox, a symlink /bin/<applet> for each applet and a few empty directories.
 func writeBusyboxImage(w io.Writer, busybox string, spec imageSpec) error {
@@ -42,10 +57,42 @@ func writeBusyboxImage(w io.Writer, busybox string, spec imageSpec) error {
 	if err != nil {
 		return fmt.Errorf("busybox --list: %w", err)
 	}
+	entries := []imageEntry{{name: "bin/busybox", mode: 0o755, data: bin}}
+	for _, applet := range strings.Fields(string(out)) {
+		if applet == "busybox" || strings.Contains(applet, "/") {
+			continue
+		}
+		entries = append(entries, imageEntry{name: "bin/" + applet, mode: 0o777, link: "busybox"})
+	}
+	return writeImage(w, spec, entries)
+}
+
+// writeBinaryImage writes an OCI image layout archive of a single layer holding the static binary
+// hostBinary at path (e.g. "/usr/bin/virtual-gpu-device-plugin") and the base directories; spec gives
+// its name, entrypoint and command.
+func writeBinaryImage(w io.Writer, hostBinary, path string, spec imageSpec) error {
+	bin, err := os.ReadFile(hostBinary)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", hostBinary, err)
+	}
+	var entries []imageEntry
+	dir := ""
+	for _, part := range strings.Split(strings.Trim(pathpkg.Dir(path), "/"), "/") {
+		if dir = pathpkg.Join(dir, part); dir != "" && !slices.Contains(baseDirs, dir) {
+			entries = append(entries, imageEntry{name: dir, mode: 0o755, dir: true})
+		}
+	}
+	entries = append(entries, imageEntry{name: strings.TrimPrefix(path, "/"), mode: 0o755, data: bin})
+	return writeImage(w, spec, entries)
+}
+
+// writeImage writes an OCI image layout archive (for `ctr images import`) of a single layer holding the
+// base directories and entries.
+func writeImage(w io.Writer, spec imageSpec, entries []imageEntry) error {
 	epoch := time.Unix(0, 0)
 	var layer bytes.Buffer
 	tw := tar.NewWriter(&layer)
-	for _, d := range []string{"bin", "dev", "etc", "proc", "sys", "tmp", "var", "root"} {
+	for _, d := range baseDirs {
 		mode := int64(0o755)
 		if d == "tmp" {
 			mode = 0o1777
@@ -54,18 +101,21 @@ func writeBusyboxImage(w io.Writer, busybox string, spec imageSpec) error {
 			return err
 		}
 	}
-	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "bin/busybox", Mode: 0o755, Size: int64(len(bin)), ModTime: epoch}); err != nil {
-		return err
-	}
-	if _, err := tw.Write(bin); err != nil {
-		return err
-	}
-	for _, applet := range strings.Fields(string(out)) {
-		if applet == "busybox" || strings.Contains(applet, "/") {
-			continue
+	for _, e := range entries {
+		h := &tar.Header{Typeflag: tar.TypeReg, Name: e.name, Mode: e.mode, Size: int64(len(e.data)), ModTime: epoch}
+		switch {
+		case e.dir:
+			h.Typeflag, h.Name, h.Size = tar.TypeDir, e.name+"/", 0
+		case e.link != "":
+			h.Typeflag, h.Linkname, h.Size = tar.TypeSymlink, e.link, 0
 		}
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: "bin/" + applet, Linkname: "busybox", Mode: 0o777, ModTime: epoch}); err != nil {
+		if err := tw.WriteHeader(h); err != nil {
 			return err
+		}
+		if h.Typeflag == tar.TypeReg {
+			if _, err := tw.Write(e.data); err != nil {
+				return err
+			}
 		}
 	}
 	if err := tw.Close(); err != nil {
@@ -74,10 +124,10 @@ func writeBusyboxImage(w io.Writer, busybox string, spec imageSpec) error {
 	layerDigest := digest(layer.Bytes())
 
 	config, err := json.Marshal(map[string]any{
-		"architecture": "amd64",
+		"architecture": runtime.GOARCH,
 		"os":           "linux",
 		"config": map[string]any{
-			"Env":        []string{"PATH=/bin"},
+			"Env":        []string{"PATH=/bin:/usr/bin"},
 			"Entrypoint": spec.entrypoint,
 			"Cmd":        spec.cmd,
 			"WorkingDir": "/",
@@ -142,7 +192,7 @@ func digest(b []byte) string {
 }
 
 func blobPath(b []byte) string {
-	return path.Join("blobs", "sha256", strings.TrimPrefix(digest(b), "sha256:"))
+	return pathpkg.Join("blobs", "sha256", strings.TrimPrefix(digest(b), "sha256:"))
 }
 
 func descriptor(mediaType string, b []byte, annotations map[string]string) map[string]any {

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -287,4 +289,102 @@ func (c *Cluster) NodeAllocatableStays(ctx context.Context, d time.Duration, wan
 		}
 	}
 	return nil
+}
+
+// HeldDeviceIDs returns every ResourceName device id the kubelet's PodResources API reports as held by
+// some container, sorted.
+func (c *Cluster) HeldDeviceIDs(ctx context.Context) ([]string, error) {
+	all, err := c.PodResources(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, cd := range all {
+		ids = append(ids, cd.Devices[ResourceName]...)
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+// SetNodeLabel sets (value != "") or removes (value == "") a label of the Node.
+func (c *Cluster) SetNodeLabel(ctx context.Context, key, value string) error {
+	v := "null"
+	if value != "" {
+		b, _ := json.Marshal(value)
+		v = string(b)
+	}
+	k, _ := json.Marshal(key)
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%s:%s}}}`, k, v)
+	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, c.NodeName, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("label node %s %s=%q: %w", c.NodeName, key, value, err)
+	}
+	return nil
+}
+
+// ContainerID returns the containerd id of a pod's container as its status reports it ("" if none yet).
+func ContainerID(pod *corev1.Pod, container string) string {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == container {
+			_, id, _ := strings.Cut(cs.ContainerID, "://")
+			return id
+		}
+	}
+	return ""
+}
+
+// KillContainer sends SIGKILL to a container's task through containerd (as `crictl stop` with no grace
+// would); the kubelet then sees it exit and applies the pod's restart policy.
+func (c *Cluster) KillContainer(ctx context.Context, id string) error {
+	if id == "" {
+		return fmt.Errorf("kill container: no id")
+	}
+	if out, err := run(c.Dir, nil, "ctr", "--address", c.containerdSock, "-n", "k8s.io", "tasks", "kill", "--signal", "SIGKILL", id); err != nil {
+		return fmt.Errorf("kill container %s: %w: %s", id, err, out)
+	}
+	return nil
+}
+
+// PodReady reports the pod's Ready condition.
+func PodReady(pod *corev1.Pod) bool {
+	for _, cond := range pod.Status.Conditions {
+		if cond.Type == corev1.PodReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// FreePort returns a TCP port that is free on all addresses now, below the kernel's ephemeral range.
+func FreePort() (int, error) {
+	p, err := freePorts(1)
+	if err != nil {
+		return 0, err
+	}
+	return p[0], nil
+}
+
+// WaitNodeResourceStable polls the Node (every 50 ms) until its capacity and allocatable of
+// ResourceName have equalled the wanted values without interruption for stable, or until timeout. It
+// returns when that last uninterrupted run began. Use it where a stale value from before a change may
+// still be showing (the kubelet posts node status on its own schedule).
+func (c *Cluster) WaitNodeResourceStable(ctx context.Context, timeout, stable time.Duration, wantCapacity, wantAllocatable int64) (time.Time, error) {
+	var since time.Time
+	err := poll(ctx, timeout, 50*time.Millisecond, func() (bool, string, error) {
+		capacity, alloc, err := c.NodeResource(ctx, ResourceName)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		if capacity != wantCapacity || alloc != wantAllocatable {
+			since = time.Time{}
+			return false, fmt.Sprintf("capacity %d allocatable %d", capacity, alloc), nil
+		}
+		if since.IsZero() {
+			since = time.Now()
+		}
+		return time.Since(since) >= stable, fmt.Sprintf("capacity %d allocatable %d for %s", capacity, alloc, time.Since(since).Round(time.Millisecond)), nil
+	})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("wait for node %s capacity %d allocatable %d for %s: %w", ResourceName, wantCapacity, wantAllocatable, stable, err)
+	}
+	return since, nil
 }

@@ -6,12 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -30,8 +27,10 @@ const (
 type PluginOptions struct {
 	// Binary is the plugin executable. Required.
 	Binary string
-	// Devices is the -devices flag. Default 4.
+	// Devices is the -devices flag. Default 4, or not passed when Topology is set.
 	Devices int
+	// Topology is the -topology flag (a preset name or a file); empty: not passed.
+	Topology string
 	// StatePath is the -state flag. Default: <cluster dir>/plugin-<n>/state.db, a fresh one per start;
 	// pass the previous Plugin's StatePath to keep the state across a restart.
 	StatePath string
@@ -44,21 +43,22 @@ type PluginOptions struct {
 // Plugin is a running (or exited) device plugin process started by StartPlugin.
 type Plugin struct {
 	*Process
+	// Binary is the plugin executable.
+	Binary string
 	// StatePath is the plugin's state file.
 	StatePath string
+	// AdminSocket is the plugin's admin API socket (dump, health).
+	AdminSocket string
 }
 
 // StartPlugin starts the plugin binary outside the kubelet's mount namespace with
-// -device-plugin-path=DevicePluginDir, the default resource and socket names, JSON logs, and every
-// other host path (state, admin socket, PodResources socket) under the cluster's temp dir; the
+// -device-plugin-path=DevicePluginDir, the default resource and socket names, JSON logs, the state file
+// and admin socket under the cluster's temp dir and the kubelet's real PodResources socket; the
 // environment is the harness's minus VGPU_* variables. It does not wait for the registration: use
 // WaitPluginReady or Plugin.WaitLog. The cluster stops it on Stop.
 func (c *Cluster) StartPlugin(ctx context.Context, opts PluginOptions) (*Plugin, error) {
 	if opts.Binary == "" {
 		return nil, errors.New("start plugin: no binary")
-	}
-	if opts.Devices == 0 {
-		opts.Devices = 4
 	}
 	c.mu.Lock()
 	c.pluginStarts++
@@ -71,26 +71,23 @@ func (c *Cluster) StartPlugin(ctx context.Context, opts PluginOptions) (*Plugin,
 		opts.AdminSocket = filepath.Join(filepath.Dir(opts.StatePath), "admin.sock")
 	}
 	argv := []string{opts.Binary,
-		"-devices=" + strconv.Itoa(opts.Devices),
 		"-device-plugin-path=" + c.DevicePluginDir,
 		"-socket-name=" + PluginSocket,
 		"-resource-name=" + ResourceName,
 		"-state=" + opts.StatePath,
+		"-admin-socket=" + opts.AdminSocket,
+		"-pod-resources-socket=" + c.PodResourcesSocket,
 		"-log-format=json",
 		"-log-level=info",
 	}
-	// Host paths of newer flags, passed only to binaries that have them.
-	known, err := pluginFlags(opts.Binary)
-	if err != nil {
-		return nil, err
+	switch {
+	case opts.Devices != 0:
+		argv = append(argv, "-devices="+strconv.Itoa(opts.Devices))
+	case opts.Topology == "":
+		argv = append(argv, "-devices=4")
 	}
-	for flag, value := range map[string]string{
-		"admin-socket":         opts.AdminSocket,
-		"pod-resources-socket": c.PodResourcesSocket,
-	} {
-		if known[flag] {
-			argv = append(argv, "-"+flag+"="+value)
-		}
+	if opts.Topology != "" {
+		argv = append(argv, "-topology="+opts.Topology)
 	}
 	argv = append(argv, opts.Args...)
 	if err := mkdirFor(opts.StatePath); err != nil {
@@ -106,30 +103,11 @@ func (c *Cluster) StartPlugin(ctx context.Context, opts PluginOptions) (*Plugin,
 	if err != nil {
 		return nil, err
 	}
-	pl := &Plugin{Process: p, StatePath: opts.StatePath}
+	pl := &Plugin{Process: p, Binary: opts.Binary, StatePath: opts.StatePath, AdminSocket: opts.AdminSocket}
 	c.mu.Lock()
 	c.plugins = append(c.plugins, pl)
 	c.mu.Unlock()
 	return pl, nil
-}
-
-var pluginFlagCache sync.Map // binary path -> map[string]bool
-
-// pluginFlags returns the flag names the plugin binary lists in its -h output.
-func pluginFlags(binary string) (map[string]bool, error) {
-	if v, ok := pluginFlagCache.Load(binary); ok {
-		return v.(map[string]bool), nil
-	}
-	out, _ := exec.Command(binary, "-h").CombinedOutput() // -h exits 0 or 2
-	flags := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^\s+-([a-z0-9][a-z0-9-]*)`).FindAllStringSubmatch(string(out), -1) {
-		flags[m[1]] = true
-	}
-	if !flags["device-plugin-path"] {
-		return nil, fmt.Errorf("plugin %s: no -device-plugin-path flag in its -h output: %s", binary, lastLines(string(out), 10))
-	}
-	pluginFlagCache.Store(binary, flags)
-	return flags, nil
 }
 
 // pluginEnv is the harness's environment without VGPU_* variables: the plugin reads VGPU_<FLAG>
