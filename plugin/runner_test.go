@@ -1,14 +1,12 @@
 package plugin_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -305,7 +303,7 @@ func BenchmarkReregister(b *testing.B) {
 func TestRunner_KubeletDown_WaitsQuietly(t *testing.T) {
 	dir := shortDir(t)
 	k := plugintest.StartKubelet(t, dir)
-	var logs syncBuffer
+	var logs plugintest.LogBuffer
 	r := startRunner(t, dir, func(c *plugin.RunnerConfig) {
 		c.Logger = zerolog.New(&logs)
 		c.BackoffInitial, c.BackoffMax = 5*time.Millisecond, 20*time.Millisecond
@@ -313,28 +311,11 @@ func TestRunner_KubeletDown_WaitsQuietly(t *testing.T) {
 	plugintest.NextList(t, k.WaitRegistration(wait), wait)
 	waitFor(t, r.Registered, "the Register call to return")
 	k.Stop()
-	waitFor(t, func() bool { return logs.count("waiting for the kubelet: its socket does not accept connections") > 0 }, "the waiting message")
+	waitFor(t, func() bool { return logs.Count("waiting for the kubelet: its socket does not accept connections") > 0 }, "the waiting message")
 	k.Restart()
 	k.WaitRegistration(wait)
-	if n := logs.count("register with kubelet failed"); n != 0 {
-		t.Errorf("%d register warnings while the kubelet was down, want none:\n%s", n, logs.b.String())
+	if n := logs.Count("register with kubelet failed"); n != 0 {
+		t.Errorf("%d register warnings while the kubelet was down, want none:\n%s", n, logs.String())
 	}
 }
 
-// syncBuffer is a log sink safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) count(sub string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.Count(s.b.String(), sub)
-}

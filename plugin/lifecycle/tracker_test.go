@@ -1,12 +1,9 @@
 package lifecycle_test
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -224,23 +221,6 @@ func TestTracker_PluginRestart_ClosesWhatEndedMeanwhile(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) count(sub string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.Count(s.b.String(), sub)
-}
 
 func shortDir(t *testing.T) string {
 	dir, err := os.MkdirTemp("", "vgpu-pr")
@@ -258,7 +238,7 @@ func TestTracker_Run_SocketAbsentThenPresent(t *testing.T) {
 	}
 	seq, _ := st.RecordAllocation(store.Allocation{DeviceIDs: []string{"fake-0"}})
 	sock := filepath.Join(shortDir(t), "pr.sock")
-	var logs syncBuffer
+	var logs plugintest.LogBuffer
 	tr := mustTracker(t, st, sock, nil, zerolog.New(&logs))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -269,12 +249,12 @@ func TestTracker_Run_SocketAbsentThenPresent(t *testing.T) {
 			t.Errorf("Run: %v", err)
 		}
 	}()
-	waitFor(t, func() bool { return logs.count("lifecycle tracking is off") == 1 }, "the off message")
+	waitFor(t, func() bool { return logs.Count("lifecycle tracking is off") == 1 }, "the off message")
 	pr := plugintest.StartPodResources(t, sock)
 	pr.SetPod("ns", "p", res, plugintest.Container{Name: "c", IDs: []string{"fake-0"}})
 	waitFor(t, func() bool { a, _ := st.Allocation(seq.Seq); return a.State == store.StateHeld }, "the record held")
-	waitFor(t, func() bool { return logs.count("lifecycle tracking is on") == 1 }, "the on message")
-	if n := logs.count("lifecycle tracking is off"); n != 1 {
+	waitFor(t, func() bool { return logs.Count("lifecycle tracking is on") == 1 }, "the on message")
+	if n := logs.Count("lifecycle tracking is off"); n != 1 {
 		t.Errorf("the off message was logged %d times, want once", n)
 	}
 }
