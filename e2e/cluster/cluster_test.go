@@ -108,3 +108,69 @@ func TestWriteBusyboxImage(t *testing.T) {
 		}
 	}
 }
+
+func TestWriteBinaryImage(t *testing.T) {
+	busybox, err := exec.LookPath("busybox")
+	if err != nil {
+		t.Skip("no busybox")
+	}
+	var buf bytes.Buffer
+	spec := imageSpec{name: "docker.io/unicore/virtual-gpu-device-plugin:dev", entrypoint: []string{"/usr/bin/plugin"}}
+	if err := writeBinaryImage(&buf, busybox, "/usr/bin/plugin", spec); err != nil {
+		t.Fatal(err)
+	}
+	blobs := map[string][]byte{}
+	tr := tar.NewReader(&buf)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(tr)
+		blobs[h.Name] = b
+	}
+	// The layer is the blob that is a tar holding usr/bin/plugin.
+	var layer map[string]*tar.Header
+	for name, b := range blobs {
+		if !strings.HasPrefix(name, "blobs/sha256/") {
+			continue
+		}
+		entries := map[string]*tar.Header{}
+		lr := tar.NewReader(bytes.NewReader(b))
+		for {
+			h, err := lr.Next()
+			if err != nil {
+				break
+			}
+			entries[h.Name] = h
+		}
+		if entries["usr/bin/plugin"] != nil {
+			layer = entries
+		}
+	}
+	if layer == nil {
+		t.Fatal("no layer with usr/bin/plugin")
+	}
+	for name, typ := range map[string]byte{"usr/": tar.TypeDir, "usr/bin/": tar.TypeDir, "bin/": tar.TypeDir, "tmp/": tar.TypeDir, "usr/bin/plugin": tar.TypeReg} {
+		if h := layer[name]; h == nil || h.Typeflag != typ {
+			t.Errorf("layer entry %s: %+v, want type %c", name, h, typ)
+		}
+	}
+	if h := layer["usr/bin/plugin"]; h != nil && h.Mode&0o111 == 0 {
+		t.Errorf("usr/bin/plugin mode %o, want executable", h.Mode)
+	}
+	var config struct {
+		Config struct{ Entrypoint []string }
+	}
+	for name, b := range blobs {
+		if strings.HasPrefix(name, "blobs/") && json.Unmarshal(b, &config) == nil && len(config.Config.Entrypoint) > 0 {
+			break
+		}
+	}
+	if !slices.Equal(config.Config.Entrypoint, spec.entrypoint) {
+		t.Errorf("entrypoint %q, want %q", config.Config.Entrypoint, spec.entrypoint)
+	}
+}

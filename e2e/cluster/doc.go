@@ -5,9 +5,11 @@
 //
 // Everything lives in one temporary directory. The kubelet and containerd run inside a private mount
 // namespace (held by a `sleep` process started with `unshare`) in which /var/lib, /var/log and /run are
-// overlays over the host's directories and /var/lib/kubelet/device-plugins is a bind mount of a temporary
-// directory, so the host's real kubelet and containerd directories are never written. The device plugin
-// under test runs outside that namespace and is pointed at the temporary device-plugin directory.
+// overlays over the host's directories and /var/lib/kubelet/device-plugins, /var/lib/kubelet/pod-resources
+// and /var/lib/virtual-gpu are bind mounts of temporary directories (the first two the kubelet's real
+// ones), so the host's real kubelet and containerd directories are never written and a plugin pod's
+// hostPaths reach the kubelet. A plugin process under test runs outside that namespace and is pointed at
+// the temporary directories.
 //
 // Every process the harness starts is recorded in a registry file under the cache directory and is
 // stopped by its process id by [Cluster.Stop]; processes left behind by an interrupted earlier run are
