@@ -71,14 +71,19 @@ func health(args []string, stdout io.Writer, getenv func(string) string) error {
 		if !healthy && reason == "" {
 			reason = "set unhealthy by an operator"
 		}
-		d, err := admin.NewClient(f.adminSocket, dumpTimeout).SetHealth(id, healthy, reason)
+		client := admin.NewClient(f.adminSocket, dumpTimeout)
+		d, err := client.SetHealth(id, healthy, reason)
 		if errors.Is(err, admin.ErrNoPlugin) {
 			return fmt.Errorf("health set needs the running plugin: %w", err)
 		}
 		if err != nil {
 			return err
 		}
-		return printDevices(stdout, f.output, withHolders([]store.Device{d}, nil))
+		active, err := client.Allocations(store.AllocationFilter{Active: true, DeviceID: id})
+		if err != nil {
+			return err
+		}
+		return printDevices(stdout, f.output, withHolders([]store.Device{d}, active))
 	default:
 		return usagef("health: unknown command %q: want list or set", pos[0])
 	}

@@ -109,13 +109,14 @@ func TestBinary_HealthSurvivesRestart(t *testing.T) {
 	p, reg := n.start(t)
 	plugintest.NextList(t, reg, 10*time.Second)
 
+	allocate(t, reg, "fake-1", "fake-2")
 	set := time.Now()
 	out, errOut, code := cli(t, "health", "set", "fake-1", "unhealthy", "--reason", "XID 79", "-state="+n.state)
 	if code != 0 {
 		t.Fatalf("health set: exit %d: %s", code, errOut)
 	}
-	if !strings.Contains(out, "fake-1") || !strings.Contains(out, "Unhealthy") || !strings.Contains(out, "XID 79") {
-		t.Errorf("health set output:\n%s", out)
+	if !strings.Contains(out, "fake-1") || !strings.Contains(out, "Unhealthy") || !strings.Contains(out, "XID 79") || !strings.Contains(out, "#1 (allocated)") {
+		t.Errorf("health set output (want the device, its health, reason and holder):\n%s", out)
 	}
 	l := plugintest.NextList(t, reg, 10*time.Second)
 	t.Logf("health set to ListAndWatch: %v", time.Since(set))
