@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -68,7 +69,7 @@ func parseNvidiaSMI(name string, data []byte) (*Machine, error) {
 	)
 	for sc.Scan() {
 		lineNo++
-		f := strings.Fields(sc.Text())
+		f := strings.Fields(stripANSI(sc.Text()))
 		if headerAt == 0 {
 			if len(f) > 0 && f[0] == "GPU0" && (len(f) == 1 || f[1] != "X") {
 				headerAt = lineNo
@@ -338,3 +339,15 @@ Legend:
   PIX  = Connection traversing at most a single PCIe bridge
   NV#  = Connection traversing a bonded set of # NVLinks
 `
+
+// ansiRE matches terminal escape sequences (CSI): nvidia-smi underlines its
+// header row with ESC[4m … ESC[0m, also when its output goes to a file.
+var ansiRE = regexp.MustCompile("\x1b\\[[0-9;?]*[ -/]*[@-~]")
+
+// stripANSI removes terminal escape sequences from a line.
+func stripANSI(line string) string {
+	if !strings.Contains(line, "\x1b") {
+		return line
+	}
+	return ansiRE.ReplaceAllString(line, "")
+}

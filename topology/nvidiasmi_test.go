@@ -21,6 +21,8 @@ func TestParseNvidiaSMI_Testdata(t *testing.T) {
 			links: map[[2]int]Link{{0, 1}: {12, NODE}, {1, 2}: {12, SYS}}, cpu0: "48-63,176-191"},
 		{file: "hgx-h100.txt", name: "hgx-h100", gpus: 8, numa: []int{0, 0, 0, 0, 1, 1, 1, 1},
 			links: map[[2]int]Link{{0, 3}: {18, NODE}, {3, 4}: {18, SYS}}, cpu0: "0-55,112-167", preset: "hgx-h100"},
+		{file: "hgx-h100-color.txt", name: "hgx-h100-color", gpus: 8, numa: []int{0, 0, 0, 0, 1, 1, 1, 1}, // header underlined with ESC[4m … ESC[0m, as nvidia-smi prints it
+			links: map[[2]int]Link{{0, 3}: {18, NODE}, {3, 4}: {18, SYS}}, cpu0: "0-55,112-167", preset: "hgx-h100"},
 		{file: "dgx1-volta.txt", name: "dgx1-volta", gpus: 8, numa: []int{0, 0, 0, 0, 1, 1, 1, 1},
 			links: map[[2]int]Link{{0, 1}: {1, NODE}, {0, 4}: {2, SYS}, {0, 5}: {0, SYS}}, cpu0: "0-19,40-59", preset: "dgx1-volta"},
 		{file: "dgx2.txt", name: "dgx2", gpus: 16, numa: []int{0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},

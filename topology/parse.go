@@ -127,7 +127,7 @@ func DetectFormat(data []byte) Format {
 	sc.Buffer(make([]byte, 0, 64*1024), maxFileBytes)
 	for sc.Scan() {
 		line := sc.Text()
-		f := strings.Fields(line)
+		f := strings.Fields(stripANSI(line))
 		if len(f) > 0 && f[0] == "GPU0" {
 			return FormatNvidiaSMI
 		}
