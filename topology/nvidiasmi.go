@@ -23,16 +23,22 @@ const (
 //
 //   - the header row "GPU0 GPU1 … [NIC0 … | mlx5_0 …] CPU Affinity
 //     [NUMA Affinity] [GPU NUMA ID]", separated by tabs or spaces; lines
-//     before it (a shell prompt, a blank line) are skipped;
+//     before it (a shell prompt, a blank line) are skipped; labels run
+//     together (GPU0GPU1mlx5_0) are separated;
 //   - one row per GPU, GPU0 first: a cell per GPU ("X" on the diagonal, NV<n>
 //     with n in 1..MaxNVLinks, or PIX, PXB, PHB, NODE, SYS, and the old
-//     aliases PSB and SOC), then the NIC cells (ignored, any number), then
-//     one value per affinity column;
+//     aliases PSB and SOC), then the NIC cells (ignored, any number; cells
+//     run together by nvidia-smi, as PXBNODE, are separated), then one
+//     value per affinity column (with tabs a value may be empty, meaning
+//     unknown; without tabs a missing first value is an empty CPU Affinity);
 //   - rows of NICs and other devices (NIC0, mlx5_0, …), blank lines, the
-//     "Legend:" and "NIC Legend:" blocks, which are read past.
+//     "Legend:" and "NIC Legend:" blocks, and any line after the last GPU
+//     row, which are read past.
+//
+// Lines wrapped by a narrow terminal are joined (see joinWrapped).
 //
 // A GPU's NUMA node is its "NUMA Affinity" (the first node if it lists
-// several), -1 for N/A. Without that column, GPUs with the same "CPU
+// several), -1 for N/A or empty. Without that column, GPUs with the same "CPU
 // Affinity" share a node and nodes are numbered 0, 1, … in the order of
 // their lowest CPU; N/A gives -1. "GPU NUMA ID" (the NUMA node of the GPU's
 // own memory on Grace systems) is checked but not used. The matrix must be
@@ -55,49 +61,56 @@ type smiRow struct {
 }
 
 func parseNvidiaSMI(name string, data []byte) (*Machine, error) {
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 64*1024), maxFileBytes)
-	lineNo := 0
-	var (
-		gpuCols   int
-		devCols   map[string]bool
-		affCols   []string
-		rows      []smiRow
-		headerAt  int
-		rowsEnded bool
-		endLine   int // where the GPU rows ended
-	)
-	for sc.Scan() {
-		lineNo++
-		f := strings.Fields(stripANSI(sc.Text()))
-		if headerAt == 0 {
-			if len(f) > 0 && f[0] == "GPU0" && (len(f) == 1 || f[1] != "X") {
-				headerAt = lineNo
-				var err error
-				gpuCols, devCols, affCols, err = smiHeader(f)
-				if err != nil {
-					return nil, parseErr(name, lineNo, err.Error())
-				}
-			}
-			continue
+	lines, err := smiLines(name, data)
+	if err != nil {
+		return nil, err
+	}
+	headerAt := slices.IndexFunc(lines, func(l string) bool { return smiHeaderStart(strings.Fields(l)) })
+	if headerAt < 0 {
+		return nil, parseErr(name, 0, "no header row: expected nvidia-smi topo -m output starting with a row GPU0 GPU1 … CPU Affinity")
+	}
+	// A header wrapped by a narrow terminal goes on until the first row.
+	header, next := lines[headerAt], headerAt+1
+	for ; next < len(lines); next++ {
+		f := strings.Fields(lines[next])
+		if len(f) == 0 || f[0] == "GPU0" || isSMILegend(f) || slices.ContainsFunc(f, func(w string) bool { return splitLabels(w) != nil }) {
+			break // a row, with link cells
 		}
-		if rowsEnded {
-			continue
-		}
+		header = joinWrapped(header, lines[next])
+	}
+	gpuCols, devCols, affCols, err := smiHeader(smiHeaderFields(header))
+	if err != nil {
+		return nil, parseErr(name, headerAt+1, err.Error())
+	}
+	devs := make(map[string]bool, len(devCols))
+	for _, d := range devCols {
+		devs[d] = true
+	}
+	var rows []smiRow
+	endLine := len(lines) // where the GPU rows ended (1-based)
+rowLoop:
+	for i := next; i < len(lines); i++ {
+		lineNo := i + 1
+		f := strings.Fields(lines[i])
 		switch {
 		case len(f) == 0:
 			if len(rows) > 0 {
-				rowsEnded, endLine = true, lineNo
+				endLine = lineNo
+				break rowLoop
 			}
 			continue
-		case f[0] == "Legend:" || f[0] == "NIC" && len(f) > 1 && f[1] == "Legend:":
-			rowsEnded, endLine = true, lineNo
-			continue
-		case devCols[f[0]]:
+		case isSMILegend(f):
+			endLine = lineNo
+			break rowLoop
+		case devs[f[0]]:
 			continue // a NIC row
 		}
 		idx, ok := gpuLabel(f[0])
 		if !ok {
+			if len(rows) == gpuCols && len(rows) > 0 {
+				endLine = lineNo // all rows read: a shell prompt, other output
+				break rowLoop
+			}
 			return nil, parseErr(name, lineNo, fmt.Sprintf("row %q: expected GPU%d or a device named in the header", f[0], len(rows)))
 		}
 		if idx != len(rows) {
@@ -106,32 +119,257 @@ func parseNvidiaSMI(name string, data []byte) (*Machine, error) {
 		if idx >= gpuCols {
 			return nil, parseErr(name, lineNo, fmt.Sprintf("row %s: the header has only %d GPU columns", f[0], gpuCols))
 		}
-		if len(f)-1 < gpuCols+len(affCols) {
-			return nil, parseErr(name, lineNo, fmt.Sprintf("row %s has %d values: expected %d GPU cells and %d affinity values (%s)",
-				f[0], len(f)-1, gpuCols, len(affCols), strings.Join(affCols, ", ")))
+		line := lines[i]
+		cells, aff, n := splitSMIRow(line, gpuCols, len(devCols), affCols)
+		// A row wrapped by a narrow terminal goes on in the next lines.
+		for aff == nil && i+1 < len(lines) && smiContinuation(lines[i+1], devs) {
+			i++
+			line = joinWrapped(line, lines[i])
+			cells, aff, n = splitSMIRow(line, gpuCols, len(devCols), affCols)
 		}
-		rows = append(rows, smiRow{line: lineNo, cells: f[1 : 1+gpuCols], aff: f[len(f)-len(affCols):]})
-	}
-	if err := sc.Err(); err != nil {
-		return nil, &ParseError{File: name, Line: lineNo, Msg: "read", Err: err}
-	}
-	if headerAt == 0 {
-		return nil, parseErr(name, 0, "no header row: expected nvidia-smi topo -m output starting with a row GPU0 GPU1 … CPU Affinity")
-	}
-	if !rowsEnded {
-		endLine = lineNo
+		if aff == nil {
+			return nil, parseErr(name, lineNo, fmt.Sprintf("row %s has %d values: expected %d GPU cells and %d affinity values (%s)",
+				f[0], n, gpuCols, len(affCols), strings.Join(affCols, ", ")))
+		}
+		rows = append(rows, smiRow{line: lineNo, cells: cells, aff: aff})
 	}
 	if len(rows) != gpuCols {
 		return nil, parseErr(name, endLine, fmt.Sprintf("found %d GPU rows: expected %d (GPU0..GPU%d), as in the header at line %d",
-			len(rows), gpuCols, gpuCols-1, headerAt))
+			len(rows), gpuCols, gpuCols-1, headerAt+1))
 	}
 	return smiMachine(name, rows, affCols)
 }
 
+// smiLines splits data into lines without terminal escape codes and line
+// ends (LF or CRLF).
+func smiLines(name string, data []byte) ([]string, error) {
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 0, 64*1024), maxFileBytes)
+	var lines []string
+	for sc.Scan() {
+		lines = append(lines, strings.TrimRight(stripANSI(sc.Text()), "\r"))
+	}
+	if err := sc.Err(); err != nil {
+		return nil, &ParseError{File: name, Line: len(lines) + 1, Msg: "read", Err: err}
+	}
+	return lines, nil
+}
+
+// smiHeaderStart tells whether the fields f of a line start the header row:
+// GPU0 (maybe run together with the next labels, as in GPU0GPU1…), not
+// followed by the X of the first GPU row.
+func smiHeaderStart(f []string) bool {
+	if len(f) == 0 {
+		return false
+	}
+	first := splitHeaderField(f[0])
+	return first[0] == "GPU0" && (len(first) > 1 || len(f) == 1 || f[1] != "X")
+}
+
+// smiHeaderFields splits the header row into fields, separating GPU labels
+// that a copy lost the tabs between (GPU0GPU1GPU2mlx5_0).
+func smiHeaderFields(line string) []string {
+	var out []string
+	for _, f := range strings.Fields(line) {
+		out = append(out, splitHeaderField(f)...)
+	}
+	return out
+}
+
+// splitHeaderField splits "GPU0GPU1mlx5_0" into GPU0, GPU1, mlx5_0; any
+// other field is returned alone.
+func splitHeaderField(f string) []string {
+	var out []string
+	for strings.HasPrefix(f, "GPU") {
+		n := 3
+		for n < len(f) && f[n] >= '0' && f[n] <= '9' {
+			n++
+		}
+		if n == 3 || n == len(f) {
+			break
+		}
+		out = append(out, f[:n])
+		f = f[n:]
+	}
+	return append(out, f)
+}
+
+// isSMILegend tells whether the fields f start the "Legend:" or "NIC Legend:"
+// block that follows the matrix.
+func isSMILegend(f []string) bool {
+	return len(f) > 0 && (f[0] == "Legend:" || f[0] == "NIC" && len(f) > 1 && f[1] == "Legend:")
+}
+
+// smiContinuation tells whether line continues a row that a terminal
+// wrapped: it is not blank and does not start a row or the legend.
+func smiContinuation(line string, devs map[string]bool) bool {
+	f := strings.Fields(line)
+	if len(f) == 0 || isSMILegend(f) || devs[f[0]] {
+		return false
+	}
+	_, isRow := gpuLabel(f[0])
+	return !isRow
+}
+
+// joinWrapped joins a line that a terminal wrapped (and a copy may have
+// trimmed the blanks at the break of): with a space if there is a blank at
+// the break or the words on both sides are whole (NIC0 | NIC1, SYS | 0-55),
+// directly if the break cuts a word (NV1 | 8, Affin | ity, 112- | 167).
+func joinWrapped(a, b string) string {
+	if a == "" || b == "" || strings.ContainsAny(a[len(a)-1:], " \t") || strings.ContainsAny(b[:1], " \t") {
+		return a + " " + b
+	}
+	wa, wb := a[strings.LastIndexAny(a, " \t")+1:], strings.Fields(b)[0]
+	numeric := func(c byte) bool { return c >= '0' && c <= '9' || c == ',' || c == '-' }
+	if numeric(wa[len(wa)-1]) && numeric(wb[0]) {
+		return a + b // a number cut in two
+	}
+	if wholeWord(wa) && wholeWord(wb) {
+		return a + " " + b
+	}
+	return a + b
+}
+
+var (
+	deviceNameRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]*[0-9]$`)
+	cpuListRE    = regexp.MustCompile(`^[0-9][0-9,-]*[0-9]$|^[0-9]$`)
+)
+
+// wholeWord tells whether w can be a whole word of nvidia-smi output: a link
+// label, a header word, a device name, a number or CPU list, N/A.
+func wholeWord(w string) bool {
+	switch w {
+	case "CPU", "NUMA", "GPU", "ID", "Affinity", "N/A":
+		return true
+	}
+	return splitLabels(w) != nil || deviceNameRE.MatchString(w) || cpuListRE.MatchString(w)
+}
+
+// smiTokens splits a row into its label and values. nvidia-smi separates
+// cells with tabs and leaves a cell empty when it has no value (a CPU
+// Affinity outside the caller's cpuset, the gap before GPU NUMA ID): with
+// tabs, empty cells are kept as "". Without tabs (a copy from a terminal or a
+// web page) cells are split on spaces and empty ones are lost.
+func smiTokens(line string) (toks []string, tabbed bool) {
+	if !strings.Contains(line, "\t") {
+		return strings.Fields(line), false
+	}
+	for p := range strings.SplitSeq(line, "\t") {
+		f := strings.Fields(p)
+		if len(f) == 0 {
+			if len(toks) > 0 { // not indentation
+				toks = append(toks, "")
+			}
+			continue
+		}
+		toks = append(toks, f...)
+	}
+	return toks, true
+}
+
+// splitSMIRow splits a GPU row into its gpus link cells and its affinity
+// values, one per column of aff, after devs device (NIC) cells. Link cells
+// run together by nvidia-smi (PXBNODE, SYSSYS) are separated. aff is nil if
+// the row is too short; n is then the number of values it has.
+func splitSMIRow(line string, gpus, devs int, affCols []string) (cells, aff []string, n int) {
+	toks, tabbed := smiTokens(line)
+	for _, t := range toks[1:] {
+		if t != "" {
+			n++
+		}
+	}
+	rest := toks[1:]
+	cells, rest = takeCells(rest, gpus, false)
+	if len(cells) < gpus {
+		return nil, nil, n
+	}
+	_, rest = takeCells(rest, devs, true)
+	vals := rest
+	k := len(affCols)
+	for len(vals) > k && vals[len(vals)-1] == "" {
+		vals = vals[:len(vals)-1] // trailing tabs
+	}
+	if k > 0 && affCols[k-1] == colGPUNUMAID && len(vals) > k && vals[len(vals)-2] == "" {
+		// nvidia-smi prints an empty cell before GPU NUMA ID.
+		vals = slices.Delete(slices.Clone(vals), len(vals)-2, len(vals)-1)
+	}
+	if len(vals) > k {
+		vals = vals[len(vals)-k:] // extra device cells
+	}
+	if !tabbed && len(vals) == k-1 && k >= 2 && affCols[0] == colCPUAffinity {
+		// Without tabs an empty CPU Affinity leaves no trace: the values
+		// present are the columns after it.
+		vals = append([]string{""}, vals...)
+	}
+	if len(vals) < k {
+		return nil, nil, n
+	}
+	return cells, append([]string{}, vals...), n
+}
+
+// takeCells takes n link cells from toks, splitting cells that were run
+// together. With labelsOnly it stops early at a value that is not a link
+// label (the device cells may be fewer than the header says); otherwise it
+// takes any value, skipping empty ones.
+func takeCells(toks []string, n int, labelsOnly bool) (cells, rest []string) {
+	toks = slices.Clone(toks)
+	for len(cells) < n && len(toks) > 0 {
+		t := toks[0]
+		parts := splitLabels(t)
+		switch {
+		case t == "" && labelsOnly || parts == nil && labelsOnly:
+			return cells, toks
+		case t == "":
+			toks = toks[1:]
+			continue
+		case parts == nil:
+			parts = []string{t}
+		}
+		if len(cells)+len(parts) > n {
+			m := n - len(cells)
+			cells = append(cells, parts[:m]...)
+			toks[0] = strings.Join(parts[m:], "")
+			return cells, toks
+		}
+		cells = append(cells, parts...)
+		toks = toks[1:]
+	}
+	return cells, toks
+}
+
+// smiLinkLabels are the labels of link cells, besides NV<n>.
+var smiLinkLabels = []string{"NODE", "PIX", "PXB", "PHB", "SYS", "SOC", "PSB", "X"}
+
+// splitLabels splits s into the link labels it is made of ("PXBNODE" →
+// PXB, NODE), or returns nil if it is not made of link labels.
+func splitLabels(s string) []string {
+	var out []string
+	for s != "" {
+		if rest, ok := strings.CutPrefix(s, "NV"); ok {
+			d := 0
+			for d < len(rest) && d < 2 && rest[d] >= '0' && rest[d] <= '9' {
+				d++
+			}
+			if d == 0 {
+				return nil
+			}
+			out = append(out, s[:2+d])
+			s = rest[d:]
+			continue
+		}
+		i := slices.IndexFunc(smiLinkLabels, func(l string) bool { return strings.HasPrefix(s, l) })
+		if i < 0 {
+			return nil
+		}
+		out = append(out, smiLinkLabels[i])
+		s = s[len(smiLinkLabels[i]):]
+	}
+	return out
+}
+
 // smiHeader splits the header fields into GPU columns, device columns and
 // affinity columns.
-func smiHeader(f []string) (gpus int, devs map[string]bool, aff []string, err error) {
-	devs = make(map[string]bool)
+func smiHeader(f []string) (gpus int, devs []string, aff []string, err error) {
 	for i := 0; i < len(f); i++ {
 		switch {
 		case f[i] == "CPU" && i+1 < len(f) && f[i+1] == "Affinity":
@@ -156,7 +394,7 @@ func smiHeader(f []string) (gpus int, devs map[string]bool, aff []string, err er
 				}
 				continue
 			}
-			devs[f[i]] = true
+			devs = append(devs, f[i])
 		}
 	}
 	for i, a := range aff {
@@ -195,14 +433,14 @@ func smiMachine(name string, rows []smiRow, affCols []string) (*Machine, error) 
 			v := r.aff[k]
 			switch col {
 			case colCPUAffinity:
-				if v != "N/A" {
+				if v != "N/A" && v != "" {
 					if err := checkCPUList(v); err != nil {
 						return nil, parseErr(name, r.line, fmt.Sprintf("GPU%d CPU Affinity %q: expected a CPU list like 0-19,40-59 or N/A", i, v))
 					}
 					cpus[i] = v
 				}
 			case colNUMAAffinity:
-				if v != "N/A" {
+				if v != "N/A" && v != "" {
 					first, _, _ := strings.Cut(strings.SplitN(v, ",", 2)[0], "-")
 					node, err := strconv.Atoi(first)
 					if err != nil || node < 0 || node > maxElements || checkCPUList(v) != nil {
@@ -211,7 +449,7 @@ func smiMachine(name string, rows []smiRow, affCols []string) (*Machine, error) 
 					numa[i] = node
 				}
 			case colGPUNUMAID:
-				if v != "N/A" {
+				if v != "N/A" && v != "" {
 					if id, err := strconv.Atoi(v); err != nil || id < 0 {
 						return nil, parseErr(name, r.line, fmt.Sprintf("GPU%d GPU NUMA ID %q: expected a NUMA node number or N/A", i, v))
 					}

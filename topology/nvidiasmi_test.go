@@ -36,6 +36,41 @@ func TestParseNvidiaSMI_Testdata(t *testing.T) {
 		{file: "workstation-4gpu.txt", name: "workstation-4gpu", gpus: 4, numa: []int{0, 0, 0, 0},
 			links: map[[2]int]Link{{0, 1}: {4, NODE}, {1, 2}: {0, PHB}}, cpu0: "0-31,64-95", preset: "workstation-4gpu"},
 		{file: "gh200.txt", name: "gh200", gpus: 1, numa: []int{0}, cpu0: "0-71"},
+		// Real outputs of other layouts (sources in the report of the change
+		// that added them; the cell values are as printed, re-tabbed where a
+		// page had expanded the tabs).
+		{file: "hgx-h100-slurm-empty-cpu-affinity.txt", name: "hgx-h100-slurm-empty-cpu-affinity", gpus: 8, // CPU Affinity cells empty (outside the job's cpuset)
+			numa: []int{0, 0, 0, 0, 1, 1, 1, 1}, links: map[[2]int]Link{{0, 7}: {18, SYS}, {0, 3}: {18, NODE}}, cpu0: ""},
+		{file: "hgx-h100-wrapped-80-columns.txt", name: "hgx-h100-wrapped-80-columns", gpus: 8, // the same, copied from an 80-column terminal
+			numa: []int{0, 0, 0, 0, 1, 1, 1, 1}, links: map[[2]int]Link{{0, 7}: {18, SYS}, {0, 3}: {18, NODE}}, cpu0: ""},
+		{file: "a100x4-nvlink-slurm-empty-cpu-affinity.txt", name: "a100x4-nvlink-slurm-empty-cpu-affinity", gpus: 4,
+			numa: []int{0, 0, 1, 1}, links: map[[2]int]Link{{0, 1}: {4, NODE}, {1, 2}: {4, SYS}}, cpu0: "0"},
+		{file: "hgx-b200-16nic-cells-run-together.txt", name: "hgx-b200-16nic-cells-run-together", gpus: 8, // PXBNODE, SYSSYS
+			numa: []int{0, 0, 0, 0, 1, 1, 1, 1}, links: map[[2]int]Link{{0, 1}: {18, NODE}, {3, 4}: {18, SYS}}, cpu0: "0-55,112-167"},
+		{file: "hgx-b200-wrapped-100-columns.txt", name: "hgx-b200-wrapped-100-columns", gpus: 8,
+			numa: []int{0, 0, 0, 0, 1, 1, 1, 1}, links: map[[2]int]Link{{0, 1}: {18, NODE}, {3, 4}: {18, SYS}}, cpu0: "0-55,112-167"},
+		{file: "hgx-h100-sglang-check-env.txt", name: "hgx-h100-sglang-check-env", gpus: 8, // inside other output, NIC rows with empty affinity cells
+			numa: []int{0, 0, 0, 0, 1, 1, 1, 1}, links: map[[2]int]Link{{0, 7}: {18, SYS}}, cpu0: "0-63,128-191"},
+		{file: "gb200-nvl4-gpu-numa-id.txt", name: "gb200-nvl4-gpu-numa-id", gpus: 4, // NUMA Affinity 0,3-9,11-17; GPU NUMA ID 2, 10, 18, 26
+			numa: []int{0, 0, 1, 1}, links: map[[2]int]Link{{0, 1}: {18, NODE}, {1, 2}: {18, SYS}}, cpu0: "0-71"},
+		{file: "p40-8gpu-old-driver-soc.txt", name: "p40-8gpu-old-driver-soc", gpus: 8, numa: []int{0, 0, 0, 0, 0, 0, 0, 0},
+			links: map[[2]int]Link{{0, 1}: {0, PIX}, {0, 4}: {0, PXB}}, cpu0: "0-13"},
+		{file: "minsky-power8-nv2-spaces.txt", name: "minsky-power8-nv2-spaces", gpus: 4, numa: []int{0, 0, 1, 1},
+			links: map[[2]int]Link{{0, 1}: {2, NODE}, {1, 2}: {0, SYS}}, cpu0: "0-0,8-8,16-16,24-24,32-32,40-40,48-48,56-56,64-64,72-72"},
+		{file: "k80-4gpu-oldest-legend-crlf.txt", name: "k80-4gpu-oldest-legend-crlf", gpus: 4, numa: []int{0, 0, 0, 0},
+			links: map[[2]int]Link{{0, 1}: {0, PIX}, {1, 2}: {0, PHB}}, cpu0: "0-11"},
+		{file: "dgx1-pascal-header-run-together.txt", name: "dgx1-pascal-header-run-together", gpus: 8, // GPU0GPU1…GPU7mlx5_0
+			numa: []int{0, 0, 0, 0, 0, 0, 0, 0}, links: map[[2]int]Link{{0, 4}: {1, NODE}, {0, 5}: {0, SYS}}, cpu0: "1-1"},
+		{file: "polaris-a100-nps4-no-leading-tab.txt", name: "polaris-a100-nps4-no-leading-tab", gpus: 4, numa: []int{3, 2, 1, 0},
+			links: map[[2]int]Link{{0, 1}: {4, SYS}}, cpu0: "24-31,56-63"},
+		{file: "a100x4-numa-affinity-range.txt", name: "a100x4-numa-affinity-range", gpus: 4, numa: []int{0, 0, 0, 0}, // NUMA Affinity 0-3
+			links: map[[2]int]Link{{0, 3}: {4, NODE}}, cpu0: "0,64"},
+		{file: "rtx4090x5-threadripper-spaces.txt", name: "rtx4090x5-threadripper-spaces", gpus: 5, numa: []int{1, 0, 0, 0, 0},
+			links: map[[2]int]Link{{0, 1}: {0, SYS}, {1, 2}: {0, PHB}, {1, 3}: {0, NODE}}, cpu0: "8-15,24-31"},
+		{file: "rtx4090x8-all-sys.txt", name: "rtx4090x8-all-sys", gpus: 8, numa: []int{0, 0, 0, 0, 1, 1, 1, 1},
+			links: map[[2]int]Link{{0, 1}: {0, SYS}}, cpu0: "0-55,112-167"},
+		{file: "rtx3090x2-nvlink-prompt-after-rows.txt", name: "rtx3090x2-nvlink-prompt-after-rows", gpus: 2, numa: []int{0, 0},
+			links: map[[2]int]Link{{0, 1}: {4, NODE}}, cpu0: "0-23"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
@@ -127,6 +162,8 @@ func TestParseNvidiaSMI_Errors(t *testing.T) {
 		{"header gap", "\tGPU0\tGPU2\tCPU Affinity\n", 1, "header column GPU2: expected GPU1"},
 		{"header after affinity", "\tGPU0\tCPU Affinity\tNIC0\n", 1, `header column "NIC0" after the affinity columns`},
 		{"header twice", "\tGPU0\tCPU Affinity\tCPU Affinity\n", 1, `header column "CPU Affinity" twice`},
+		{"short row, spaces", "GPU0 GPU1 CPU Affinity\nGPU0 X PIX\nGPU1 PIX X 0-7\n", 2, "row GPU0 has 2 values: expected 2 GPU cells and 1 affinity values"},
+		{"unknown row after the rows", h2 + "GPU0\t X \tPIX\t0-7\t0\nGPU1\tPIX\t X \t0-7\t0\nGPU2\tPIX\t X \t0-7\t0\n", 4, "row GPU2: the header has only 2 GPU columns"},
 		{"more rows than columns", "\tGPU0\tCPU Affinity\nGPU0\t X \t0-7\nGPU1\t X \t0-7\n", 3, "the header has only 1 GPU columns"},
 	}
 	for _, tt := range tests {
@@ -155,6 +192,14 @@ func TestParseNvidiaSMI_Lenient(t *testing.T) {
 		{"NIC cells mangled", "\tGPU0\tGPU1\tNIC0\tNIC1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tPIX\tPIXNODE\t0-7\t0\nGPU1\tPIX\t X \tNODE\tPIX\tNODE\t0-7\t0\n", []int{0, 0}},
 		{"CPU affinity infers NUMA", "\tGPU0\tGPU1\tGPU2\tCPU Affinity\nGPU0\t X \tSYS\tSYS\t16-31\nGPU1\tSYS\t X \tSYS\t0-15\nGPU2\tSYS\tSYS\t X \tN/A\n", []int{1, 0, -1}},
 		{"no affinity columns", "\tGPU0\tGPU1\nGPU0\t X \tPHB\nGPU1\tPHB\t X \n", []int{-1, -1}},
+		{"empty CPU Affinity cell", "\tGPU0\tGPU1\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\nGPU0\t X \tNV4\tNODE\t\t0\t\tN/A\nGPU1\tNV4\t X \tNODE\t8\t1\t\tN/A\n", []int{0, 1}},
+		{"empty CPU Affinity, only column", "\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tPHB\t\nGPU1\tPHB\t X \t0-7\n", []int{-1, 0}},
+		{"empty NUMA Affinity cell", "\tGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\nGPU0\t X \t0-7\t\t\tN/A\n", []int{-1}},
+		{"empty CPU Affinity, spaces", "GPU0  GPU1  NIC0  CPU Affinity  NUMA Affinity  GPU NUMA ID\nGPU0  X  NV4  NODE      0    N/A\nGPU1  NV4  X  NODE  8  1  N/A\n", []int{0, 1}},
+		{"cells run together", "\tGPU0\tGPU1\tNIC0\tNIC1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tNV18PXB\tSYS\t0-7\t0\nGPU1\tNV18\t X \tSYSSYS\t8-15\t1\n", []int{0, 1}},
+		{"header run together", "\t    GPU0GPU1mlx5_0\tCPU Affinity\nGPU0\t X \tSOC\tPIX\t0-7\nGPU1\tSOC\t X \tSOC\t8-15\n", []int{0, 1}},
+		{"header and rows wrapped", "\tGPU0\tGPU1\tNIC0\tCPU Aff\ninity\tNUMA Affinity\nGPU0\t X \tNV1\n8\tPIX\t0-7\t0\nGPU1\tNV18\t X \tSYS\t8-15\n\t1\n", []int{0, 1}},
+		{"prompt after the rows", "$ nvidia-smi topo -m\n\tGPU0\tCPU Affinity\nGPU0\t X \t0-7\n$ exit\n", []int{0}},
 		{"text after legend", "\tGPU0\tCPU Affinity\nGPU0\t X \t0-7\n\nLegend:\n\n  X = Self\nGPU7 is not a row\n", []int{0}},
 	}
 	for _, tt := range tests {
