@@ -318,4 +318,3 @@ func TestRunner_KubeletDown_WaitsQuietly(t *testing.T) {
 		t.Errorf("%d register warnings while the kubelet was down, want none:\n%s", n, logs.String())
 	}
 }
-

@@ -221,7 +221,6 @@ func TestTracker_PluginRestart_ClosesWhatEndedMeanwhile(t *testing.T) {
 	}
 }
 
-
 func shortDir(t *testing.T) string {
 	dir, err := os.MkdirTemp("", "vgpu-pr")
 	if err != nil {
