@@ -17,8 +17,8 @@ all: build
 build:
 	$(BUILD) -o $(BIN)/$(BINARY) ./cmd/$(BINARY)
 
-## test: everything CI runs — vet, the unit suite with the race detector, then the real-kubelet suite
-test: unit e2e
+## test: everything CI runs — gofmt + vet, the unit suite with the race detector, then the real-kubelet suite
+test: lint unit e2e
 
 ## unit: go vet and the unit tests with the race detector
 unit:
