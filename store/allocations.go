@@ -159,23 +159,28 @@ func (s *Store) Allocation(seq uint64) (Allocation, error) {
 
 // Allocations returns the records selected by f, newest (highest Seq) first.
 func (s *Store) Allocations(f AllocationFilter) ([]Allocation, error) {
-	var out []Allocation
-	err := s.view("list allocations", func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketAllocations)
+	return listNewest(s, "list allocations", bucketAllocations, f.Limit,
+		func(a *Allocation) *uint64 { return &a.Seq }, func(a *Allocation) bool { return f.match(*a) })
+}
+
+// listNewest decodes the records of a sequence-keyed bucket from the newest,
+// keeping those keep accepts, at most limit of them (0: all). seq points at
+// a record's Seq field, which the key fills in.
+func listNewest[T any](s *Store, op string, name []byte, limit int, seq func(*T) *uint64, keep func(*T) bool) ([]T, error) {
+	var out []T
+	err := s.view(op, func(tx *bolt.Tx) error {
+		b := tx.Bucket(name)
 		if b == nil {
 			return nil
 		}
 		c := b.Cursor()
-		for k, v := c.Last(); k != nil; k, v = c.Prev() {
-			if f.Limit > 0 && len(out) >= f.Limit {
-				break
-			}
-			var a Allocation
-			if err := decodeSeq(k, v, &a, &a.Seq); err != nil {
+		for k, v := c.Last(); k != nil && (limit <= 0 || len(out) < limit); k, v = c.Prev() {
+			var r T
+			if err := decodeSeq(k, v, &r, seq(&r)); err != nil {
 				return err
 			}
-			if f.match(a) {
-				out = append(out, a)
+			if keep(&r) {
+				out = append(out, r)
 			}
 		}
 		return nil

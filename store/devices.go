@@ -285,35 +285,12 @@ type EventFilter struct {
 
 // HealthEvents returns the events selected by f, newest first.
 func (s *Store) HealthEvents(f EventFilter) ([]HealthEvent, error) {
-	var out []HealthEvent
-	err := s.view("list health events", func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketEvents)
-		if b == nil {
-			return nil
-		}
-		c := b.Cursor()
-		for k, v := c.Last(); k != nil; k, v = c.Prev() {
-			if f.Limit > 0 && len(out) >= f.Limit {
-				break
-			}
-			var e HealthEvent
-			if err := decodeSeq(k, v, &e, &e.Seq); err != nil {
-				return err
-			}
-			if f.DeviceID != "" && e.DeviceID != f.DeviceID {
-				continue
-			}
-			if !f.Since.IsZero() && e.Time.Before(f.Since) {
-				continue
-			}
-			out = append(out, e)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	return listNewest(s, "list health events", bucketEvents, f.Limit,
+		func(e *HealthEvent) *uint64 { return &e.Seq }, func(e *HealthEvent) bool { return f.match(*e) })
+}
+
+func (f EventFilter) match(e HealthEvent) bool {
+	return (f.DeviceID == "" || e.DeviceID == f.DeviceID) && (f.Since.IsZero() || !e.Time.Before(f.Since))
 }
 
 func addEvent(tx *bolt.Tx, e HealthEvent) error {
