@@ -71,6 +71,39 @@ func cli(t *testing.T, args ...string) (string, string, int) {
 	return stdout.String(), stderr.String(), code
 }
 
+// dump runs `dump -o json` against n's plugin or state file and decodes it
+// strictly: a field the documented shape lacks fails the test.
+func (n *node) dump(t *testing.T, args ...string) dumpDoc {
+	t.Helper()
+	out, errOut, code := cli(t, append([]string{"dump", "-o", "json", "-state=" + n.state}, args...)...)
+	if code != 0 {
+		t.Fatalf("dump: exit %d: %s", code, errOut)
+	}
+	var doc dumpDoc
+	dec := json.NewDecoder(strings.NewReader(out))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&doc); err != nil {
+		t.Fatalf("dump json: %v\n%s", err, out)
+	}
+	return doc
+}
+
+// waitDump dumps until ok holds, failing the test after 10 s.
+func (n *node) waitDump(t *testing.T, what string, ok func(dumpDoc) bool) dumpDoc {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		doc := n.dump(t)
+		if ok(doc) {
+			return doc
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s: %+v", what, doc.Allocations)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func allocate(t *testing.T, reg *plugintest.Registration, ids ...string) map[string]string {
 	t.Helper()
 	resp, err := reg.Client.Allocate(context.Background(), &pluginapi.AllocateRequest{
@@ -155,16 +188,7 @@ func TestBinary_Dump_RunningAndStopped(t *testing.T) {
 
 	check := func(t *testing.T, source string) {
 		t.Helper()
-		out, errOut, code := cli(t, "dump", "-o", "json", "-state="+n.state)
-		if code != 0 {
-			t.Fatalf("dump: exit %d: %s", code, errOut)
-		}
-		var doc dumpDoc
-		dec := json.NewDecoder(strings.NewReader(out))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&doc); err != nil {
-			t.Fatalf("dump json: %v\n%s", err, out)
-		}
+		doc := n.dump(t)
 		if !strings.HasPrefix(doc.Source, source) || len(doc.Devices) != 4 || len(doc.Allocations) != 2 {
 			t.Fatalf("dump = %+v", doc)
 		}
@@ -274,14 +298,7 @@ func TestBinary_FaultInjection_Recorded(t *testing.T) {
 	if h := listHealth(plugintest.NextList(t, reg, 10*time.Second)); h["fake-2"] != pluginapi.Unhealthy {
 		t.Fatalf("list after the fault = %v", h)
 	}
-	out, errOut, code := cli(t, "dump", "-o", "json", "-state="+n.state)
-	if code != 0 {
-		t.Fatal(errOut)
-	}
-	var doc dumpDoc
-	if err := json.Unmarshal([]byte(out), &doc); err != nil {
-		t.Fatal(err)
-	}
+	doc := n.dump(t)
 	if len(doc.Events) == 0 || doc.Events[0].Cause != store.CauseFaultInjection || doc.Events[0].DeviceID != "fake-2" ||
 		!strings.Contains(doc.Events[0].Reason, "down:fake-2") {
 		t.Errorf("newest health event = %+v, want fake-2 down by fault-injection", doc.Events)
@@ -373,32 +390,7 @@ func TestBinary_Lifecycle_HolderAndRelease(t *testing.T) {
 	allocate(t, reg, "fake-3") // admission fails after Allocate: no pod ever claims it
 	pr.SetPod("default", "vgpu-demo", "unicore.mcyou.cc/gpu", plugintest.Container{Name: "demo", IDs: []string{"fake-2", "fake-1"}})
 
-	dumpJSON := func(args ...string) dumpDoc {
-		out, errOut, code := cli(t, append([]string{"dump", "-o", "json", "-state=" + n.state}, args...)...)
-		if code != 0 {
-			t.Fatal(errOut)
-		}
-		var doc dumpDoc
-		if err := json.Unmarshal([]byte(out), &doc); err != nil {
-			t.Fatal(err)
-		}
-		return doc
-	}
-	waitDump := func(what string, ok func(dumpDoc) bool) dumpDoc {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			doc := dumpJSON()
-			if ok(doc) {
-				return doc
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s: %+v", what, doc.Allocations)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	doc := waitDump("held and abandoned", func(d dumpDoc) bool {
+	doc := n.waitDump(t, "held and abandoned", func(d dumpDoc) bool {
 		return len(d.Allocations) == 2 && d.Allocations[1].State == store.StateHeld && d.Allocations[0].State == store.StateAbandoned
 	})
 	if a := doc.Allocations[1]; a.Namespace != "default" || a.Pod != "vgpu-demo" || a.Container != "demo" {
@@ -407,11 +399,11 @@ func TestBinary_Lifecycle_HolderAndRelease(t *testing.T) {
 	if h := doc.Devices[1].Holder; h == nil || h.Pod != "vgpu-demo" {
 		t.Errorf("fake-1 holder = %+v", h)
 	}
-	if active := dumpJSON("--active").Allocations; len(active) != 1 || active[0].Pod != "vgpu-demo" {
+	if active := n.dump(t, "--active").Allocations; len(active) != 1 || active[0].Pod != "vgpu-demo" {
 		t.Errorf("dump --active = %+v", active)
 	}
 	pr.DeletePod("default", "vgpu-demo")
-	doc = waitDump("released", func(d dumpDoc) bool { return d.Allocations[1].State == store.StateReleased })
+	doc = n.waitDump(t, "released", func(d dumpDoc) bool { return d.Allocations[1].State == store.StateReleased })
 	if doc.Allocations[1].ReleasedAt.IsZero() || doc.Devices[1].Holder != nil {
 		t.Errorf("after release: %+v, holder %+v", doc.Allocations[1], doc.Devices[1].Holder)
 	}
@@ -484,25 +476,8 @@ func TestBinary_HistoryPruned(t *testing.T) {
 	for i := range 40 {
 		allocate(t, reg, fmt.Sprintf("fake-%d", i%4))
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		out, errOut, code := cli(t, "dump", "-o", "json", "-state="+n.state)
-		if code != 0 {
-			t.Fatal(errOut)
-		}
-		var doc dumpDoc
-		if err := json.Unmarshal([]byte(out), &doc); err != nil {
-			t.Fatal(err)
-		}
-		if len(doc.Allocations) <= 5 {
-			if doc.Allocations[0].Seq != 40 {
-				t.Errorf("newest kept record is #%d, want #40", doc.Allocations[0].Seq)
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d allocation records kept 10s after 40 allocations, want at most 5", len(doc.Allocations))
-		}
-		time.Sleep(50 * time.Millisecond)
+	doc := n.waitDump(t, "at most 5 records", func(d dumpDoc) bool { return len(d.Allocations) <= 5 })
+	if doc.Allocations[0].Seq != 40 {
+		t.Errorf("newest kept record is #%d, want #40", doc.Allocations[0].Seq)
 	}
 }

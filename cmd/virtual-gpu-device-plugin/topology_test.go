@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -144,14 +143,7 @@ func TestBinary_MachineChanged_Reconciled(t *testing.T) {
 		t.Fatalf("with -devices=2 the kubelet sees %d devices", len(l.Devices))
 	}
 	p.logs.waitLine(t, "reconciled stored devices")
-	out, errOut, code := cli(t, "dump", "-o", "json", "-state="+n.state)
-	if code != 0 {
-		t.Fatal(errOut)
-	}
-	var doc dumpDoc
-	if err := json.Unmarshal([]byte(out), &doc); err != nil {
-		t.Fatal(err)
-	}
+	doc := n.dump(t)
 	if len(doc.Devices) != 4 || !doc.Devices[3].Removed || doc.Devices[1].Removed {
 		t.Errorf("devices after shrinking: %+v", doc.Devices)
 	}
