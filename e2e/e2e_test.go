@@ -164,6 +164,27 @@ func stopPlugin(t *testing.T, c *cluster.Cluster, p *cluster.Plugin) {
 	}
 }
 
+// restartPlugin starts a new plugin on statePath (after the old one was
+// killed) and waits until the kubelet got its Register call and its first
+// device list; it returns the plugin and when both happened.
+func restartPlugin(t *testing.T, c *cluster.Cluster, statePath string) (*cluster.Plugin, time.Time, time.Time) {
+	t.Helper()
+	p, err := c.StartPlugin(t.Context(), cluster.PluginOptions{Binary: pluginBin, StatePath: statePath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopPlugin(t, c, p) })
+	reg, err := c.WaitKubeletLog(t.Context(), 30*time.Second, kubeletGotRegister, p.Started)
+	if err != nil {
+		t.Fatalf("restarted plugin did not register (log %s): %v", p.LogPath, err)
+	}
+	pushed, err := c.WaitKubeletLog(t.Context(), 10*time.Second, kubeletGotDevices, reg.Time)
+	if err != nil {
+		t.Fatalf("restarted plugin sent no device list: %v", err)
+	}
+	return p, reg.Time, pushed.Time
+}
+
 // runPod creates pod, deletes it at cleanup and waits until it is Running.
 func runPod(t *testing.T, c *cluster.Cluster, pod *corev1.Pod) *corev1.Pod {
 	t.Helper()
@@ -382,21 +403,9 @@ func TestPluginRestart(t *testing.T) {
 				}
 				t.Logf("timing: SIGKILL -> node allocatable 0: %s", at.Sub(killed).Round(time.Millisecond))
 			}
-			second, err := c.StartPlugin(t.Context(), cluster.PluginOptions{Binary: pluginBin, StatePath: first.StatePath})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { stopPlugin(t, c, second) })
-			reg, err := c.WaitKubeletLog(t.Context(), 30*time.Second, kubeletGotRegister, second.Started)
-			if err != nil {
-				t.Fatalf("restarted plugin did not register (log %s): %v", second.LogPath, err)
-			}
-			pushed, err := c.WaitKubeletLog(t.Context(), 10*time.Second, kubeletGotDevices, reg.Time)
-			if err != nil {
-				t.Fatalf("restarted plugin sent no device list: %v", err)
-			}
+			second, registered, pushed := restartPlugin(t, c, first.StatePath)
 			t.Logf("timing: SIGKILL -> kubelet got Register from the restarted plugin: %s, -> its device list: %s",
-				reg.Time.Sub(killed).Round(time.Millisecond), pushed.Time.Sub(killed).Round(time.Millisecond))
+				registered.Sub(killed).Round(time.Millisecond), pushed.Sub(killed).Round(time.Millisecond))
 			if _, err := c.WaitPluginReady(t.Context(), second, 30*time.Second, 4); err != nil {
 				t.Fatalf("after the plugin restart: %v", err)
 			}

@@ -44,19 +44,7 @@ func TestStateSurvivesKill(t *testing.T) {
 	watch := watchAllocatable(t, c)
 	killed := time.Now()
 	first.KillHard()
-	second, err := c.StartPlugin(t.Context(), cluster.PluginOptions{Binary: pluginBin, StatePath: first.StatePath})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stopPlugin(t, c, second) })
-	reg, err := c.WaitKubeletLog(t.Context(), 30*time.Second, kubeletGotRegister, second.Started)
-	if err != nil {
-		t.Fatalf("restarted plugin did not register (log %s): %v", second.LogPath, err)
-	}
-	pushed, err := c.WaitKubeletLog(t.Context(), 10*time.Second, kubeletGotDevices, reg.Time)
-	if err != nil {
-		t.Fatalf("restarted plugin sent no device list: %v", err)
-	}
+	second, _, pushed := restartPlugin(t, c, first.StatePath)
 	// A stale 3 from before the kill may still show, and the kubelet may drop to 0 when it handles the
 	// old stream's end: wait until 4/3 holds for 2 s (several node status updates).
 	at, err := c.WaitNodeResourceStable(t.Context(), 30*time.Second, 2*time.Second, 4, 3)
@@ -64,7 +52,7 @@ func TestStateSurvivesKill(t *testing.T) {
 		t.Fatalf("after the restart on the same state: %v (plugin log %s)", err, second.LogPath)
 	}
 	t.Logf("timing: SIGKILL -> kubelet got the restarted plugin's device list: %s, -> node capacity 4 allocatable 3 for good: %s",
-		pushed.Time.Sub(killed).Round(time.Millisecond), at.Sub(killed).Round(time.Millisecond))
+		pushed.Sub(killed).Round(time.Millisecond), at.Sub(killed).Round(time.Millisecond))
 	seen := watch()
 	if regs, err := second.FindLog("registered with kubelet"); err == nil {
 		t.Logf("restarted plugin registered %d time(s)", len(regs))
