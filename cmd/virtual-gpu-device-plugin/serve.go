@@ -163,7 +163,7 @@ func serve(ctx context.Context, cfg config, logw io.Writer) error {
 			faults.Run(ctx, plan, ids, func(id string, healthy bool, reason string) error {
 				_, err := srv.SetHealth(id, healthy, reason, store.CauseFaultInjection)
 				return err
-			}, func(err error) { log.Error().Err(err).Msg("fault injection") })
+			}, faults.Options{OnError: func(err error) { log.Error().Err(err).Msg("fault injection") }})
 			return nil
 		})
 	}
