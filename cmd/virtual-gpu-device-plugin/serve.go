@@ -77,10 +77,12 @@ func serve(ctx context.Context, cfg config, logw io.Writer) error {
 	policy := allocator.Policies[cfg.allocationPolicy]
 	pruneKick := make(chan struct{}, 1)
 	var (
-		srv    *plugin.Server
-		runner *plugin.Runner
+		srv     *plugin.Server
+		runner  *plugin.Runner
+		tracker *lifecycle.Tracker
 	)
-	// The closures run at scrape time, after srv and runner are set.
+	// The closures run at scrape or Allocate time, after srv, runner and
+	// tracker are set.
 	m := metrics.New(func() []plugin.Device { return srv.Devices() }, func() bool { return runner.Registered() },
 		func(set []int) int { return allocator.Score(machine, set) })
 	srv, err = plugin.NewServer(plugin.ServerConfig{
@@ -89,7 +91,7 @@ func serve(ctx context.Context, cfg config, logw io.Writer) error {
 			return policy(machine, available, mustInclude, size)
 		},
 		Env:      machine.ContainerEnv,
-		Recorder: recorder{st: st, kick: pruneKick},
+		Recorder: recorder{st: st, kick: pruneKick, recorded: func() { tracker.Notify() }},
 		Health:   healthRecorder{st},
 		Observer: m,
 		Logger:   log,
@@ -108,7 +110,7 @@ func serve(ctx context.Context, cfg config, logw io.Writer) error {
 	if err != nil {
 		return err
 	}
-	tracker, err := lifecycle.New(lifecycle.Config{
+	tracker, err = lifecycle.New(lifecycle.Config{
 		Socket:       cfg.podResourcesSocket,
 		ResourceName: cfg.resourceName,
 		Store:        st,
@@ -161,7 +163,7 @@ func serve(ctx context.Context, cfg config, logw io.Writer) error {
 			faults.Run(ctx, plan, ids, func(id string, healthy bool, reason string) error {
 				_, err := srv.SetHealth(id, healthy, reason, store.CauseFaultInjection)
 				return err
-			}, func(err error) { log.Error().Err(err).Msg("fault injection") })
+			}, faults.Options{OnError: func(err error) { log.Error().Err(err).Msg("fault injection") }})
 			return nil
 		})
 	}
@@ -229,6 +231,9 @@ func pluginDevices(cfg config, machine *topology.Machine, st *store.Store, log z
 type recorder struct {
 	st   *store.Store
 	kick chan<- struct{}
+	// recorded, if set, runs after each stored record (the lifecycle
+	// tracker's Notify: look for the holder now).
+	recorded func()
 }
 
 var _ plugin.Recorder = recorder{}
@@ -237,6 +242,9 @@ func (r recorder) RecordAllocation(_ context.Context, ids []string, envs map[str
 	a, err := r.st.RecordAllocation(store.Allocation{DeviceIDs: ids, Envs: envs})
 	if err != nil {
 		return nil, err
+	}
+	if r.recorded != nil {
+		r.recorded()
 	}
 	select {
 	case r.kick <- struct{}{}:

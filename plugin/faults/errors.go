@@ -2,10 +2,8 @@ package faults
 
 import "errors"
 
-var (
-	// ErrBadPlan means a fault plan could not be parsed; the message says
-	// which fault and what was expected.
-	ErrBadPlan = errors.New("bad fault plan")
-	// ErrUnknownDevice means a fault names a device the plugin does not have.
-	ErrUnknownDevice = errors.New("fault names an unknown device")
-)
+// ErrBadPlan means a fault plan could not be parsed or breaks a rule (see
+// the package doc); the message names the fault and the rule. A plan that
+// names a device the plugin lacks is refused by Check with an error wrapping
+// store.ErrUnknownDevice instead.
+var ErrBadPlan = errors.New("bad fault plan")

@@ -7,16 +7,25 @@
 //	down:fake-1:after=30s           fake-1 turns unhealthy 30 s after start, for good
 //	down:fake-1:after=30s:for=2m    … and healthy again 2 minutes later
 //	flap:fake-2:period=10s          fake-2 turns unhealthy, healthy, unhealthy … every 10 s
-//	random:mtbf=1h:repair=5m        every device fails after an exponentially distributed
-//	                                time with mean 1 h and is repaired after one with mean 5 m
+//	random:mtbf=1h:repair=5m        every device fails after a random time with mean 1 h
+//	                                and is repaired after one with mean 5 m
 //	random:mtbf=1h:repair=5m:devices=fake-0|fake-3:seed=7
 //	                                only those devices, with a fixed seed (reproducible)
 //
-// Durations are Go durations (300ms, 10s, 1h30m) and must be positive. The
-// reason recorded with each change names the fault, e.g. "fault injection:
-// flap fake-2 every 10s". Every change goes through a Setter, which the plugin
-// wires to its SetHealth with the cause "fault-injection", so the change is
-// stored in the history and reaches the kubelet.
+// Durations are Go durations (300ms, 10s, 1h30m). after may be 0 or any
+// positive duration; for, period, mtbf and repair must be at least MinPeriod
+// (1 s): a shorter one would flood the log, the history and the kubelet.
+// A random wait is MinWait (100 ms) plus an exponentially distributed time,
+// so its mean is the given mean and no two changes of a device come closer
+// than MinWait. A seed is a positive integer; without one each start draws
+// its own. Device ids are non-empty and contain no spaces, control
+// characters or any of ";:|="; a random fault names each device once. Check
+// refuses a plan naming a device the plugin lacks.
+//
+// The reason recorded with each change names the fault, e.g. "fault
+// injection: flap:fake-2:period=10s". Every change goes through a Setter,
+// which the plugin wires to its SetHealth with the cause "fault-injection",
+// so the change is stored in the history and reaches the kubelet.
 package faults
 
 import (
@@ -28,6 +37,19 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+
+	"github.com/unicore/virtual-gpu-device-plugin/store"
+)
+
+// Limits of a plan.
+const (
+	// MinPeriod is the floor of for, period, mtbf and repair.
+	MinPeriod = time.Second
+	// MinWait is the shortest random wait; random waits keep their mean.
+	MinWait = 100 * time.Millisecond
+	// maxWait caps one random wait (Duration's limit is about 292 years).
+	maxWait = 100 * 365 * 24 * time.Hour
 )
 
 // Kind is a fault kind.
@@ -84,7 +106,8 @@ func (f Fault) String() string {
 	return string(f.Kind)
 }
 
-// Parse reads a fault plan. An empty plan is no faults.
+// Parse reads a fault plan and checks its rules (see the package doc). An
+// empty plan is no faults. Errors wrap ErrBadPlan and name the fault.
 func Parse(plan string) ([]Fault, error) {
 	var out []Fault
 	for i, item := range strings.Split(plan, ";") {
@@ -93,6 +116,9 @@ func Parse(plan string) ([]Fault, error) {
 			continue
 		}
 		f, err := parseOne(item)
+		if err == nil {
+			err = f.Validate()
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%w: fault %d %q: %w", ErrBadPlan, i+1, item, err)
 		}
@@ -135,24 +161,24 @@ func parseOne(item string) (Fault, error) {
 		var err error
 		switch k {
 		case "after":
-			f.After, err = duration(k, v, true)
+			f.After, err = duration(k, v)
 		case "for":
-			f.For, err = duration(k, v, false)
+			f.For, err = duration(k, v)
+			if err == nil && f.For == 0 {
+				err = fmt.Errorf("for %s: must be at least %s (leave for out to stay down for good)", f.For, MinPeriod)
+			}
 		case "period":
-			f.Period, err = duration(k, v, false)
+			f.Period, err = duration(k, v)
 		case "mtbf":
-			f.MTBF, err = duration(k, v, false)
+			f.MTBF, err = duration(k, v)
 		case "repair":
-			f.Repair, err = duration(k, v, false)
+			f.Repair, err = duration(k, v)
 		case "devices":
 			f.Devices = strings.Split(v, "|")
-			if slices.Contains(f.Devices, "") {
-				return f, fmt.Errorf("devices %q: want ids separated by |", v)
-			}
 		case "seed":
 			f.Seed, err = strconv.ParseUint(v, 10, 64)
-			if err != nil {
-				err = fmt.Errorf("seed %q: want a non-negative integer", v)
+			if err != nil || f.Seed == 0 {
+				err = fmt.Errorf("seed %q: want a positive integer (leave seed out for a random one)", v)
 			}
 		}
 		if err != nil {
@@ -176,55 +202,189 @@ func keys(m map[string]bool) string {
 	return strings.Join(ks, ", ")
 }
 
-func duration(k, v string, zeroOK bool) (time.Duration, error) {
+func duration(k, v string) (time.Duration, error) {
 	d, err := time.ParseDuration(v)
-	if err != nil || d < 0 || (d == 0 && !zeroOK) {
-		return 0, fmt.Errorf("%s %q: want a positive duration such as 30s", k, v)
+	if err != nil {
+		return 0, fmt.Errorf("%s %q: want a duration such as 30s", k, v)
 	}
 	return d, nil
 }
 
-// Check verifies that every device a plan names is among known.
-func Check(plan []Fault, known []string) error {
-	for _, f := range plan {
-		names := f.Devices
-		if f.Device != "" {
-			names = []string{f.Device}
+// Validate checks f against the rules of the package doc: a known kind, valid
+// device ids, after not negative, for (if set), period, mtbf and repair at
+// least MinPeriod, a random fault's devices named once. The error names the
+// value and the rule.
+func (f Fault) Validate() error {
+	floor := func(k string, d time.Duration) error {
+		if d < MinPeriod {
+			return fmt.Errorf("%s %s: must be at least %s (the floor of for, period, mtbf and repair)", k, d, MinPeriod)
 		}
-		for _, id := range names {
+		return nil
+	}
+	switch f.Kind {
+	case KindDown:
+		switch {
+		case f.After < 0:
+			return fmt.Errorf("after %s: must be 0 or positive", f.After)
+		case f.For != 0:
+			if err := floor("for", f.For); err != nil {
+				return err
+			}
+		}
+		return validID(f.Device)
+	case KindFlap:
+		if err := floor("period", f.Period); err != nil {
+			return err
+		}
+		return validID(f.Device)
+	case KindRandom:
+		if err := floor("mtbf", f.MTBF); err != nil {
+			return err
+		}
+		if err := floor("repair", f.Repair); err != nil {
+			return err
+		}
+		for i, id := range f.Devices {
+			if err := validID(id); err != nil {
+				return fmt.Errorf("devices: %w", err)
+			}
+			if slices.Contains(f.Devices[:i], id) {
+				return fmt.Errorf("devices: %q named twice", id)
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown kind %q: want down, flap or random", f.Kind)
+}
+
+// validID checks a device id of a plan.
+func validID(id string) error {
+	if id == "" || strings.ContainsAny(id, ";:|=") || strings.ContainsFunc(id, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }) {
+		return fmt.Errorf("device %q: want a non-empty id without spaces, control characters or any of ;:|=", id)
+	}
+	return nil
+}
+
+// targets are the devices f names; empty for a random fault on every device.
+func (f Fault) targets() []string {
+	if f.Kind == KindRandom {
+		return f.Devices
+	}
+	return []string{f.Device}
+}
+
+// Check verifies that every device plan names is among known. The error
+// names the fault and the device and wraps store.ErrUnknownDevice.
+func Check(plan []Fault, known []string) error {
+	for i, f := range plan {
+		for _, id := range f.targets() {
 			if !slices.Contains(known, id) {
-				return fmt.Errorf("fault %q: %w %q", f, ErrUnknownDevice, id)
+				return fmt.Errorf("fault %d %q: %w %q: a fault must name devices of the plugin (%s)", i+1, f, store.ErrUnknownDevice, id, span(known))
 			}
 		}
 	}
 	return nil
 }
 
-// maxWait caps one random wait (about 292 years is Duration's limit).
-const maxWait = 100 * 365 * 24 * time.Hour
+// span names a list of ids briefly: "a, b, c" or "a … z".
+func span(ids []string) string {
+	switch {
+	case len(ids) == 0:
+		return "none"
+	case len(ids) <= 3:
+		return strings.Join(ids, ", ")
+	}
+	return ids[0] + " … " + ids[len(ids)-1]
+}
 
 // Setter applies one injected health change.
 type Setter func(id string, healthy bool, reason string) error
 
-// Run plays the plan against devices until ctx ends, calling set for every
-// change. Failed calls are passed to onError (which may be nil) and the plan
-// goes on. Run returns when ctx ends and every fault's goroutine is done.
-func Run(ctx context.Context, plan []Fault, devices []string, set Setter, onError func(error)) {
+// Clock is where Run waits. Implementations must be safe for concurrent use.
+type Clock interface {
+	// Now is the current time.
+	Now() time.Time
+	// NewTimer starts a timer: c receives once d has passed; stop disarms
+	// it and reports whether it was still armed.
+	NewTimer(d time.Duration) (c <-chan time.Time, stop func() bool)
+}
+
+// systemClock is the wall clock.
+type systemClock struct{}
+
+var _ Clock = systemClock{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+func (systemClock) NewTimer(d time.Duration) (<-chan time.Time, func() bool) {
+	t := time.NewTimer(d)
+	return t.C, t.Stop
+}
+
+// Options are the optional parts of Run; the zero value drops errors and
+// uses the system clock.
+type Options struct {
+	// OnError receives every failed Setter call and every fault Run
+	// refuses; nil drops them.
+	OnError func(error)
+	// Clock times the faults; nil means the system clock.
+	Clock Clock
+}
+
+// Run plays the plan against devices (the targets of a random fault without
+// devices=) until ctx ends, calling set for every change. Failed calls are
+// passed to opts.OnError and the plan goes on; a fault that breaks the rules
+// (see Fault.Validate; Parse never returns one) is passed to opts.OnError
+// and not played. Run returns when ctx ends and every fault's goroutine is
+// done.
+func Run(ctx context.Context, plan []Fault, devices []string, set Setter, opts Options) {
+	onError, clock := opts.OnError, opts.Clock
 	if onError == nil {
 		onError = func(error) {}
 	}
-	apply := func(id string, healthy bool, reason string) {
-		if err := set(id, healthy, reason); err != nil {
-			onError(fmt.Errorf("inject %s into %s: %w", reason, id, err))
+	if clock == nil {
+		clock = systemClock{}
+	}
+	sleep := func(d time.Duration) bool {
+		c, stop := clock.NewTimer(d)
+		defer stop()
+		select {
+		case <-c:
+			return true
+		case <-ctx.Done():
+			return false
 		}
 	}
 	var wg sync.WaitGroup
-	for _, f := range plan {
+	for i, f := range plan {
+		if err := f.Validate(); err != nil {
+			onError(fmt.Errorf("%w: fault %d %q: %w", ErrBadPlan, i+1, f, err))
+			continue
+		}
+		reason := "fault injection: " + f.String()
+		apply := func(id string, healthy bool, reason string) {
+			if err := set(id, healthy, reason); err != nil {
+				onError(fmt.Errorf("fault %d %q: set %s healthy=%t: %w", i+1, f, id, healthy, err))
+			}
+		}
 		switch f.Kind {
 		case KindDown:
-			wg.Go(func() { runDown(ctx, f, apply) })
+			wg.Go(func() {
+				if !sleep(f.After) {
+					return
+				}
+				apply(f.Device, false, reason)
+				if f.For > 0 && sleep(f.For) {
+					apply(f.Device, true, "")
+				}
+			})
 		case KindFlap:
-			wg.Go(func() { runFlap(ctx, f, apply) })
+			wg.Go(func() {
+				for healthy := true; sleep(f.Period); {
+					healthy = !healthy
+					apply(f.Device, healthy, reason)
+				}
+			})
 		case KindRandom:
 			targets := f.Devices
 			if len(targets) == 0 {
@@ -234,61 +394,26 @@ func Run(ctx context.Context, plan []Fault, devices []string, set Setter, onErro
 			if seed == 0 {
 				seed = rand.Uint64()
 			}
-			for i, id := range targets {
-				rng := rand.New(rand.NewPCG(seed, uint64(i)))
-				wg.Go(func() { runRandom(ctx, f, id, rng, apply) })
+			for j, id := range targets {
+				rng := rand.New(rand.NewPCG(seed, uint64(j)))
+				wg.Go(func() {
+					for sleep(draw(rng, f.MTBF)) {
+						apply(id, false, reason)
+						if !sleep(draw(rng, f.Repair)) {
+							return
+						}
+						apply(id, true, "")
+					}
+				})
 			}
 		}
 	}
 	wg.Wait()
 }
 
-// sleep waits d or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-func runDown(ctx context.Context, f Fault, apply func(string, bool, string)) {
-	reason := "fault injection: " + f.String()
-	if !sleep(ctx, f.After) {
-		return
-	}
-	apply(f.Device, false, reason)
-	if f.For > 0 && sleep(ctx, f.For) {
-		apply(f.Device, true, "")
-	}
-}
-
-func runFlap(ctx context.Context, f Fault, apply func(string, bool, string)) {
-	reason := "fault injection: " + f.String()
-	healthy := true
-	for sleep(ctx, f.Period) {
-		healthy = !healthy
-		apply(f.Device, healthy, reason)
-	}
-}
-
-func runRandom(ctx context.Context, f Fault, id string, rng *rand.Rand, apply func(string, bool, string)) {
-	reason := "fault injection: " + f.String()
-	exp := func(mean time.Duration) time.Duration {
-		d := min(rng.ExpFloat64()*float64(mean), float64(maxWait)) // no Duration overflow
-		return max(time.Duration(d), time.Millisecond)
-	}
-	for {
-		if !sleep(ctx, exp(f.MTBF)) {
-			return
-		}
-		apply(id, false, reason)
-		if !sleep(ctx, exp(f.Repair)) {
-			return
-		}
-		apply(id, true, "")
-	}
+// draw is a random wait of the given mean: MinWait plus an exponential time
+// of mean mean-MinWait (mean is at least MinPeriod), capped at maxWait.
+func draw(rng *rand.Rand, mean time.Duration) time.Duration {
+	d := float64(MinWait) + rng.ExpFloat64()*float64(mean-MinWait)
+	return time.Duration(min(d, float64(maxWait))) // no Duration overflow
 }

@@ -2,8 +2,8 @@
 // its release, through the kubelet's PodResources API: the device plugin API
 // never says who got the devices or when they came back.
 //
-// A [Tracker] polls PodResources List every interval and updates the stored
-// allocation records (newest first):
+// A [Tracker] polls PodResources List and updates the stored allocation
+// records (newest first):
 //
 //   - A container that holds exactly a record's device set claims the newest
 //     active record with that set: the record becomes "held" with the
@@ -14,13 +14,23 @@
 //     released_at.
 //   - An "allocated" record that no container claimed within AbandonAfter of
 //     its Allocate becomes "abandoned" (admission failed after Allocate, or a
-//     container came and went between two polls).
+//     container came and went too fast to be seen).
+//
+// The Tracker polls fast (FastInterval, default 100 ms) while a record is
+// still "allocated" (a container is about to appear) and for FastAfterRelease
+// (default 5 s) after it saw a release (releases come in bursts), and slowly
+// (Interval, default 5 s) otherwise, so an idle node costs the kubelet one
+// List per Interval. Notify starts fast polling at once after an Allocate:
+// a holder is recorded within about FastInterval of appearing in List, and a
+// pod that lives for a second or two is recorded held and then released
+// rather than abandoned. A release is seen within Interval.
 //
 // A failed List changes nothing: while the kubelet restarts, the socket is
-// gone and every hold stays as it was. After a plugin restart the first
-// successful List rebuilds who holds what and closes the records of pods
-// that went away meanwhile. If the socket never answers, the Tracker says so
-// once and keeps trying quietly: the plugin works without it.
+// gone and every hold stays as it was; the Tracker retries every Interval.
+// After a plugin restart the first successful List rebuilds who holds what
+// and closes the records of pods that went away meanwhile. If the socket
+// never answers, the Tracker says so once and keeps trying quietly: the
+// plugin works without it.
 package lifecycle
 
 import (
@@ -33,6 +43,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
@@ -43,6 +54,10 @@ import (
 const (
 	DefaultInterval     = 5 * time.Second
 	DefaultAbandonAfter = time.Minute
+	// DefaultFastInterval is 10 Lists a second at most: a tenth of the
+	// kubelet's PodResources rate limit (about 100 a second, burst 10).
+	DefaultFastInterval     = 100 * time.Millisecond
+	DefaultFastAfterRelease = 5 * time.Second
 	// listTimeout bounds one List call.
 	listTimeout = 5 * time.Second
 )
@@ -58,7 +73,30 @@ type Store interface {
 
 var _ Store = (*store.Store)(nil)
 
-// Config configures a Tracker. Socket, ResourceName and Store are required.
+// Clock is where a Tracker reads the time (for held_since and released_at)
+// and waits between polls. Implementations must be safe for concurrent use.
+type Clock interface {
+	// Now is the current time.
+	Now() time.Time
+	// NewTimer starts a timer: c receives once d has passed; stop disarms
+	// it and reports whether it was still armed.
+	NewTimer(d time.Duration) (c <-chan time.Time, stop func() bool)
+}
+
+// systemClock is the wall clock.
+type systemClock struct{}
+
+var _ Clock = systemClock{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+func (systemClock) NewTimer(d time.Duration) (<-chan time.Time, func() bool) {
+	t := time.NewTimer(d)
+	return t.C, t.Stop
+}
+
+// Config configures a Tracker. Socket, ResourceName and Store are required;
+// a zero or negative duration means its default.
 type Config struct {
 	// Socket is the kubelet's PodResources socket (absolute).
 	Socket string
@@ -66,24 +104,34 @@ type Config struct {
 	ResourceName string
 	// Store holds the allocation records.
 	Store Store
-	// Interval between two List calls (default 5 s; the kubelet allows
-	// about 100 a second).
+	// Interval between two List calls while nothing is expected to change,
+	// and after a failed List (default 5 s).
 	Interval time.Duration
+	// FastInterval between two List calls while a record waits for its
+	// holder and for FastAfterRelease after a release (default 100 ms;
+	// never more than Interval). Keep it well above 10 ms: the kubelet
+	// allows about 100 requests a second.
+	FastInterval time.Duration
+	// FastAfterRelease is how long to poll fast after a release was seen
+	// (default 5 s).
+	FastAfterRelease time.Duration
 	// AbandonAfter is how long an allocation may stay unclaimed (default 1 m).
 	AbandonAfter time.Duration
 	// Logger gets one line per change of a record and per change of
 	// availability; the zero Logger discards.
 	Logger zerolog.Logger
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
+	// Clock stamps the records and times the polls; nil means the system
+	// clock.
+	Clock Clock
 }
 
 // Tracker keeps allocation records in step with the pods holding them. Build
-// it with New; call Run once. Sync may be called concurrently with nothing
-// else; Run calls it.
+// it with New; call Run once. Notify is safe for concurrent use at any time;
+// Sync must not run concurrently with itself or Run.
 type Tracker struct {
-	cfg Config
-	log zerolog.Logger
+	cfg    Config
+	log    zerolog.Logger
+	notify chan struct{}
 }
 
 // New checks cfg and returns a Tracker.
@@ -99,30 +147,56 @@ func New(cfg Config) (*Tracker, error) {
 	if cfg.Interval <= 0 {
 		cfg.Interval = DefaultInterval
 	}
+	if cfg.FastInterval <= 0 {
+		cfg.FastInterval = DefaultFastInterval
+	}
+	cfg.FastInterval = min(cfg.FastInterval, cfg.Interval)
+	if cfg.FastAfterRelease <= 0 {
+		cfg.FastAfterRelease = DefaultFastAfterRelease
+	}
 	if cfg.AbandonAfter <= 0 {
 		cfg.AbandonAfter = DefaultAbandonAfter
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = systemClock{}
 	}
-	return &Tracker{cfg: cfg, log: cfg.Logger.With().Str("component", "lifecycle").Logger()}, nil
+	return &Tracker{
+		cfg:    cfg,
+		log:    cfg.Logger.With().Str("component", "lifecycle").Logger(),
+		notify: make(chan struct{}, 1),
+	}, nil
 }
 
-// Run syncs at once and then every Interval until ctx ends. It returns nil
-// when ctx ends; List failures are logged when availability changes, never
-// returned.
+// Notify tells the Tracker that a new allocation was recorded: it polls fast
+// from now on, without waiting for the next slow poll, until the record is
+// claimed or abandoned. It never blocks; call it after the record is stored.
+func (t *Tracker) Notify() {
+	select {
+	case t.notify <- struct{}{}:
+	default: // one pending notice is enough
+	}
+}
+
+// Run syncs at once and then every Interval, or every FastInterval while a
+// record waits for its holder or a release was just seen, until ctx ends.
+// It returns nil when ctx ends; List failures are logged when availability
+// changes, never returned.
 func (t *Tracker) Run(ctx context.Context) error {
-	conn, err := grpc.NewClient("unix://"+t.cfg.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// Reconnect at least every Interval after the kubelet restarts (gRPC's
+	// default backoff grows to two minutes).
+	bo := backoff.DefaultConfig
+	bo.MaxDelay = max(t.cfg.Interval, bo.BaseDelay)
+	conn, err := grpc.NewClient("unix://"+t.cfg.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: listTimeout}))
 	if err != nil {
 		return fmt.Errorf("lifecycle: %s: %w", t.cfg.Socket, err)
 	}
 	defer conn.Close()
 	client := podresourcesapi.NewPodResourcesListerClient(conn)
-	tick := time.NewTicker(t.cfg.Interval)
-	defer tick.Stop()
 	available, first := false, true
+	var fastUntil time.Time
 	for {
-		err := t.Sync(ctx, client)
+		res, err := t.sync(ctx, client)
 		listFailed := errors.Is(err, ErrListFailed)
 		switch {
 		case ctx.Err() != nil:
@@ -138,10 +212,39 @@ func (t *Tracker) Run(ctx context.Context) error {
 			available = true
 		}
 		first = false
+		now := t.cfg.Clock.Now()
+		if res.released > 0 {
+			fastUntil = now.Add(t.cfg.FastAfterRelease)
+		}
+		next := t.cfg.Interval
+		if err == nil && (res.waiting || now.Before(fastUntil)) {
+			next = t.cfg.FastInterval
+		}
+		if !t.wait(ctx, next) {
+			return nil
+		}
+	}
+}
+
+// wait waits d, or FastInterval from a Notify if that comes sooner; it
+// reports false when ctx ended.
+func (t *Tracker) wait(ctx context.Context, d time.Duration) bool {
+	c, stop := t.cfg.Clock.NewTimer(d)
+	defer func() { stop() }()
+	deadline := t.cfg.Clock.Now().Add(d)
+	for {
 		select {
 		case <-ctx.Done():
-			return nil
-		case <-tick.C:
+			return false
+		case <-c:
+			return true
+		case <-t.notify:
+			// Never postpone a poll: many Allocates in a row must not starve it.
+			if soon := t.cfg.Clock.Now().Add(t.cfg.FastInterval); soon.Before(deadline) {
+				stop()
+				c, stop = t.cfg.Clock.NewTimer(t.cfg.FastInterval)
+				deadline = soon
+			}
 		}
 	}
 }
@@ -153,11 +256,25 @@ type holderKey struct{ namespace, pod, container string }
 // nothing and is returned wrapping ErrListFailed; a store error is returned
 // as it is.
 func (t *Tracker) Sync(ctx context.Context, client podresourcesapi.PodResourcesListerClient) error {
+	_, err := t.sync(ctx, client)
+	return err
+}
+
+// syncResult is what one sync saw.
+type syncResult struct {
+	// waiting: a record is still "allocated", its holder is expected.
+	waiting bool
+	// released is how many records became "released".
+	released int
+}
+
+func (t *Tracker) sync(ctx context.Context, client podresourcesapi.PodResourcesListerClient) (syncResult, error) {
+	var res syncResult
 	lctx, cancel := context.WithTimeout(ctx, listTimeout)
 	defer cancel()
 	resp, err := client.List(lctx, &podresourcesapi.ListPodResourcesRequest{})
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrListFailed, err)
+		return res, fmt.Errorf("%w: %w", ErrListFailed, err)
 	}
 	// Containers by the exact set of our devices they hold.
 	holders := map[string][]holderKey{}
@@ -177,9 +294,9 @@ func (t *Tracker) Sync(ctx context.Context, client podresourcesapi.PodResourcesL
 	}
 	active, err := t.cfg.Store.Allocations(store.AllocationFilter{Active: true}) // newest first
 	if err != nil {
-		return fmt.Errorf("lifecycle: %w", err)
+		return res, fmt.Errorf("lifecycle: %w", err)
 	}
-	now := t.cfg.Now().UTC()
+	now := t.cfg.Clock.Now().UTC()
 	taken := map[holderKey]bool{}
 	for _, a := range active {
 		key := setKey(a.DeviceIDs)
@@ -221,6 +338,7 @@ func (t *Tracker) Sync(ctx context.Context, client podresourcesapi.PodResourcesL
 				return nil
 			}
 		default:
+			res.waiting = true
 			continue
 		}
 		updated, err := t.cfg.Store.UpdateAllocation(a.Seq, change)
@@ -228,13 +346,16 @@ func (t *Tracker) Sync(ctx context.Context, client podresourcesapi.PodResourcesL
 			continue // pruned meanwhile
 		}
 		if err != nil {
-			return fmt.Errorf("lifecycle: %w", err)
+			return res, fmt.Errorf("lifecycle: %w", err)
+		}
+		if updated.State == store.StateReleased {
+			res.released++
 		}
 		t.log.Info().Uint64("seq", updated.Seq).Strs("ids", updated.DeviceIDs).Str("state", updated.State).
 			Str("namespace", updated.Namespace).Str("pod", updated.Pod).Str("container", updated.Container).
 			Msg("allocation " + updated.State)
 	}
-	return nil
+	return res, nil
 }
 
 // setKey is a canonical key for a set of device ids.
