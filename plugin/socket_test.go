@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -171,6 +172,17 @@ func TestClaimSocket_StoppedProcess(t *testing.T) {
 	if err := holder.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	// The signal is delivered asynchronously: wait until the kernel shows
+	// the process stopped.
+	plugintest.WaitFor(t, 10*time.Second, "the holder to stop", func() bool {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", holder.Process.Pid))
+		if err != nil {
+			return false
+		}
+		// pid (comm) STATE ...: comm may contain spaces, STATE follows the last ')'.
+		i := strings.LastIndexByte(string(stat), ')')
+		return i >= 0 && i+2 < len(stat) && stat[i+2] == 'T'
+	})
 	if err := plugin.ClaimSocket(path, probeTimeout); err != nil {
 		t.Fatalf("stopped holder: ClaimSocket = %v, want the socket claimed", err)
 	}
