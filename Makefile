@@ -2,18 +2,25 @@
 
 BINARY   := virtual-gpu-device-plugin
 IMAGE    ?= unicore/virtual-gpu-device-plugin:dev
-VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# VERSION: the nearest release tag (git describe) in a git checkout, else the VERSION file, which
+# is there when git metadata is not (the image build: .dockerignore leaves .git out).
+VERSION  ?= $(shell git describe --tags --dirty 2>/dev/null || cat VERSION 2>/dev/null || echo unknown)
+# REVISION: the commit built, "unknown" without git metadata (the Dockerfile takes it as a build arg).
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 GO       ?= go
 BIN      ?= bin
-# The one build command: the Dockerfile runs this same target.
-LDFLAGS  := -s -w -X main.version=$(VERSION)
-BUILD    := CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)"
+# GOOS/GOARCH: the target platform, e.g. `make build GOOS=linux GOARCH=arm64`; empty is this machine's.
+GOOS     ?=
+GOARCH   ?=
+# The one build command: the Dockerfile runs this same target. -version prints what is stamped here.
+LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.revision=$(REVISION)
+BUILD    := CGO_ENABLED=0 $(if $(GOOS),GOOS=$(GOOS)) $(if $(GOARCH),GOARCH=$(GOARCH)) $(GO) build -trimpath -ldflags "$(LDFLAGS)"
 
 .PHONY: all build test unit lint bench e2e demo image clean
 
 all: build
 
-## build: the static plugin binary in bin/
+## build: the static plugin binary in bin/ (GOOS=… GOARCH=… to cross-compile)
 build:
 	$(BUILD) -o $(BIN)/$(BINARY) ./cmd/$(BINARY)
 
@@ -41,7 +48,7 @@ lint:
 
 ## image: the container image (needs a Docker engine; CI checks `make build`, which the Dockerfile runs)
 image:
-	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+	docker build --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) -t $(IMAGE) .
 
 ## bench: every benchmark, with allocations
 bench:

@@ -1,16 +1,36 @@
 package main
 
+// Tests of what ships next to the binary: the manifests under deploy/ (the kustomize base, one
+// overlay per cluster whose kubelet root directory differs, the examples), the Dockerfile and
+// .dockerignore, and the README's deploy commands. They check invariants — every hostPath is
+// the value of the flag that uses it, the security settings are there, the Dockerfile builds
+// with `make build` from the build context Docker would send — rather than numbers and tags.
+//
+// kustomize is not a dependency of this module, so the manifests are rendered here the simple
+// way (render below): resources, namespace, images and JSON 6902 patches, the only kustomize
+// features deploy/ uses; a kustomization using anything else fails the test. Where kubectl is
+// installed, TestDeploy_RenderMatchesKubectlKustomize checks that render agrees with `kubectl
+// kustomize` on every kustomization.
+
 import (
 	"bytes"
 	"debug/buildinfo"
 	"debug/elf"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
+	"reflect"
 	"regexp"
+	"runtime"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,248 +39,1337 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/lifecycle"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 // repoRoot is the repository, two levels above this package.
 const repoRoot = "../.."
 
-// manifests reads every YAML document under deploy/, by file.
-func manifests(t *testing.T) map[string][][]byte {
-	t.Helper()
-	docs := map[string][][]byte{}
-	err := filepath.WalkDir(filepath.Join(repoRoot, "deploy"), func(path string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || filepath.Ext(path) != ".yaml" {
-			return err
-		}
-		b, err := os.ReadFile(path)
+// kubeletRootDirs is the kubelet --root-dir of each cluster that has an overlay in
+// deploy/overlays, from that distribution's source (cited in the overlay). The kubelet serves
+// PodResources under its root directory; its device-plugin directory is fixed.
+var kubeletRootDirs = map[string]string{
+	"k0s":      "/var/lib/k0s/kubelet",
+	"microk8s": "/var/snap/microk8s/common/var/lib/kubelet",
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rendering kustomizations, the simple way.
+
+// object is one Kubernetes object as decoded JSON (maps, slices, float64, string, bool).
+type object = map[string]any
+
+// kustomization is the part of kustomize's Kustomization that deploy/ uses. Decoding is
+// strict: any other field fails the test, so render never silently ignores one.
+type kustomization struct {
+	APIVersion string   `json:"apiVersion"`
+	Kind       string   `json:"kind"`
+	Namespace  string   `json:"namespace,omitempty"`
+	Resources  []string `json:"resources,omitempty"`
+	Images     []struct {
+		Name    string `json:"name"`
+		NewName string `json:"newName,omitempty"`
+		NewTag  string `json:"newTag,omitempty"`
+		Digest  string `json:"digest,omitempty"`
+	} `json:"images,omitempty"`
+	Patches []struct {
+		Path   string `json:"path,omitempty"`
+		Patch  string `json:"patch,omitempty"`
+		Target *struct {
+			Kind string `json:"kind"`
+			Name string `json:"name"`
+		} `json:"target,omitempty"`
+	} `json:"patches,omitempty"`
+}
+
+// jsonPatchOp is one RFC 6902 operation of the kinds deploy/ uses.
+type jsonPatchOp struct {
+	Op    string          `json:"op"`
+	Path  string          `json:"path"`
+	Value json.RawMessage `json:"value,omitempty"`
+}
+
+// render builds the kustomization in dir (relative to the repository) as kustomize would.
+func render(dir string) ([]object, error) {
+	full := filepath.Join(repoRoot, dir)
+	b, err := os.ReadFile(filepath.Join(full, "kustomization.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	var k kustomization
+	if err := yaml.UnmarshalStrict(b, &k); err != nil {
+		return nil, fmt.Errorf("%s/kustomization.yaml uses more than render supports (resources, namespace, images, JSON 6902 patches): %w", dir, err)
+	}
+	if k.APIVersion != "kustomize.config.k8s.io/v1beta1" || k.Kind != "Kustomization" {
+		return nil, fmt.Errorf("%s/kustomization.yaml: %s %s, want kustomize.config.k8s.io/v1beta1 Kustomization", dir, k.APIVersion, k.Kind)
+	}
+	var objs []object
+	for _, r := range k.Resources {
+		p := path.Join(dir, r)
+		info, err := os.Stat(filepath.Join(repoRoot, p))
 		if err != nil {
+			return nil, fmt.Errorf("%s: resource %s: %w", dir, r, err)
+		}
+		if info.IsDir() {
+			sub, err := render(p)
+			if err != nil {
+				return nil, err
+			}
+			objs = append(objs, sub...)
+			continue
+		}
+		docs, err := readObjects(p)
+		if err != nil {
+			return nil, err
+		}
+		objs = append(objs, docs...)
+	}
+	for i, p := range k.Patches {
+		text := p.Patch
+		if p.Path != "" {
+			b, err := os.ReadFile(filepath.Join(full, p.Path))
+			if err != nil {
+				return nil, fmt.Errorf("%s: patch %d: %w", dir, i, err)
+			}
+			text = string(b)
+		}
+		var ops []jsonPatchOp
+		if err := yaml.UnmarshalStrict([]byte(text), &ops); err != nil {
+			return nil, fmt.Errorf("%s: patch %d is not a JSON 6902 patch (the only kind render applies): %w", dir, i, err)
+		}
+		if p.Target == nil || p.Target.Kind == "" || p.Target.Name == "" {
+			return nil, fmt.Errorf("%s: patch %d: a JSON 6902 patch needs a target kind and name", dir, i)
+		}
+		matched := false
+		for j, o := range objs {
+			if o["kind"] != p.Target.Kind || name(o) != p.Target.Name {
+				continue
+			}
+			matched = true
+			patched, err := applyJSONPatch(o, ops)
+			if err != nil {
+				return nil, fmt.Errorf("%s: patch %d on %s/%s: %w", dir, i, p.Target.Kind, p.Target.Name, err)
+			}
+			objs[j] = patched
+		}
+		if !matched {
+			return nil, fmt.Errorf("%s: patch %d: no %s/%s to patch", dir, i, p.Target.Kind, p.Target.Name)
+		}
+	}
+	for _, o := range objs {
+		if k.Namespace != "" {
+			meta, _ := o["metadata"].(map[string]any)
+			meta["namespace"] = k.Namespace
+		}
+		for _, img := range k.Images {
+			for _, c := range containersOf(o) {
+				c["image"] = setImage(c["image"].(string), img.Name, img.NewName, img.NewTag, img.Digest)
+			}
+		}
+	}
+	return objs, nil
+}
+
+// readObjects reads the YAML documents of a file (relative to the repository).
+func readObjects(p string) ([]object, error) {
+	b, err := os.ReadFile(filepath.Join(repoRoot, p))
+	if err != nil {
+		return nil, err
+	}
+	var objs []object
+	for _, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(b), -1) {
+		if strings.TrimSpace(stripComments(doc)) == "" {
+			continue
+		}
+		var o object
+		if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		objs = append(objs, o)
+	}
+	return objs, nil
+}
+
+func stripComments(doc string) string {
+	return regexp.MustCompile(`(?m)^\s*#.*$`).ReplaceAllString(doc, "")
+}
+
+func name(o object) string {
+	meta, _ := o["metadata"].(map[string]any)
+	n, _ := meta["name"].(string)
+	return n
+}
+
+// containersOf returns the containers of a Pod or of a workload's pod template.
+func containersOf(o object) []map[string]any {
+	spec, _ := o["spec"].(map[string]any)
+	if tmpl, ok := spec["template"].(map[string]any); ok {
+		spec, _ = tmpl["spec"].(map[string]any)
+	}
+	var out []map[string]any
+	for _, key := range []string{"initContainers", "containers"} {
+		list, _ := spec[key].([]any)
+		for _, c := range list {
+			out = append(out, c.(map[string]any))
+		}
+	}
+	return out
+}
+
+// setImage applies a kustomize images entry to one image reference.
+func setImage(ref, name, newName, newTag, digest string) string {
+	repo, tag := ref, ""
+	if i := strings.Index(ref, "@"); i >= 0 {
+		repo, tag = ref[:i], ref[i:]
+	} else if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
+		repo, tag = ref[:i], ref[i:]
+	}
+	if repo != name {
+		return ref
+	}
+	if newName != "" {
+		repo = newName
+	}
+	switch {
+	case digest != "":
+		tag = "@" + digest
+	case newTag != "":
+		tag = ":" + newTag
+	}
+	return repo + tag
+}
+
+// applyJSONPatch applies RFC 6902 test, add, replace and remove operations.
+func applyJSONPatch(o object, ops []jsonPatchOp) (object, error) {
+	var doc any = o
+	for _, op := range ops {
+		if !strings.HasPrefix(op.Path, "/") {
+			return nil, fmt.Errorf("%s %q: path must start with /", op.Op, op.Path)
+		}
+		tokens := strings.Split(op.Path[1:], "/")
+		for i, tok := range tokens {
+			tokens[i] = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		}
+		var value any
+		if op.Op != "remove" {
+			if len(op.Value) == 0 {
+				return nil, fmt.Errorf("%s %s: no value", op.Op, op.Path)
+			}
+			if err := json.Unmarshal(op.Value, &value); err != nil {
+				return nil, fmt.Errorf("%s %s: %w", op.Op, op.Path, err)
+			}
+		}
+		var err error
+		doc, err = patchAt(doc, tokens, op.Op, value)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", op.Op, op.Path, err)
+		}
+	}
+	return doc.(object), nil
+}
+
+// patchAt applies one operation at tokens below node and returns the new node.
+func patchAt(node any, tokens []string, op string, value any) (any, error) {
+	tok := tokens[0]
+	last := len(tokens) == 1
+	switch n := node.(type) {
+	case map[string]any:
+		child, ok := n[tok]
+		if !last {
+			if !ok {
+				return nil, fmt.Errorf("no %q", tok)
+			}
+			sub, err := patchAt(child, tokens[1:], op, value)
+			n[tok] = sub
+			return n, err
+		}
+		switch op {
+		case "test":
+			if !ok || !reflect.DeepEqual(child, value) {
+				return nil, fmt.Errorf("test failed: %v, want %v", child, value)
+			}
+		case "add":
+			n[tok] = value
+		case "replace":
+			if !ok {
+				return nil, fmt.Errorf("no %q to replace", tok)
+			}
+			n[tok] = value
+		case "remove":
+			if !ok {
+				return nil, fmt.Errorf("no %q to remove", tok)
+			}
+			delete(n, tok)
+		default:
+			return nil, fmt.Errorf("operation %q not supported", op)
+		}
+		return n, nil
+	case []any:
+		i := len(n)
+		if tok != "-" {
+			var err error
+			if i, err = strconv.Atoi(tok); err != nil || i < 0 || i > len(n) || (i == len(n) && (op != "add" || !last)) {
+				return nil, fmt.Errorf("index %q out of range (%d items)", tok, len(n))
+			}
+		} else if op != "add" || !last {
+			return nil, errors.New(`"-" only appends`)
+		}
+		if !last {
+			sub, err := patchAt(n[i], tokens[1:], op, value)
+			n[i] = sub
+			return n, err
+		}
+		switch op {
+		case "test":
+			if !reflect.DeepEqual(n[i], value) {
+				return nil, fmt.Errorf("test failed: %v, want %v", n[i], value)
+			}
+		case "add":
+			return slices.Insert(n, i, value), nil
+		case "replace":
+			n[i] = value
+		case "remove":
+			return slices.Delete(n, i, i+1), nil
+		default:
+			return nil, fmt.Errorf("operation %q not supported", op)
+		}
+		return n, nil
+	default:
+		return nil, fmt.Errorf("%q below a %T", tok, node)
+	}
+}
+
+// decodeStrict decodes an object into its typed API struct, failing on unknown fields.
+func decodeStrict(o object, out any) error {
+	b, err := json.Marshal(o)
+	if err != nil {
+		return err
+	}
+	return yaml.UnmarshalStrict(b, out)
+}
+
+// ---------------------------------------------------------------------------------------------
+// What deploy/ holds.
+
+// kustomizations lists every directory under deploy/ with a kustomization.yaml.
+func kustomizations(t *testing.T) []string {
+	t.Helper()
+	var dirs []string
+	err := filepath.WalkDir(filepath.Join(repoRoot, "deploy"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Name() == "kustomization.yaml" {
+			rel, _ := filepath.Rel(repoRoot, filepath.Dir(p))
+			dirs = append(dirs, filepath.ToSlash(rel))
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(dirs, "deploy/base") {
+		t.Fatalf("no deploy/base/kustomization.yaml among %v", dirs)
+	}
+	return dirs
+}
+
+// overlays lists the directories under deploy/overlays.
+func overlays(t *testing.T) []string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(repoRoot, "deploy", "overlays"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		if e.IsDir() {
+			names = append(names, e.Name())
+		}
+	}
+	return names
+}
+
+// standaloneExamples lists the YAML files directly in deploy/examples, applied with kubectl -f.
+func standaloneExamples(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(repoRoot, "deploy", "examples", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no examples in deploy/examples (%v)", err)
+	}
+	for i, f := range files {
+		rel, _ := filepath.Rel(repoRoot, f)
+		files[i] = filepath.ToSlash(rel)
+	}
+	return files
+}
+
+func mustRender(t *testing.T, dir string) []object {
+	t.Helper()
+	objs, err := render(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+// renderedDaemonSet renders dir and returns its one DaemonSet, decoded strictly.
+func renderedDaemonSet(t *testing.T, dir string) (*appsv1.DaemonSet, []object) {
+	t.Helper()
+	objs := mustRender(t, dir)
+	var found []*appsv1.DaemonSet
+	for _, o := range objs {
+		if o["kind"] == "DaemonSet" {
+			var ds appsv1.DaemonSet
+			if err := decodeStrict(o, &ds); err != nil {
+				t.Fatalf("%s: DaemonSet: %v", dir, err)
+			}
+			found = append(found, &ds)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("%s renders %d DaemonSets, want 1", dir, len(found))
+	}
+	return found[0], objs
+}
+
+// pluginFlags is what the manifests must agree with: the value of every flag that names a host
+// path or a port, as the binary's own parser reads the container's args and environment.
+type pluginFlags struct {
+	devicePluginPath   string
+	statePath          string
+	adminSocket        string
+	podResourcesSocket string
+	metricsAddress     string
+	resourceName       string
+	topology           string
+}
+
+func parsePluginFlags(args []string, env map[string]string) (pluginFlags, error) {
+	cfg, err := parseConfig(args, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		return pluginFlags{}, err
+	}
+	return pluginFlags{
+		devicePluginPath:   cfg.devicePluginPath,
+		statePath:          cfg.statePath,
+		adminSocket:        cfg.adminSocket,
+		podResourcesSocket: cfg.podResourcesSocket,
+		metricsAddress:     cfg.metricsAddress,
+		resourceName:       cfg.resourceName,
+		topology:           cfg.topology,
+	}, nil
+}
+
+// containerFlags parses the flags of a DaemonSet's one container.
+func containerFlags(t *testing.T, c corev1.Container) pluginFlags {
+	t.Helper()
+	env := map[string]string{}
+	for _, e := range c.Env {
+		if e.ValueFrom != nil {
+			t.Errorf("env %s comes from %v: the test cannot check it", e.Name, e.ValueFrom)
+		}
+		env[e.Name] = e.Value
+	}
+	f, err := parsePluginFlags(c.Args, env)
+	if err != nil {
+		t.Fatalf("args %v env %v: %v", c.Args, env, err)
+	}
+	return f
+}
+
+func defaultFlags(t *testing.T) pluginFlags {
+	t.Helper()
+	f, err := parsePluginFlags(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// ---------------------------------------------------------------------------------------------
+// The manifests.
+
+// TestDeploy_EveryManifestDecodesStrictly renders every kustomization and reads every
+// standalone example, decodes each object into its API type without unknown fields, and
+// checks that no YAML file under deploy/ is left unused.
+func TestDeploy_EveryManifestDecodesStrictly(t *testing.T) {
+	used := map[string]bool{}
+	check := func(where string, o object) {
+		t.Helper()
+		var err error
+		switch kind, _ := o["kind"].(string); kind {
+		case "DaemonSet":
+			err = decodeStrict(o, &appsv1.DaemonSet{})
+		case "Deployment":
+			var d appsv1.Deployment
+			if err = decodeStrict(o, &d); err == nil {
+				checkGPURequests(t, where, d.Spec.Template.Spec)
+			}
+		case "Pod":
+			var pod corev1.Pod
+			if err = decodeStrict(o, &pod); err == nil {
+				checkGPURequests(t, where, pod.Spec)
+			}
+		case "ConfigMap":
+			var cm corev1.ConfigMap
+			if err = decodeStrict(o, &cm); err == nil {
+				for key, data := range cm.Data {
+					if _, err := topology.Parse(key, strings.NewReader(data)); err != nil {
+						t.Errorf("%s: ConfigMap %s key %s is not a topology file: %v", where, cm.Name, key, err)
+					}
+				}
+			}
+		case "PodMonitor":
+			// A Prometheus Operator type: checked against the DaemonSet in TestDeploy_Metrics.
+		default:
+			t.Errorf("%s: unexpected kind %q", where, kind)
+		}
+		if err != nil {
+			t.Errorf("%s: %s %s: %v", where, o["kind"], name(o), err)
+		}
+	}
+	for _, dir := range kustomizations(t) {
+		used[dir+"/kustomization.yaml"] = true
+		objs, err := render(dir)
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		for _, o := range objs {
+			check(dir, o)
+		}
+		b, _ := os.ReadFile(filepath.Join(repoRoot, dir, "kustomization.yaml"))
+		var k kustomization
+		_ = yaml.Unmarshal(b, &k)
+		for _, r := range k.Resources {
+			used[path.Join(dir, r)] = true
+		}
+		for _, p := range k.Patches {
+			if p.Path != "" {
+				used[path.Join(dir, p.Path)] = true
+			}
+		}
+	}
+	for _, f := range standaloneExamples(t) {
+		used[f] = true
+		objs, err := readObjects(f)
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		for _, o := range objs {
+			check(f, o)
+		}
+	}
+	err := filepath.WalkDir(filepath.Join(repoRoot, "deploy"), func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
 			return err
 		}
-		for _, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(b), -1) {
-			if strings.TrimSpace(doc) != "" {
-				docs[path] = append(docs[path], []byte(doc))
-			}
+		rel, _ := filepath.Rel(repoRoot, p)
+		if rel = filepath.ToSlash(rel); !used[rel] {
+			t.Errorf("%s is neither a kustomization, a resource or patch of one, nor an example in deploy/examples", rel)
 		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(docs) == 0 {
-		t.Fatal("no manifests under deploy/")
-	}
-	return docs
 }
 
-// decodeStrict decodes a manifest into out, failing on unknown fields.
-func decodeStrict(t *testing.T, path string, doc []byte, out any) {
+// checkGPURequests: an extended resource's request must equal its limit, or the API server
+// refuses the pod.
+func checkGPURequests(t *testing.T, where string, spec corev1.PodSpec) {
 	t.Helper()
-	if err := yaml.UnmarshalStrict(doc, out); err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-}
-
-func TestDeploy_ManifestsDecodeStrictly(t *testing.T) {
-	for path, docs := range manifests(t) {
-		for _, doc := range docs {
-			var meta struct {
-				Kind string `json:"kind"`
-			}
-			if err := yaml.Unmarshal(doc, &meta); err != nil {
-				t.Fatalf("%s: %v", path, err)
-			}
-			switch meta.Kind {
-			case "DaemonSet":
-				decodeStrict(t, path, doc, &appsv1.DaemonSet{})
-			case "Deployment":
-				decodeStrict(t, path, doc, &appsv1.Deployment{})
-			case "Pod":
-				var pod corev1.Pod
-				decodeStrict(t, path, doc, &pod)
-				checkGPURequests(t, path, pod.Spec)
-			case "ConfigMap":
-				var cm corev1.ConfigMap
-				decodeStrict(t, path, doc, &cm)
-				for name, data := range cm.Data {
-					if _, err := topology.Parse(name, strings.NewReader(data)); err != nil {
-						t.Errorf("%s: topology in the ConfigMap: %v", path, err)
-					}
-				}
-			case "Kustomization":
-			default:
-				t.Errorf("%s: unexpected kind %q", path, meta.Kind)
-			}
-		}
-	}
-}
-
-// checkGPURequests: an extended resource's request must equal its limit.
-func checkGPURequests(t *testing.T, path string, spec corev1.PodSpec) {
-	t.Helper()
+	asked := false
 	for _, c := range spec.Containers {
-		lim, req := c.Resources.Limits[defaultResourceName], c.Resources.Requests[defaultResourceName]
-		if !lim.Equal(req) {
-			t.Errorf("%s: container %s: %s limit %s != request %s", path, c.Name, defaultResourceName, lim.String(), req.String())
+		lim, hasLim := c.Resources.Limits[defaultResourceName]
+		req, hasReq := c.Resources.Requests[defaultResourceName]
+		if hasReq && (!hasLim || !lim.Equal(req)) {
+			t.Errorf("%s: container %s: %s request %s != limit %s", where, c.Name, defaultResourceName, req.String(), lim.String())
 		}
+		asked = asked || hasLim
+	}
+	if !asked {
+		t.Errorf("%s: no container asks for %s", where, defaultResourceName)
 	}
 }
 
-func daemonSet(t *testing.T) *appsv1.DaemonSet {
+// TestDeploy_DaemonSetInvariants checks, for the base and everything built on it, that the
+// DaemonSet agrees with the binary it runs and keeps its security settings.
+func TestDeploy_DaemonSetInvariants(t *testing.T) {
+	defaults := defaultFlags(t)
+	for _, dir := range kustomizations(t) {
+		t.Run(strings.ReplaceAll(dir, "/", "_"), func(t *testing.T) {
+			ds, objs := renderedDaemonSet(t, dir)
+			spec := ds.Spec.Template.Spec
+			if len(spec.Containers) != 1 {
+				t.Fatalf("%d containers, want the plugin alone", len(spec.Containers))
+			}
+			c := spec.Containers[0]
+			flags := containerFlags(t, c)
+
+			// The selector picks the template's pods.
+			for k, v := range ds.Spec.Selector.MatchLabels {
+				if ds.Spec.Template.Labels[k] != v {
+					t.Errorf("selector %s=%s does not match the template labels %v", k, v, ds.Spec.Template.Labels)
+				}
+			}
+
+			// The kubelet's device-plugin directory is fixed, whatever its root directory.
+			if flags.devicePluginPath != defaults.devicePluginPath {
+				t.Errorf("-device-plugin-path %s: the kubelet always uses %s", flags.devicePluginPath, defaults.devicePluginPath)
+			}
+			if filepath.Dir(flags.adminSocket) != filepath.Dir(flags.statePath) {
+				t.Errorf("admin socket %s is not next to the state file %s: dump and health inside the pod would miss it", flags.adminSocket, flags.statePath)
+			}
+			// The base leaves every path (and the resource name) at its flag default; it only
+			// turns the metrics listener on.
+			if want := defaults; dir == "deploy/base" {
+				want.metricsAddress = flags.metricsAddress
+				if flags != want {
+					t.Errorf("the base sets a flag away from its default: %+v, want %+v", flags, want)
+				}
+			}
+
+			checkHostPaths(t, spec, c, flags)
+			checkSecurity(t, spec, c)
+			checkProbesAndMetrics(t, ds, c, flags)
+
+			// Requests and limits are set and consistent (their values are tuning, not checked).
+			r := c.Resources
+			if r.Requests.Cpu().IsZero() || r.Requests.Memory().IsZero() || r.Limits.Memory().IsZero() {
+				t.Errorf("resources %v: want cpu and memory requests and a memory limit", r)
+			} else if r.Limits.Memory().Cmp(*r.Requests.Memory()) < 0 {
+				t.Errorf("memory limit %s below the request %s", r.Limits.Memory(), r.Requests.Memory())
+			}
+			// It must be running before pods are admitted after a reboot.
+			if !strings.HasPrefix(spec.PriorityClassName, "system-") {
+				t.Errorf("priorityClassName %q, want a system- priority class", spec.PriorityClassName)
+			}
+			if ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType {
+				t.Errorf("update strategy %s, want RollingUpdate", ds.Spec.UpdateStrategy.Type)
+			}
+
+			// A -topology file must come from a volume the rendered output provides.
+			if flags.topology != "" && filepath.IsAbs(flags.topology) {
+				checkTopologyVolume(t, spec, c, objs, flags.topology)
+			}
+		})
+	}
+}
+
+// checkHostPaths: every hostPath is mounted at its own path and is the value of a flag: the
+// device-plugin directory, the state file's directory, the PodResources socket's directory.
+func checkHostPaths(t *testing.T, spec corev1.PodSpec, c corev1.Container, flags pluginFlags) {
 	t.Helper()
-	path := filepath.Join(repoRoot, "deploy", "base", "daemonset.yaml")
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
+	want := map[string]struct {
+		typ      corev1.HostPathType
+		readOnly bool
+		flag     string
+	}{
+		flags.devicePluginPath:                 {corev1.HostPathDirectory, false, "-device-plugin-path"},
+		filepath.Dir(flags.statePath):          {corev1.HostPathDirectoryOrCreate, false, "-state"},
+		filepath.Dir(flags.podResourcesSocket): {corev1.HostPathDirectory, true, "-pod-resources-socket"},
 	}
-	var ds appsv1.DaemonSet
-	decodeStrict(t, path, b, &ds)
-	return &ds
-}
-
-func TestDeploy_DaemonSetMatchesTheBinary(t *testing.T) {
-	ds := daemonSet(t)
-	if ds.Name != "virtual-gpu-device-plugin" || ds.Namespace != "kube-system" || ds.Spec.Template.Labels["app"] != "virtual-gpu-device-plugin" {
-		t.Errorf("identity: %s/%s labels %v", ds.Namespace, ds.Name, ds.Spec.Template.Labels)
-	}
-	spec := ds.Spec.Template.Spec
-	if len(spec.Containers) != 1 || spec.Containers[0].Name != "device-plugin" {
-		t.Fatalf("containers = %v", spec.Containers)
-	}
-	c := spec.Containers[0]
-	if c.Image != "unicore/virtual-gpu-device-plugin:dev" || c.ImagePullPolicy != corev1.PullIfNotPresent {
-		t.Errorf("image %s %s", c.Image, c.ImagePullPolicy)
-	}
-
-	// The args parse with the binary's own parser, environment included.
-	env := map[string]string{}
-	for _, e := range c.Env {
-		env[e.Name] = e.Value
-	}
-	cfg, err := parseConfig(c.Args, func(k string) string { return env[k] }, io.Discard)
-	if err != nil {
-		t.Fatalf("args %v: %v", c.Args, err)
-	}
-	if cfg.devices != 4 {
-		t.Errorf("devices = %d, want the seed's 4", cfg.devices)
-	}
-
-	// Every hostPath is mounted where the flag defaults point.
-	wantMounts := map[string]corev1.HostPathType{
-		defaultDevicePluginPath:               corev1.HostPathDirectory,
-		filepath.Dir(defaultStatePath):        corev1.HostPathDirectoryOrCreate,
-		filepath.Dir(lifecycle.DefaultSocket): corev1.HostPathDirectory,
-	}
-	if filepath.Dir(cfg.adminSocket) != filepath.Dir(defaultStatePath) {
-		t.Errorf("admin socket %s is not next to the state file", cfg.adminSocket)
-	}
-	mounts := map[string]string{}
+	mounts := map[string][]corev1.VolumeMount{}
 	for _, m := range c.VolumeMounts {
-		mounts[m.Name] = m.MountPath
+		mounts[m.Name] = append(mounts[m.Name], m)
 	}
 	for _, v := range spec.Volumes {
 		if v.HostPath == nil {
 			continue
 		}
-		want, ok := wantMounts[v.HostPath.Path]
+		w, ok := want[v.HostPath.Path]
 		if !ok {
-			t.Errorf("hostPath %s matches no flag default", v.HostPath.Path)
+			t.Errorf("hostPath %s is no flag's value (%+v)", v.HostPath.Path, flags)
 			continue
 		}
-		if v.HostPath.Type == nil || *v.HostPath.Type != want {
-			t.Errorf("hostPath %s type %v, want %s", v.HostPath.Path, v.HostPath.Type, want)
+		delete(want, v.HostPath.Path)
+		if v.HostPath.Type == nil || *v.HostPath.Type != w.typ {
+			t.Errorf("hostPath %s (%s): type %v, want %s", v.HostPath.Path, w.flag, v.HostPath.Type, w.typ)
 		}
-		if mounts[v.Name] != v.HostPath.Path {
-			t.Errorf("hostPath %s mounted at %q, want the same path", v.HostPath.Path, mounts[v.Name])
+		if len(mounts[v.Name]) != 1 || mounts[v.Name][0].MountPath != v.HostPath.Path {
+			t.Errorf("hostPath %s (%s) mounted as %+v, want once at the same path", v.HostPath.Path, w.flag, mounts[v.Name])
+			continue
 		}
-		delete(wantMounts, v.HostPath.Path)
+		if mounts[v.Name][0].ReadOnly != w.readOnly {
+			t.Errorf("hostPath %s (%s): readOnly %v, want %v", v.HostPath.Path, w.flag, mounts[v.Name][0].ReadOnly, w.readOnly)
+		}
 	}
-	if len(wantMounts) > 0 {
-		t.Errorf("hostPaths missing: %v", wantMounts)
+	for p, w := range want {
+		t.Errorf("no hostPath for %s (%s)", p, w.flag)
 	}
+}
 
-	// Resources as the seed asked.
-	r := c.Resources
-	if r.Requests.Cpu().String() != "50m" || r.Requests.Memory().String() != "50Mi" || r.Limits.Memory().String() != "100Mi" {
-		t.Errorf("resources = %v", r)
+// checkSecurity: root for the kubelet's root-owned directories, and nothing more.
+func checkSecurity(t *testing.T, spec corev1.PodSpec, c corev1.Container) {
+	t.Helper()
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		t.Error("automountServiceAccountToken is not false: the plugin does not use the API")
 	}
-	// What a production DaemonSet of this kind has.
-	if spec.PriorityClassName != "system-node-critical" {
-		t.Errorf("priorityClassName = %q", spec.PriorityClassName)
-	}
-	if ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType {
-		t.Errorf("update strategy = %s", ds.Spec.UpdateStrategy.Type)
+	if spec.HostNetwork || spec.HostPID || spec.HostIPC {
+		t.Errorf("host namespaces: network %v, pid %v, ipc %v", spec.HostNetwork, spec.HostPID, spec.HostIPC)
 	}
 	sc := c.SecurityContext
-	if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.ReadOnlyRootFilesystem == nil ||
-		!*sc.ReadOnlyRootFilesystem || sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
-		t.Errorf("securityContext = %+v", sc)
+	if sc == nil {
+		t.Fatal("no securityContext")
 	}
-	if len(spec.Tolerations) == 0 {
-		t.Error("no tolerations")
+	if sc.Privileged != nil && *sc.Privileged {
+		t.Error("privileged")
 	}
-	// The probes ask the metrics listener the args configure.
-	_, port, _ := net.SplitHostPort(cfg.metricsAddress)
+	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Error("allowPrivilegeEscalation is not false")
+	}
+	if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+		t.Error("readOnlyRootFilesystem is not true")
+	}
+	if sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 {
+		t.Errorf("capabilities %+v, want all dropped and none added", sc.Capabilities)
+	}
+	seccomp := sc.SeccompProfile
+	if seccomp == nil && spec.SecurityContext != nil {
+		seccomp = spec.SecurityContext.SeccompProfile
+	}
+	if seccomp == nil || seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("seccompProfile %+v, want RuntimeDefault", seccomp)
+	}
+}
+
+// checkProbesAndMetrics: the probes and the scrape annotations ask the port -metrics-address
+// listens on, at the paths the binary serves.
+func checkProbesAndMetrics(t *testing.T, ds *appsv1.DaemonSet, c corev1.Container, flags pluginFlags) {
+	t.Helper()
+	_, port, err := net.SplitHostPort(flags.metricsAddress)
+	if err != nil || port == "" {
+		t.Fatalf("-metrics-address %q: the probes and metrics need it", flags.metricsAddress)
+	}
 	var portName string
 	for _, p := range c.Ports {
-		if p.ContainerPort > 0 && port == strconv.Itoa(int(p.ContainerPort)) {
+		if strconv.Itoa(int(p.ContainerPort)) == port {
 			portName = p.Name
 		}
 	}
-	for name, p := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
-		if p == nil || p.HTTPGet == nil || p.HTTPGet.Port.String() != portName || portName == "" {
-			t.Errorf("%s probe %+v does not ask the metrics port %s", name, p, port)
+	if portName == "" {
+		t.Errorf("no named containerPort %s for -metrics-address %s", port, flags.metricsAddress)
+	}
+	for what, want := range map[string]struct {
+		probe *corev1.Probe
+		path  string
+	}{"liveness": {c.LivenessProbe, "/healthz"}, "readiness": {c.ReadinessProbe, "/readyz"}} {
+		p := want.probe
+		if p == nil || p.HTTPGet == nil {
+			t.Errorf("no %s probe over HTTP", what)
 			continue
 		}
-		if want := map[string]string{"liveness": "/healthz", "readiness": "/readyz"}[name]; p.HTTPGet.Path != want {
-			t.Errorf("%s probe path %s, want %s", name, p.HTTPGet.Path, want)
+		if got := p.HTTPGet.Port.String(); got != portName && got != port {
+			t.Errorf("%s probe asks port %s, want the metrics port %s (%s)", what, got, port, portName)
 		}
+		if p.HTTPGet.Path != want.path {
+			t.Errorf("%s probe path %s, want %s", what, p.HTTPGet.Path, want.path)
+		}
+	}
+	a := ds.Spec.Template.Annotations
+	if a["prometheus.io/scrape"] != "true" || a["prometheus.io/port"] != port || a["prometheus.io/path"] != "/metrics" {
+		t.Errorf("scrape annotations %v, want prometheus.io/scrape \"true\", port %s, path /metrics", a, port)
 	}
 }
 
-func TestDeploy_KustomizeBuilds(t *testing.T) {
-	kubectl, err := exec.LookPath("kubectl")
-	if err != nil {
-		t.Skip("kubectl not installed: kustomize build not checked")
+// checkTopologyVolume: the -topology file is a key of a ConfigMap the output holds, mounted
+// read-only, and parses.
+func checkTopologyVolume(t *testing.T, spec corev1.PodSpec, c corev1.Container, objs []object, file string) {
+	t.Helper()
+	for _, m := range c.VolumeMounts {
+		rel, err := filepath.Rel(m.MountPath, file)
+		if err != nil || strings.HasPrefix(rel, "..") {
+			continue
+		}
+		if !m.ReadOnly {
+			t.Errorf("topology volume %s is not read-only", m.Name)
+		}
+		for _, v := range spec.Volumes {
+			if v.Name != m.Name || v.ConfigMap == nil {
+				continue
+			}
+			for _, o := range objs {
+				if o["kind"] != "ConfigMap" || name(o) != v.ConfigMap.Name {
+					continue
+				}
+				var cm corev1.ConfigMap
+				if err := decodeStrict(o, &cm); err != nil {
+					t.Fatal(err)
+				}
+				data, ok := cm.Data[rel]
+				if !ok {
+					t.Fatalf("ConfigMap %s has no key %s for -topology=%s", cm.Name, rel, file)
+				}
+				if _, err := topology.Parse(rel, strings.NewReader(data)); err != nil {
+					t.Errorf("-topology=%s: %v", file, err)
+				}
+				return
+			}
+		}
 	}
-	for _, dir := range []string{"deploy/base", "deploy/examples/topology"} {
-		out, err := exec.Command(kubectl, "kustomize", filepath.Join(repoRoot, dir)).CombinedOutput()
+	t.Errorf("-topology=%s is in no ConfigMap volume of the output", file)
+}
+
+// TestDeploy_OverlaysFollowTheKubeletRootDir: each overlay points the PodResources socket into
+// its cluster's kubelet root directory and leaves the device-plugin directory alone.
+func TestDeploy_OverlaysFollowTheKubeletRootDir(t *testing.T) {
+	defaults := defaultFlags(t)
+	names := overlays(t)
+	for cluster, root := range kubeletRootDirs {
+		if !slices.Contains(names, cluster) {
+			t.Errorf("no deploy/overlays/%s for kubelet root dir %s", cluster, root)
+		}
+	}
+	for _, cluster := range names {
+		t.Run(cluster, func(t *testing.T) {
+			root, ok := kubeletRootDirs[cluster]
+			if !ok {
+				t.Fatalf("deploy/overlays/%s: add its kubelet root directory (and the source saying so) to kubeletRootDirs", cluster)
+			}
+			ds, _ := renderedDaemonSet(t, "deploy/overlays/"+cluster)
+			flags := containerFlags(t, ds.Spec.Template.Spec.Containers[0])
+			if want := filepath.Join(root, "pod-resources", "kubelet.sock"); flags.podResourcesSocket != want {
+				t.Errorf("-pod-resources-socket %s, want %s (the kubelet serves PodResources under its root directory)", flags.podResourcesSocket, want)
+			}
+			if flags.devicePluginPath != defaults.devicePluginPath {
+				t.Errorf("-device-plugin-path %s, want %s: the kubelet does not move it with its root directory", flags.devicePluginPath, defaults.devicePluginPath)
+			}
+		})
+	}
+}
+
+// TestDeploy_Metrics: the PodMonitor example scrapes the DaemonSet's pods on their metrics port.
+func TestDeploy_Metrics(t *testing.T) {
+	ds, _ := renderedDaemonSet(t, "deploy/base")
+	c := ds.Spec.Template.Spec.Containers[0]
+	ports := map[string]bool{}
+	for _, p := range c.Ports {
+		ports[p.Name] = true
+	}
+	found := false
+	for _, f := range standaloneExamples(t) {
+		objs, err := readObjects(f)
 		if err != nil {
-			t.Fatalf("kubectl kustomize %s: %v\n%s", dir, err, out)
+			t.Fatal(err)
 		}
-		if !bytes.Contains(out, []byte("name: virtual-gpu-device-plugin")) || !bytes.Contains(out, []byte("namespace: kube-system")) {
-			t.Errorf("kustomize %s output lacks the DaemonSet:\n%s", dir, out)
+		for _, o := range objs {
+			if o["kind"] != "PodMonitor" {
+				continue
+			}
+			found = true
+			var pm struct {
+				APIVersion string `json:"apiVersion"`
+				Kind       string `json:"kind"`
+				Metadata   struct {
+					Name      string            `json:"name"`
+					Namespace string            `json:"namespace"`
+					Labels    map[string]string `json:"labels"`
+				} `json:"metadata"`
+				Spec struct {
+					Selector struct {
+						MatchLabels map[string]string `json:"matchLabels"`
+					} `json:"selector"`
+					PodMetricsEndpoints []struct {
+						Port string `json:"port"`
+						Path string `json:"path"`
+					} `json:"podMetricsEndpoints"`
+				} `json:"spec"`
+			}
+			if err := decodeStrict(o, &pm); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			if pm.APIVersion != "monitoring.coreos.com/v1" {
+				t.Errorf("%s: apiVersion %s", f, pm.APIVersion)
+			}
+			if pm.Metadata.Namespace != ds.Namespace {
+				t.Errorf("%s: namespace %q: a PodMonitor without a namespaceSelector watches its own namespace only, the plugin runs in %s", f, pm.Metadata.Namespace, ds.Namespace)
+			}
+			if len(pm.Spec.Selector.MatchLabels) == 0 {
+				t.Errorf("%s: empty selector", f)
+			}
+			for k, v := range pm.Spec.Selector.MatchLabels {
+				if ds.Spec.Template.Labels[k] != v {
+					t.Errorf("%s: selector %s=%s does not match the plugin's pods %v", f, k, v, ds.Spec.Template.Labels)
+				}
+			}
+			if len(pm.Spec.PodMetricsEndpoints) == 0 {
+				t.Errorf("%s: no endpoints", f)
+			}
+			for _, e := range pm.Spec.PodMetricsEndpoints {
+				if !ports[e.Port] || e.Path != "/metrics" {
+					t.Errorf("%s: endpoint port %q path %q, want a port of the container %v and /metrics", f, e.Port, e.Path, ports)
+				}
+			}
 		}
+	}
+	if !found {
+		t.Error("no PodMonitor example")
 	}
 }
 
-// TestDockerfile_BuildsWithMake checks that the image builds the binary with
-// the Makefile's one build command, and builds it that way: static,
-// trimmed, version stamped.
-func TestDockerfile_BuildsWithMake(t *testing.T) {
-	dockerfile, err := os.ReadFile(filepath.Join(repoRoot, "Dockerfile"))
+// TestDeploy_ImageIsTheOneMakeBuilds: the DaemonSet runs the image `make image` tags, so
+// `make image` and loading it into the cluster is all a local deploy needs.
+func TestDeploy_ImageIsTheOneMakeBuilds(t *testing.T) {
+	mk, err := os.ReadFile(filepath.Join(repoRoot, "Makefile"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := regexp.MustCompile(`(?m)^RUN (make build.*)$`).FindSubmatch(dockerfile)
-	if run == nil {
-		t.Fatal("the Dockerfile does not build with `make build`")
+	m := regexp.MustCompile(`(?m)^IMAGE\s*\?=\s*(\S+)\s*$`).FindSubmatch(mk)
+	if m == nil {
+		t.Fatal("Makefile: no IMAGE ?= line")
 	}
-	if !regexp.MustCompile(`(?m)^FROM golang:1\.26\.\d+-\S+ AS build$`).Match(dockerfile) {
-		t.Error("the builder is not a pinned Go 1.26 image")
+	for _, dir := range kustomizations(t) {
+		ds, _ := renderedDaemonSet(t, dir)
+		c := ds.Spec.Template.Spec.Containers[0]
+		if c.Image != string(m[1]) {
+			t.Errorf("%s: image %s, but make image builds %s", dir, c.Image, m[1])
+		}
+		if c.ImagePullPolicy != corev1.PullIfNotPresent {
+			t.Errorf("%s: imagePullPolicy %s: a locally loaded image needs IfNotPresent", dir, c.ImagePullPolicy)
+		}
 	}
+}
+
+// TestDeploy_RenderMatchesKubectlKustomize checks render against kustomize itself.
+func TestDeploy_RenderMatchesKubectlKustomize(t *testing.T) {
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Skip("kubectl not installed: render is not compared with kustomize")
+	}
+	key := func(o object) string { return fmt.Sprintf("%s/%s", o["kind"], name(o)) }
+	for _, dir := range kustomizations(t) {
+		t.Run(strings.ReplaceAll(dir, "/", "_"), func(t *testing.T) {
+			out, err := exec.Command(kubectl, "kustomize", filepath.Join(repoRoot, dir)).Output()
+			if err != nil {
+				var ee *exec.ExitError
+				if errors.As(err, &ee) {
+					t.Fatalf("kubectl kustomize %s: %v\n%s", dir, err, ee.Stderr)
+				}
+				t.Fatal(err)
+			}
+			var theirs []object
+			for _, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(out), -1) {
+				if strings.TrimSpace(doc) == "" {
+					continue
+				}
+				var o object
+				if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
+					t.Fatal(err)
+				}
+				theirs = append(theirs, o)
+			}
+			ours := mustRender(t, dir)
+			for _, list := range [][]object{ours, theirs} {
+				sort.Slice(list, func(i, j int) bool { return key(list[i]) < key(list[j]) })
+			}
+			if !reflect.DeepEqual(ours, theirs) {
+				a, _ := json.MarshalIndent(ours, "", " ")
+				b, _ := json.MarshalIndent(theirs, "", " ")
+				t.Errorf("render %s differs from kubectl kustomize:\nrender:\n%s\nkustomize:\n%s", dir, a, b)
+			}
+		})
+	}
+}
+
+// ---------------------------------------------------------------------------------------------
+// README and wording.
+
+// TestDeploy_ReadmeMatchesTheManifests: the README's deploy commands label nodes the way the
+// DaemonSet selects them, find it by its namespace and name, and name every overlay.
+func TestDeploy_ReadmeMatchesTheManifests(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, _ := renderedDaemonSet(t, "deploy/base")
+	for k, v := range ds.Spec.Template.Spec.NodeSelector {
+		if cmd := fmt.Sprintf("kubectl label node <node> %s=%s", k, v); !bytes.Contains(readme, []byte(cmd)) {
+			t.Errorf("README does not say %q, and the DaemonSet runs only on such nodes", cmd)
+		}
+	}
+	// The README's kubectl commands find the DaemonSet by namespace and name.
+	if cmd := fmt.Sprintf("kubectl -n %s rollout status ds/%s", ds.Namespace, ds.Name); !bytes.Contains(readme, []byte(cmd)) {
+		t.Errorf("README does not say %q", cmd)
+	}
+	for _, o := range overlays(t) {
+		if !bytes.Contains(readme, []byte("deploy/overlays/"+o)) {
+			t.Errorf("README does not mention deploy/overlays/%s", o)
+		}
+	}
+	if !bytes.Contains(readme, []byte("Apache License 2.0")) {
+		t.Error("README does not name the licence")
+	}
+}
+
+// TestDeploy_NoInternalJargon: the README and everything under deploy/ speak to users.
+func TestDeploy_NoInternalJargon(t *testing.T) {
+	jargon := regexp.MustCompile(`(?i)\bthe seed\b|\bseed's\b|\bissues?\b|\bsketch\b|\bstop\b`)
+	files := []string{"README.md"}
+	err := filepath.WalkDir(filepath.Join(repoRoot, "deploy"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			rel, _ := filepath.Rel(repoRoot, p)
+			files = append(files, rel)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join(repoRoot, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if m := jargon.FindString(line); m != "" {
+				t.Errorf("%s:%d: %q: %s", f, i+1, m, strings.TrimSpace(line))
+			}
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------------------------
+// The Dockerfile.
+
+// dockerfile is the parsed Dockerfile: its instructions by stage.
+type dockerfile struct {
+	stages []*dockerStage
+}
+
+type dockerStage struct {
+	from     string // FROM line after the instruction
+	name     string // AS name
+	args     map[string]string
+	labels   map[string]string
+	workdir  string
+	runs     []string
+	copies   []string
+	entry    string
+	platform string
+}
+
+func parseDockerfile(t *testing.T) *dockerfile {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := regexp.MustCompile(`\\\n(\s*#.*\n)*`).ReplaceAllString(string(b), " ")
+	df := &dockerfile{}
+	var st *dockerStage
+	for _, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		instr, rest, _ := strings.Cut(line, " ")
+		rest = strings.TrimSpace(rest)
+		if strings.ToUpper(instr) == "FROM" {
+			st = &dockerStage{args: map[string]string{}, labels: map[string]string{}}
+			df.stages = append(df.stages, st)
+			f := strings.Fields(rest)
+			if strings.HasPrefix(f[0], "--platform=") {
+				st.platform, f = strings.TrimPrefix(f[0], "--platform="), f[1:]
+			}
+			st.from = f[0]
+			if len(f) == 3 && strings.EqualFold(f[1], "AS") {
+				st.name = f[2]
+			}
+			continue
+		}
+		if st == nil {
+			if strings.ToUpper(instr) == "ARG" {
+				continue // a global ARG before the first FROM
+			}
+			t.Fatalf("Dockerfile: %s before FROM", instr)
+		}
+		switch strings.ToUpper(instr) {
+		case "ARG":
+			k, v, _ := strings.Cut(rest, "=")
+			st.args[k] = v
+		case "LABEL":
+			for _, m := range regexp.MustCompile(`([\w.\-]+)="([^"]*)"`).FindAllStringSubmatch(rest, -1) {
+				st.labels[m[1]] = m[2]
+			}
+		case "WORKDIR":
+			st.workdir = rest
+		case "RUN":
+			st.runs = append(st.runs, rest)
+		case "COPY":
+			st.copies = append(st.copies, rest)
+		case "ENTRYPOINT":
+			st.entry = rest
+		}
+	}
+	if len(df.stages) < 2 {
+		t.Fatalf("Dockerfile has %d stages, want a builder and a runtime", len(df.stages))
+	}
+	return df
+}
+
+// expand substitutes ${NAME} and $NAME from vars, as the Dockerfile's shell form would.
+func expand(s string, vars map[string]string) string {
+	return os.Expand(s, func(k string) string { return vars[k] })
+}
+
+// TestDockerfile_PinsAndLabels: base images pinned (a Go release for the builder, a digest for
+// the runtime, never latest), the builder cross-compiles on the build platform, the OCI labels
+// are there and the default version is the VERSION file's.
+func TestDockerfile_PinsAndLabels(t *testing.T) {
+	df := parseDockerfile(t)
+	build, final := df.stages[0], df.stages[len(df.stages)-1]
+	for _, st := range df.stages {
+		if strings.Contains(st.from, ":latest") || !regexp.MustCompile(`:[\w.\-]+$|@sha256:[0-9a-f]{64}$`).MatchString(st.from) {
+			t.Errorf("FROM %s: want a named tag or a digest, not latest", st.from)
+		}
+	}
+
+	goMod, err := os.ReadFile(filepath.Join(repoRoot, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	goLine := regexp.MustCompile(`(?m)^go (\d+\.\d+)`).FindSubmatch(goMod)
+	module := regexp.MustCompile(`(?m)^module (\S+)`).FindSubmatch(goMod)
+	if goLine == nil || module == nil {
+		t.Fatal("go.mod: no go or module line")
+	}
+	if m := regexp.MustCompile(`^golang:(\d+\.\d+)\.\d+-\w+$`).FindStringSubmatch(build.from); m == nil || m[1] != string(goLine[1]) {
+		t.Errorf("builder FROM %s: want golang:<Go %s.patch>-<distro>", build.from, goLine[1])
+	}
+	if build.platform != "$BUILDPLATFORM" {
+		t.Errorf("builder --platform=%q: want $BUILDPLATFORM, cross-compiling for the target", build.platform)
+	}
+	if !regexp.MustCompile(`@sha256:[0-9a-f]{64}$`).MatchString(final.from) {
+		t.Errorf("runtime FROM %s: want a digest", final.from)
+	}
+
+	version, err := os.ReadFile(filepath.Join(repoRoot, "VERSION"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []*dockerStage{build, final} {
+		if v, ok := st.args["VERSION"]; !ok || v != strings.TrimSpace(string(version)) {
+			t.Errorf("stage %s: ARG VERSION=%q, want the VERSION file's %q", st.from, v, strings.TrimSpace(string(version)))
+		}
+		if _, ok := st.args["REVISION"]; !ok {
+			t.Errorf("stage %s: no ARG REVISION", st.from)
+		}
+	}
+	license, err := os.ReadFile(filepath.Join(repoRoot, "LICENSE"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`^\s*Apache License\s+Version 2\.0, January 2004`).Match(license) {
+		t.Error("LICENSE is not the Apache License 2.0")
+	}
+	want := map[string]string{
+		"org.opencontainers.image.source":   "https://" + string(module[1]),
+		"org.opencontainers.image.version":  "${VERSION}",
+		"org.opencontainers.image.revision": "${REVISION}",
+		"org.opencontainers.image.licenses": "Apache-2.0",
+	}
+	for k, v := range want {
+		if final.labels[k] != v {
+			t.Errorf("LABEL %s=%q, want %q", k, final.labels[k], v)
+		}
+	}
+	// The image carries the licence text, as the licence asks of redistributions.
+	if !slices.ContainsFunc(final.copies, func(c string) bool { return strings.HasPrefix(c, "LICENSE ") }) {
+		t.Error("the image does not carry LICENSE")
+	}
+}
+
+// stampedVariables are the variables `make build` sets with -ldflags -X main.version=… -X
+// main.revision=…: this fails to compile if either is renamed or stops being a string variable.
+var stampedVariables = []*string{&version, &revision}
+
+// TestDockerfile_BuildsWithMake runs the builder stage's `make build` the way Docker would: in a
+// copy of the build context (the repository less .dockerignore, so without .git), with its
+// TARGETOS/TARGETARCH and build arguments substituted. It builds for this machine's platform and
+// for another one, and checks each binary: static, trimmed, for the right platform, at the path
+// the runtime stage copies, with the version and revision stamped.
+func TestDockerfile_BuildsWithMake(t *testing.T) {
 	if _, err := exec.LookPath("make"); err != nil {
 		t.Skip("make not installed")
 	}
-	out := t.TempDir()
-	args := append(strings.Fields(string(run[1]))[1:], "VERSION=v9.9.9-test", "BIN="+out)
-	cmd := exec.Command("make", args...)
-	cmd.Dir = repoRoot
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("make %v: %v\n%s", args, err, b)
+	df := parseDockerfile(t)
+	build, final := df.stages[0], df.stages[len(df.stages)-1]
+	var makeLine string
+	for _, r := range build.runs {
+		if strings.HasPrefix(r, "make build") {
+			makeLine = r
+		}
 	}
-	bin := filepath.Join(out, "virtual-gpu-device-plugin")
+	if makeLine == "" {
+		t.Fatalf("the builder does not run `make build`: %q", build.runs)
+	}
+	// The runtime stage copies the binary from the builder: its path relative to WORKDIR.
+	var binRel string
+	for _, c := range final.copies {
+		if f := strings.Fields(c); len(f) == 3 && f[0] == "--from="+build.name {
+			binRel, _ = filepath.Rel(build.workdir, f[1])
+			if ep := fmt.Sprintf(`["%s"]`, f[2]); final.entry != ep {
+				t.Errorf("ENTRYPOINT %s, want the copied binary %s", final.entry, ep)
+			}
+		}
+	}
+	if binRel == "" || strings.HasPrefix(binRel, "..") {
+		t.Fatalf("the runtime stage copies no binary from %s under %s: %q", build.name, build.workdir, final.copies)
+	}
+	ctx := buildContext(t)
+	// makeArgs is the builder's make command line for a target and build arguments; the
+	// arguments not given keep the Dockerfile's defaults.
+	makeArgs := func(goos, goarch string, buildArgs map[string]string) []string {
+		vars := map[string]string{}
+		for k, v := range build.args {
+			vars[k] = v
+		}
+		vars["TARGETOS"], vars["TARGETARCH"] = goos, goarch
+		for k, v := range buildArgs {
+			vars[k] = v
+		}
+		return strings.Fields(expand(makeLine, vars))[1:]
+	}
+	// dryRun returns the commands make would run in the build context.
+	dryRun := func(args ...string) string {
+		cmd := exec.Command("make", append([]string{"-n"}, args...)...)
+		cmd.Dir = ctx
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("make -n %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	version := strings.TrimSpace(string(mustRead(t, filepath.Join(ctx, "VERSION"))))
+	other := "arm64"
+	if runtime.GOARCH == "arm64" {
+		other = "amd64"
+	}
+
+	// What reaches go build, with no build argument: the target platform, the VERSION file's
+	// version, revision "unknown". A build from the context with no variables at all (a source
+	// archive) falls back to the same, for this machine's platform.
+	for _, c := range []struct {
+		args     []string
+		platform string
+	}{
+		{makeArgs("linux", runtime.GOARCH, nil), "GOOS=linux GOARCH=" + runtime.GOARCH + " "},
+		{makeArgs("linux", other, nil), "GOOS=linux GOARCH=" + other + " "},
+		{[]string{"build"}, ""},
+	} {
+		out := dryRun(c.args...)
+		for _, want := range []string{c.platform, "-X main.version=" + version + " ", "-X main.revision=unknown"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("make %v runs %q: want %q in it", c.args, out, want)
+			}
+		}
+	}
+
+	// Build arguments reach the stamped version (-X on a variable that does not exist is
+	// silently ignored, so look for the value in -version; stampedVariables keeps the names).
+	stampVersion := fmt.Sprintf("v0.0.0-stamp.%d", os.Getpid())
+	runIn(t, ctx, "make", makeArgs("linux", runtime.GOARCH, map[string]string{"VERSION": stampVersion, "REVISION": "0123abcd"})...)
+	bin := filepath.Join(ctx, binRel)
+	checkBinary(t, bin, "linux", runtime.GOARCH)
+	if runtime.GOOS == "linux" {
+		out, err := exec.Command(bin, "-version").Output()
+		if err != nil || !strings.Contains(string(out), stampVersion) {
+			t.Errorf("-version = %q, %v: want %s in it", out, err, stampVersion)
+		}
+	}
+
+	// Cross-compiled for another platform, as docker buildx --platform does.
+	runIn(t, ctx, "make", makeArgs("linux", other, nil)...)
+	checkBinary(t, bin, "linux", other)
+}
+
+func mustRead(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func runIn(t *testing.T, dir, name string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s %v in the build context: %v\n%s", name, args, err, out)
+	}
+}
+
+// buildContext copies the repository as Docker sends it: without what .dockerignore excludes.
+func buildContext(t *testing.T) string {
+	t.Helper()
+	var patterns []string
+	for _, line := range strings.Split(string(mustRead(t, filepath.Join(repoRoot, ".dockerignore"))), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if strings.HasPrefix(line, "!") || strings.Contains(line, "**") {
+			t.Fatalf(".dockerignore: %q: buildContext handles plain patterns only", line)
+		}
+		patterns = append(patterns, strings.Trim(path.Clean(line), "/"))
+	}
+	if !slices.Contains(patterns, ".git") {
+		t.Error(".dockerignore does not exclude .git")
+	}
+	ignored := func(rel string) bool {
+		for p := rel; p != "."; p = path.Dir(p) {
+			for _, pat := range patterns {
+				if ok, _ := path.Match(pat, p); ok {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	dst := t.TempDir()
+	err := filepath.WalkDir(repoRoot, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(repoRoot, p)
+		rel = filepath.ToSlash(rel)
+		if rel == "." {
+			return nil
+		}
+		if ignored(rel) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if d.IsDir() {
+			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dst, rel), b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, need := range []string{"go.mod", "go.sum", "Makefile", "VERSION", "LICENSE"} {
+		if _, err := os.Stat(filepath.Join(dst, need)); err != nil {
+			t.Errorf("the build context lacks %s: %v", need, err)
+		}
+	}
+	return dst
+}
+
+// checkBinary: static, trimmed, for goos/goarch.
+func checkBinary(t *testing.T, bin, goos, goarch string) {
+	t.Helper()
 	info, err := buildinfo.ReadFile(bin)
 	if err != nil {
 		t.Fatal(err)
@@ -269,20 +1378,21 @@ func TestDockerfile_BuildsWithMake(t *testing.T) {
 	for _, s := range info.Settings {
 		settings[s.Key] = s.Value
 	}
-	if settings["CGO_ENABLED"] != "0" || settings["-trimpath"] != "true" {
-		t.Errorf("build settings = %v", settings)
+	if settings["GOOS"] != goos || settings["GOARCH"] != goarch || settings["CGO_ENABLED"] != "0" || settings["-trimpath"] != "true" {
+		t.Errorf("%s/%s build settings %v: want CGO_ENABLED=0 -trimpath", goos, goarch, settings)
 	}
 	f, err := elf.Open(bin)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
+	machine := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[goarch]
+	if f.Machine != machine {
+		t.Errorf("%s/%s binary is for %s", goos, goarch, f.Machine)
+	}
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
-			t.Error("the binary is dynamically linked")
+			t.Errorf("%s/%s binary is dynamically linked", goos, goarch)
 		}
-	}
-	if v, err := exec.Command(bin, "-version").Output(); err != nil || strings.TrimSpace(string(v)) != "v9.9.9-test" {
-		t.Errorf("-version = %q, %v", v, err)
 	}
 }

@@ -22,9 +22,12 @@ import (
 	"syscall"
 )
 
-// version is stamped at build time with
-// -ldflags "-X main.version=<version>".
-var version = "dev"
+// version and revision are stamped at build time by `make build`:
+// -ldflags "-X main.version=<release or git describe> -X main.revision=<commit>".
+var (
+	version  = "dev"
+	revision = "unknown"
+)
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
