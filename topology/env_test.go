@@ -18,12 +18,12 @@ func TestMachine_ContainerEnv(t *testing.T) {
 		{"dgx1-volta", []int{4, 0, 1}, map[string]string{
 			EnvTopology:  "dgx1-volta",
 			EnvNUMANodes: "0,0,1",
-			EnvLinks:     "0:1=NV1,0:4=NV2,1:4=SYS",
+			EnvLinks:     "SYS;NV1=0-1;NV2=0+2", // fake-0, fake-1, fake-4 at positions 0, 1, 2
 		}},
 		{"pcie-8gpu", []int{0, 1, 2}, map[string]string{
 			EnvTopology:  "pcie-8gpu",
 			EnvNUMANodes: "0,0,0",
-			EnvLinks:     "0:1=PIX,0:2=NODE,1:2=NODE",
+			EnvLinks:     "NODE;PIX=0-1",
 		}},
 		{"dgx-a100", []int{7}, map[string]string{
 			EnvTopology:  "dgx-a100",
@@ -34,7 +34,7 @@ func TestMachine_ContainerEnv(t *testing.T) {
 		{"workstation-4gpu", []int{3, 2, 3, 9, -1}, map[string]string{
 			EnvTopology:  "workstation-4gpu",
 			EnvNUMANodes: "0,0",
-			EnvLinks:     "2:3=NV4",
+			EnvLinks:     "NV4",
 		}},
 		{"workstation-4gpu", nil, map[string]string{
 			EnvTopology:  "workstation-4gpu",
@@ -59,22 +59,6 @@ func TestMachine_ContainerEnv_UnknownNUMA(t *testing.T) {
 	}
 }
 
-func TestMachine_ContainerEnv_Size(t *testing.T) {
-	m := MustPreset(t, "dgx2")
-	all := make([]int, m.Len())
-	for i := range all {
-		all[i] = i
-	}
-	env := m.ContainerEnv(all)
-	links := env[EnvLinks]
-	if n := strings.Count(links, ",") + 1; n != 120 {
-		t.Errorf("%d pairs, want 120", n)
-	}
-	if len(links) > 1200 {
-		t.Errorf("VIRTUAL_GPU_LINKS for 16 GPUs is %d bytes, want at most 1200", len(links))
-	}
-}
-
 func ExampleMachine_ContainerEnv() {
 	m, err := Preset("dgx1-volta")
 	if err != nil {
@@ -86,9 +70,29 @@ func ExampleMachine_ContainerEnv() {
 		fmt.Printf("%s=%s\n", k, env[k])
 	}
 	// Output:
-	// VIRTUAL_GPU_LINKS=0:1=NV1,0:4=NV2,1:4=SYS
+	// VIRTUAL_GPU_LINKS=SYS;NV1=0-1;NV2=0+2
 	// VIRTUAL_GPU_NUMA_NODES=0,0,1
 	// VIRTUAL_GPU_TOPOLOGY=dgx1-volta
+}
+
+func ExampleParseLinks() {
+	// VIRTUAL_GPU_IDS=fake-0,fake-1,fake-4 on dgx1-volta: three positions.
+	links, err := ParseLinks("SYS;NV1=0-1;NV2=0+2", 3)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for p := range links.Len() {
+		row := make([]string, links.Len())
+		for q := range row {
+			row[q] = links.Label(p, q)
+		}
+		fmt.Println(strings.Join(row, " "))
+	}
+	// Output:
+	// X NV1 NV2
+	// NV1 X SYS
+	// NV2 SYS X
 }
 
 func ExampleParse() {

@@ -21,4 +21,8 @@ var (
 	// ErrUnknownTopology reports a -topology value that is neither a preset
 	// name nor a readable file.
 	ErrUnknownTopology = errors.New("unknown topology")
+
+	// ErrInvalidLinks reports a VIRTUAL_GPU_LINKS value ParseLinks cannot
+	// decode; the wrapping error names the entry and what was expected.
+	ErrInvalidLinks = errors.New("invalid VIRTUAL_GPU_LINKS value")
 )

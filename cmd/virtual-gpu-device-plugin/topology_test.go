@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 // fakeSysfs makes a sysfs root whose host has the given NUMA nodes.
@@ -81,11 +83,60 @@ func TestBinary_TopologyPreferredAndEnv(t *testing.T) {
 		"VIRTUAL_GPU_IDS":        "fake-2,fake-3",
 		"VIRTUAL_GPU_TOPOLOGY":   "workstation-4gpu",
 		"VIRTUAL_GPU_NUMA_NODES": "0,0",
-		"VIRTUAL_GPU_LINKS":      "2:3=NV4",
+		"VIRTUAL_GPU_LINKS":      "NV4", // positions 0 and 1: fake-2 and fake-3
 	}
 	for k, v := range want {
 		if env[k] != v {
 			t.Errorf("%s = %q, want %q", k, env[k], v)
+		}
+	}
+}
+
+// TestBinary_Allocate1024_Small allocates all 1,024 devices of the default
+// generic layout through real gRPC with the client's default limits (as the
+// kubelet's): every variable stays under 64 KiB (Linux refuses a container
+// whose environment string passes 128 KiB) and the whole answer under 128
+// KiB (gRPC's default limit is 4 MiB), leaving room for more variables.
+func TestBinary_Allocate1024_Small(t *testing.T) {
+	const devices = 1024
+	n := newNode(t)
+	_, reg := n.start(t, "-devices=1024")
+	list := plugintest.NextList(t, reg, 10*time.Second)
+	if len(list.Devices) != devices {
+		t.Fatalf("listed %d devices, want %d", len(list.Devices), devices)
+	}
+	ids := make([]string, 0, devices)
+	for _, d := range list.Devices {
+		ids = append(ids, d.ID)
+	}
+	resp, err := reg.Client.Allocate(context.Background(), &pluginapi.AllocateRequest{
+		ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := resp.ContainerResponses[0].Envs
+	for k, v := range env {
+		t.Logf("%s: %d bytes", k, len(v))
+		if len(v) >= 64<<10 {
+			t.Errorf("%s is %d bytes, want < 64 KiB", k, len(v))
+		}
+	}
+	size := proto.Size(resp)
+	t.Logf("Allocate answer for %d devices: %d bytes", devices, size)
+	if size >= 128<<10 {
+		t.Errorf("Allocate answer is %d bytes, want < 128 KiB", size)
+	}
+	links, err := topology.ParseLinks(env[topology.EnvLinks], devices)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		p, q int
+		want string
+	}{{0, 1, "PIX"}, {0, 2, "PHB"}, {510, 511, "PIX"}, {511, 512, "SYS"}, {1022, 1023, "PIX"}} {
+		if got := links.Label(c.p, c.q); got != c.want {
+			t.Errorf("positions %d,%d are %s, want %s", c.p, c.q, got, c.want)
 		}
 	}
 }
