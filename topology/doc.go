@@ -35,6 +35,8 @@
 // ParseLinks decodes VIRTUAL_GPU_LINKS. The value stays small at any size:
 // under 5 KiB for all 1024 GPUs of the generic layout.
 //
-// HostNUMANodes reads the host's NUMA nodes from a sysfs fs.FS, so the plugin
+// Machine.ReportNUMA decides the NUMA node each device reports to the
+// kubelet under a NUMAReport mode (auto, always, never), reading the host's
+// nodes from a sysfs fs.FS (HostNUMANodes), so that in auto mode the plugin
 // reports only NUMA ids the kubelet can match.
 package topology

@@ -1,7 +1,9 @@
 package topology
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"slices"
 	"strings"
@@ -165,5 +167,90 @@ func TestHostNUMANodes_NotADirectory(t *testing.T) {
 	_, err := HostNUMANodes(fstest.MapFS{"devices/system/node": {Data: []byte("x")}})
 	if err == nil {
 		t.Error("want an error when the node path is a file")
+	}
+}
+
+func TestParseNUMAReport(t *testing.T) {
+	for _, want := range []NUMAReport{NUMAReportAuto, NUMAReportAlways, NUMAReportNever} {
+		got, err := ParseNUMAReport(want.String())
+		if err != nil || got != want {
+			t.Errorf("ParseNUMAReport(%q) = %v, %v; want %v", want.String(), got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "Auto", "sometimes", " auto"} {
+		_, err := ParseNUMAReport(bad)
+		if !errors.Is(err, ErrInvalidNUMAReport) || !strings.Contains(err.Error(), fmt.Sprintf("%q: want auto, always or never", bad)) {
+			t.Errorf("ParseNUMAReport(%q) error = %v", bad, err)
+		}
+	}
+	if s := NUMAReport(9).String(); s != "NUMAReport(9)" {
+		t.Errorf("String() of an unknown mode = %q", s)
+	}
+}
+
+// sysfsNodes is a sysfs with the given NUMA node directories.
+func sysfsNodes(nodes ...int) fstest.MapFS {
+	fs := fstest.MapFS{"devices/system/cpu/online": {Data: []byte("0-7\n")}}
+	for _, n := range nodes {
+		fs[fmt.Sprintf("devices/system/node/node%d/cpulist", n)] = &fstest.MapFile{Data: []byte("0-7\n")}
+	}
+	return fs
+}
+
+func TestMachine_ReportNUMA(t *testing.T) {
+	generic4, err := Generic(4) // fake-0,1 on node 0; fake-2,3 on node 1
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		machine *Machine
+		mode    NUMAReport
+		sysfs   fstest.MapFS
+		want    []int
+		host    []int
+		dropped []int
+		hostErr bool
+	}{
+		{"auto, host has every node", generic4, NUMAReportAuto, sysfsNodes(0, 1), []int{0, 0, 1, 1}, []int{0, 1}, nil, false},
+		{"auto, host lacks node 1", generic4, NUMAReportAuto, sysfsNodes(0), []int{0, 0, -1, -1}, []int{0}, []int{1}, false},
+		{"auto, host has other nodes", generic4, NUMAReportAuto, sysfsNodes(1, 2), []int{-1, -1, 1, 1}, []int{1, 2}, []int{0}, false},
+		{"auto, no NUMA in sysfs", generic4, NUMAReportAuto, sysfsNodes(), []int{-1, -1, -1, -1}, nil, []int{0, 1}, false},
+		{"auto, unreadable node dir", generic4, NUMAReportAuto,
+			fstest.MapFS{"devices/system/node": {Data: []byte("not a directory")}}, []int{-1, -1, -1, -1}, nil, []int{0, 1}, true},
+		{"always ignores the host", generic4, NUMAReportAlways, nil, []int{0, 0, 1, 1}, nil, nil, false},
+		{"never", generic4, NUMAReportNever, nil, []int{-1, -1, -1, -1}, nil, nil, false},
+		{"unknown mode reports none", generic4, NUMAReport(7), nil, []int{-1, -1, -1, -1}, nil, nil, false},
+		{"dgx-a100 NPS4 on a two-node host", MustPreset(t, "dgx-a100"), NUMAReportAuto, sysfsNodes(0, 1),
+			[]int{-1, -1, 1, 1, -1, -1, -1, -1}, []int{0, 1}, []int{3, 5, 7}, false},
+		{"dgx-a100 on an NPS4 host", MustPreset(t, "dgx-a100"), NUMAReportAuto, sysfsNodes(0, 1, 2, 3, 4, 5, 6, 7),
+			[]int{3, 3, 1, 1, 7, 7, 5, 5}, []int{0, 1, 2, 3, 4, 5, 6, 7}, nil, false},
+		{"unknown nodes are not dropped", MustParseFile(t, "pcie-8gpu-na.txt"), NUMAReportAuto, sysfsNodes(0),
+			[]int{-1, -1, -1, -1, -1, -1, -1, -1}, []int{0}, nil, false},
+		{"unknown nodes stay unknown with always", MustParseFile(t, "pcie-8gpu-na.txt"), NUMAReportAlways, nil,
+			[]int{-1, -1, -1, -1, -1, -1, -1, -1}, nil, nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var sysfs fs.FS
+			if tt.sysfs != nil {
+				sysfs = tt.sysfs
+			}
+			got := tt.machine.ReportNUMA(tt.mode, sysfs)
+			if !slices.Equal(got.Nodes, tt.want) || !slices.Equal(got.Host, tt.host) || !slices.Equal(got.Dropped, tt.dropped) {
+				t.Errorf("ReportNUMA = nodes %v host %v dropped %v; want %v, %v, %v", got.Nodes, got.Host, got.Dropped, tt.want, tt.host, tt.dropped)
+			}
+			if (got.HostErr != nil) != tt.hostErr {
+				t.Errorf("HostErr = %v, want an error: %v", got.HostErr, tt.hostErr)
+			}
+			for i, n := range tt.want {
+				if got.Node(i) != n {
+					t.Errorf("Node(%d) = %d, want %d", i, got.Node(i), n)
+				}
+			}
+			if got.Node(-1) != -1 || got.Node(len(tt.want)) != -1 {
+				t.Error("Node out of range is not -1")
+			}
+		})
 	}
 }

@@ -25,4 +25,8 @@ var (
 	// ErrInvalidLinks reports a VIRTUAL_GPU_LINKS value ParseLinks cannot
 	// decode; the wrapping error names the entry and what was expected.
 	ErrInvalidLinks = errors.New("invalid VIRTUAL_GPU_LINKS value")
+
+	// ErrInvalidNUMAReport reports a -numa-report mode other than auto,
+	// always and never.
+	ErrInvalidNUMAReport = errors.New("invalid NUMA report mode")
 )

@@ -41,24 +41,20 @@ func numaOf(l *pluginapi.ListAndWatchResponse) []int64 {
 	return out
 }
 
+// TestBinary_NUMAReport proves the wiring of -numa-report and -sysfs-root
+// (the policy itself is table-tested in topology, TestMachine_ReportNUMA):
+// in auto mode on a host with only node 0, the devices of node 1 report none,
+// and the plugin says so once.
 func TestBinary_NUMAReport(t *testing.T) {
-	oneNode := fakeSysfs(t, "node0")
-	tests := []struct {
-		mode string
-		want []int64 // generic-4: fake-0,1 on node 0; fake-2,3 on node 1
-	}{
-		{"auto", []int64{0, 0, -1, -1}}, // the host lacks node 1
-		{"always", []int64{0, 0, 1, 1}},
-		{"never", []int64{-1, -1, -1, -1}},
+	n := newNode(t)
+	p, reg := n.start(t, "-numa-report=auto", "-sysfs-root="+fakeSysfs(t, "node0"))
+	// generic-4: fake-0,1 on node 0; fake-2,3 on node 1.
+	if got, want := numaOf(plugintest.NextList(t, reg, 10*time.Second)), []int64{0, 0, -1, -1}; !slices.Equal(got, want) {
+		t.Errorf("reported NUMA nodes = %v, want %v", got, want)
 	}
-	for _, tt := range tests {
-		t.Run(tt.mode, func(t *testing.T) {
-			n := newNode(t)
-			_, reg := n.start(t, "-numa-report="+tt.mode, "-sysfs-root="+oneNode)
-			if got := numaOf(plugintest.NextList(t, reg, 10*time.Second)); !slices.Equal(got, tt.want) {
-				t.Errorf("reported NUMA nodes = %v, want %v", got, tt.want)
-			}
-		})
+	line := p.logs.waitLine(t, "the host lacks some topology NUMA nodes")
+	if !strings.Contains(line, `"host_numa_nodes":[0]`) || !strings.Contains(line, `"not_reported":[1]`) {
+		t.Errorf("log line %s: want host node 0 and node 1 not reported", line)
 	}
 }
 
