@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -158,12 +159,18 @@ func TestBinary_TopologyBadInput(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("apiVersion: virtual-gpu.unicore.mcyou.cc/v1\nkind: Topology\nnumaNodes:\n  - gpus: 2\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// A named pipe once hung start-up forever (open blocks) and ignored SIGTERM.
+	fifo := filepath.Join(t.TempDir(), "node.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		args []string
 		want string
 	}{
 		{"devices contradict preset", []string{"-topology=dgx2", "-devices=4"}, "dgx2"},
+		{"named pipe", []string{"-topology=" + fifo}, "is a named pipe (FIFO), not a regular file"},
 		{"unknown preset", []string{"-topology=dgx9"}, "dgx9"},
 		{"bad file", []string{"-topology=" + bad}, bad + ":4"},
 		{"bad policy", []string{"-allocation-policy=random"}, `invalid -allocation-policy="random"`},
