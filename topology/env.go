@@ -55,7 +55,8 @@ const (
 // indices are GPU indices; they are sorted, duplicates and indices out of
 // range are dropped. The result is deterministic and always has the three
 // keys; it does not include VIRTUAL_GPU_IDS. It takes O(k²) time and memory
-// for k devices (about 10 ms for 1024).
+// for k devices: about 14 ms for 1024 on a 2-core machine
+// (BenchmarkContainerEnv).
 func (m *Machine) ContainerEnv(indices []int) map[string]string {
 	idx := make([]int, 0, len(indices))
 	for _, i := range indices {
