@@ -147,8 +147,16 @@ func TestTopology(t *testing.T) {
 	if numa := strings.Split(env[topology.EnvNUMANodes], ","); len(numa) != 4 {
 		t.Errorf("%s=%q: want one NUMA node per device", topology.EnvNUMANodes, env[topology.EnvNUMANodes])
 	}
-	if links := strings.Split(env[topology.EnvLinks], ","); len(links) != 6 {
-		t.Errorf("%s=%q: want the 6 pairs of 4 devices", topology.EnvLinks, env[topology.EnvLinks])
+	if links, err := topology.ParseLinks(env[topology.EnvLinks], 4); err != nil {
+		t.Errorf("%s=%q: want the labels of the 4 devices' pairs: %v", topology.EnvLinks, env[topology.EnvLinks], err)
+	} else {
+		for p := range 4 {
+			for q := p + 1; q < 4; q++ {
+				if l := links.Label(p, q); !strings.HasPrefix(l, "NV") {
+					t.Errorf("%s=%q: positions %d and %d are %s, want every pair NVLinked", topology.EnvLinks, env[topology.EnvLinks], p, q, l)
+				}
+			}
+		}
 	}
 
 	// -numa-report=never: the kubelet knows the devices without a NUMA node (checkpoint key "-1").

@@ -21,4 +21,17 @@ var (
 	// ErrUnknownTopology reports a -topology value that is neither a preset
 	// name nor a readable file.
 	ErrUnknownTopology = errors.New("unknown topology")
+
+	// ErrNotRegularFile reports a -topology path that exists but is not a
+	// regular file (a directory, a named pipe, a device, a socket): opening
+	// a named pipe blocks until a writer comes, and the others mean nothing.
+	ErrNotRegularFile = errors.New("topology path is not a regular file")
+
+	// ErrInvalidLinks reports a VIRTUAL_GPU_LINKS value ParseLinks cannot
+	// decode; the wrapping error names the entry and what was expected.
+	ErrInvalidLinks = errors.New("invalid VIRTUAL_GPU_LINKS value")
+
+	// ErrInvalidNUMAReport reports a -numa-report mode other than auto,
+	// always and never.
+	ErrInvalidNUMAReport = errors.New("invalid NUMA report mode")
 )

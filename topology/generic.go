@@ -17,7 +17,8 @@ import (
 // So two GPUs of a pair are PIX, two GPUs of the same node are PHB, and GPUs
 // of different nodes are SYS. With the default -devices=4: fake-0 and fake-1
 // share a switch on node 0, fake-2 and fake-3 share one on node 1. There are
-// no NVLinks. The machine is named "generic-<n>". Generic returns an error
+// no NVLinks. The GPUs are DefaultGPUModel. The machine is named
+// "generic-<n>". Generic returns an error
 // wrapping ErrInvalidDeviceCount if n is not in 1..MaxGPUs.
 func Generic(n int) (*Machine, error) {
 	if n < 1 || n > MaxGPUs {
@@ -46,5 +47,5 @@ func Generic(n int) (*Machine, error) {
 	for k := range declared {
 		declared[k] = k
 	}
-	return newMachine("generic-"+strconv.Itoa(n), false, numa, cpus, declared, fromTree(paths, nil))
+	return newMachine("generic-"+strconv.Itoa(n), false, numa, cpus, declared, fromTree(paths, nil), DefaultGPUModel())
 }

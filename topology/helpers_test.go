@@ -91,6 +91,10 @@ func checkMachine(t testing.TB, m *Machine) {
 			}
 		}
 	}
+	if field, msg := m.GPUModel().check(); field != "" {
+		t.Fatalf("GPUModel() = %+v: %s", m.GPUModel(), msg)
+	}
+	checkIdentity(t, m)
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }

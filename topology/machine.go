@@ -101,8 +101,9 @@ type link struct {
 	pcie PCIe
 }
 
-// Machine is a fake GPU server: GPUs fake-0 … fake-<n-1>, their NUMA nodes
-// and the links between every pair. A Machine is immutable once built, so it
+// Machine is a fake GPU server: GPUs fake-0 … fake-<n-1> of one model
+// (GPUModel), their NUMA nodes, PCI bus ids and the links between every
+// pair. A Machine is immutable once built, so it
 // is safe for concurrent use; build one with Generic, Preset, Resolve, Parse
 // or New. A nil *Machine behaves as a machine without GPUs: its accessors
 // return zero values and never panic.
@@ -114,6 +115,8 @@ type Machine struct {
 	nodes []int    // NUMA node ids the machine declares, sorted
 	links []link   // n*n, row-major; the diagonal is unused
 	class []int    // interchangeable GPUs share a class id
+	gpu   GPUModel
+	bus   []uint32 // PCI domain<<8 | bus of each GPU
 }
 
 // Name returns the machine's name: the preset name, the name given in a
@@ -187,6 +190,38 @@ func (m *Machine) NUMANodes() []int {
 	return slices.Clone(m.nodes)
 }
 
+// GPUModel returns the model of the machine's GPUs: the preset's or the
+// YAML file's gpu mapping, else DefaultGPUModel. It returns the zero
+// GPUModel for a nil machine.
+func (m *Machine) GPUModel() GPUModel {
+	if m == nil {
+		return GPUModel{}
+	}
+	return m.gpu
+}
+
+// PCIBusID returns the PCI bus id of GPU i as nvidia-smi prints it, such as
+// "00000000:41:00.0", or "" if i is out of range. Bus ids are unique and
+// ascend with the index, as on a real machine; their gaps follow the PCIe
+// tree: GPUs under one switch get consecutive buses, and each host bridge,
+// NUMA node and socket starts a new block of buses (see topology/README.md).
+func (m *Machine) PCIBusID(i int) string {
+	if i < 0 || i >= m.Len() {
+		return ""
+	}
+	return formatBusID(m.bus[i])
+}
+
+// MinorNumber returns the minor number of GPU i, the N of its /dev/nvidiaN
+// device node, which nvidia-smi -q prints as "Minor Number": it equals the
+// index. It returns -1 if i is out of range.
+func (m *Machine) MinorNumber(i int) int {
+	if i < 0 || i >= m.Len() {
+		return -1
+	}
+	return i
+}
+
 // Link returns the connection between GPUs i and j. It returns the zero Link
 // if i == j or either index is out of range.
 func (m *Machine) Link(i, j int) Link {
@@ -229,8 +264,8 @@ func (m *Machine) String() string {
 
 // newMachine checks the parts and builds a Machine. numa and cpus have one
 // entry per GPU; nodes lists the declared NUMA nodes (GPU nodes are added);
-// links is n*n and must be symmetric.
-func newMachine(name string, fixed bool, numa []int, cpus []string, nodes []int, links []link) (*Machine, error) {
+// links is n*n and must be symmetric; gpu is the GPUs' model.
+func newMachine(name string, fixed bool, numa []int, cpus []string, nodes []int, links []link, gpu GPUModel) (*Machine, error) {
 	n := len(numa)
 	if n < 1 || n > MaxGPUs {
 		return nil, fmt.Errorf("machine %q has %d GPUs, want 1..%d: %w", name, n, MaxGPUs, ErrInvalidDeviceCount)
@@ -267,8 +302,12 @@ func newMachine(name string, fixed bool, numa []int, cpus []string, nodes []int,
 			}
 		}
 	}
-	m := &Machine{name: name, fixed: fixed, numa: numa, cpus: cpus, nodes: all, links: links}
+	if field, msg := gpu.check(); field != "" {
+		return nil, fmt.Errorf("machine %q: GPU model: %s: %w", name, msg, ErrInvalidTopology)
+	}
+	m := &Machine{name: name, fixed: fixed, numa: numa, cpus: cpus, nodes: all, links: links, gpu: gpu}
 	m.class = m.classes()
+	m.bus = pciBusIDs(n, func(i, j int) PCIe { return links[i*n+j].pcie })
 	return m, nil
 }
 
@@ -397,7 +436,7 @@ func fromTree(paths []gpuPath, nv []uint8) []link {
 // New builds a fixed-size machine from its parts, for tests and programs
 // that generate topologies: numa gives the NUMA node of each GPU (-1 for
 // unknown) and linkOf(i, j) the connection of each pair i < j (it is called
-// once per pair). It returns an error wrapping ErrInvalidDeviceCount or
+// once per pair). Its GPUs are DefaultGPUModel. It returns an error wrapping ErrInvalidDeviceCount or
 // ErrInvalidTopology for a bad count, NUMA id, NVLink count or relation.
 func New(name string, numa []int, linkOf func(i, j int) Link) (*Machine, error) {
 	n := len(numa)
@@ -416,5 +455,5 @@ func New(name string, numa []int, linkOf func(i, j int) Link) (*Machine, error) 
 			links[i*n+j], links[j*n+i] = c, c
 		}
 	}
-	return newMachine(name, true, slices.Clone(numa), make([]string, n), nil, links)
+	return newMachine(name, true, slices.Clone(numa), make([]string, n), nil, links, DefaultGPUModel())
 }

@@ -2,10 +2,15 @@ package topology
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestGeneric_Layout(t *testing.T) {
@@ -434,5 +439,65 @@ func TestParse_TestdataYAML(t *testing.T) {
 		if m.Len() != gpus {
 			t.Errorf("%s: %d GPUs, want %d", file, m.Len(), gpus)
 		}
+	}
+}
+
+func TestResolve_RegularFilesOnly(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "topology.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// As a ConfigMap mounts a key: a symbolic link to a regular file.
+	target := MustWriteFile(t, "..data-node.yaml", "apiVersion: virtual-gpu.unicore.mcyou.cc/v1\nkind: Topology\nnumaNodes:\n  - hostBridges:\n      - gpus: 2\n")
+	link := filepath.Join(dir, "node.yaml")
+	fifoLink := filepath.Join(dir, "fifo-link.yaml")
+	for _, l := range [][2]string{{target, link}, {fifo, fifoLink}} {
+		if err := os.Symlink(l[0], l[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		name string
+		path string
+		want string // "" for success
+	}{
+		{"symlink to a regular file", link, ""},
+		{"named pipe", fifo, fmt.Sprintf("topology %q is a named pipe (FIFO), not a regular file", fifo)},
+		{"symlink to a named pipe", fifoLink, fmt.Sprintf("topology %q is a named pipe (FIFO)", fifoLink)},
+		{"directory", dir, fmt.Sprintf("topology %q is a directory, not a regular file", dir)},
+		{"character device", os.DevNull, "is a character device, not a regular file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			type result struct {
+				m   *Machine
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				m, err := Resolve(tt.path, 4, false)
+				done <- result{m, err}
+			}()
+			var r result
+			select {
+			case r = <-done:
+			case <-time.After(5 * time.Second):
+				// Release a Resolve blocked in open by opening the pipe's other end.
+				if w, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+					w.Close()
+				}
+				t.Fatalf("Resolve(%s) still blocked after 5s", tt.path)
+			}
+			if tt.want == "" {
+				if r.err != nil || r.m.Len() != 2 {
+					t.Fatalf("Resolve(%s) = %v, %v; want 2 GPUs", tt.path, r.m, r.err)
+				}
+				return
+			}
+			if !errors.Is(r.err, ErrNotRegularFile) || !strings.Contains(r.err.Error(), tt.want) {
+				t.Errorf("Resolve(%s) error = %v; want ErrNotRegularFile saying %q", tt.path, r.err, tt.want)
+			}
+		})
 	}
 }

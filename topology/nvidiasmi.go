@@ -43,7 +43,8 @@ const (
 // their lowest CPU; N/A gives -1. "GPU NUMA ID" (the NUMA node of the GPU's
 // own memory on Grace systems) is checked but not used. The matrix must be
 // symmetric. For an NVLinked pair the PCIe relation is not printed; it is
-// taken as NODE if both GPUs have the same known NUMA node, else SYS.
+// taken as NODE if both GPUs have the same known NUMA node, else SYS. The
+// text does not name the GPU model: the GPUs are DefaultGPUModel.
 //
 // Every error is a *ParseError naming name, the line and what was expected.
 func ParseNvidiaSMI(name string, r io.Reader) (*Machine, error) {
@@ -487,7 +488,7 @@ func smiMachine(name string, rows []smiRow, affCols []string) (*Machine, error) 
 			links[i*n+j] = l
 		}
 	}
-	m, err := newMachine(baseName(name), true, numa, cpus, nil, links)
+	m, err := newMachine(baseName(name), true, numa, cpus, nil, links, DefaultGPUModel())
 	if err != nil {
 		return nil, &ParseError{File: name, Msg: "build machine", Err: err}
 	}

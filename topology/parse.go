@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 )
 
 //go:embed presets/*.yaml
@@ -59,7 +60,9 @@ func PresetSource(name string) ([]byte, bool) {
 //
 //   - spec "" → Generic(devices);
 //   - spec a preset name (PresetNames) → that preset;
-//   - otherwise spec is a file path, read with Parse.
+//   - otherwise spec is a file path, read with Parse. It must be a regular
+//     file (a symbolic link to one is fine); a directory, named pipe, device
+//     or socket is refused with an error wrapping ErrNotRegularFile.
 //
 // devicesSet reports whether -devices was given explicitly. With a preset or
 // a file the GPU count is fixed: an explicit devices that differs from it is
@@ -75,13 +78,9 @@ func Resolve(spec string, devices int, devicesSet bool) (*Machine, error) {
 			return nil, err
 		}
 	} else {
-		f, err := os.Open(spec)
+		f, err := openRegular(spec)
 		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil, fmt.Errorf("topology %q is neither a preset (%s) nor an existing file: %w: %w",
-					spec, strings.Join(PresetNames(), ", "), ErrUnknownTopology, err)
-			}
-			return nil, fmt.Errorf("open topology file: %w", err)
+			return nil, err
 		}
 		defer f.Close()
 		if m, err = Parse(spec, f); err != nil {
@@ -93,6 +92,57 @@ func Resolve(spec string, devices int, devicesSet bool) (*Machine, error) {
 			devices, m.Name(), m.Len(), ErrDevicesMismatch)
 	}
 	return m, nil
+}
+
+// openRegular opens the topology file at path for reading if it is a
+// regular file, following symbolic links (a ConfigMap mounts its keys as
+// links). Anything else is refused before it is opened, with an error
+// naming the path and what it is: opening a named pipe would block start-up
+// until a writer comes (and ignore SIGTERM meanwhile), a device may act on
+// open. The file is opened non-blocking and checked again, in case the path
+// changed in between.
+func openRegular(path string) (*os.File, error) {
+	fi, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("topology %q is neither a preset (%s) nor an existing file: %w: %w",
+			path, strings.Join(PresetNames(), ", "), ErrUnknownTopology, err)
+	case err != nil:
+		return nil, fmt.Errorf("topology file: %w", err)
+	case !fi.Mode().IsRegular():
+		return nil, notRegular(path, fi.Mode())
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open topology file: %w", err)
+	}
+	if fi, err = f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("topology file: %w", err)
+		}
+		return nil, notRegular(path, fi.Mode())
+	}
+	return f, nil
+}
+
+func notRegular(path string, mode fs.FileMode) error {
+	var what string
+	switch {
+	case mode&fs.ModeNamedPipe != 0:
+		what = "a named pipe (FIFO)"
+	case mode.IsDir():
+		what = "a directory"
+	case mode&fs.ModeCharDevice != 0:
+		what = "a character device"
+	case mode&fs.ModeDevice != 0:
+		what = "a block device"
+	case mode&fs.ModeSocket != 0:
+		what = "a socket"
+	default:
+		what = "of mode " + mode.String()
+	}
+	return fmt.Errorf("topology %q is %s, not a regular file: expected a YAML or nvidia-smi text file: %w", path, what, ErrNotRegularFile)
 }
 
 // Format is a topology file format.

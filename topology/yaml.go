@@ -32,8 +32,18 @@ type fileSpec struct {
 	Kind        string       `yaml:"kind"`
 	Name        string       `yaml:"name"`
 	Description string       `yaml:"description"`
+	GPU         *gpuSpec     `yaml:"gpu"`
 	NUMANodes   []numaSpec   `yaml:"numaNodes"`
 	NVLinks     []nvlinkSpec `yaml:"nvlinks"`
+}
+
+type gpuSpec struct {
+	Product           string `yaml:"product"`
+	MemoryMiB         *int   `yaml:"memoryMiB"`
+	ComputeCapability string `yaml:"computeCapability"`
+	Family            string `yaml:"family"`
+	PowerLimitW       *int   `yaml:"powerLimitW"`
+	IdlePowerW        *int   `yaml:"idlePowerW"`
 }
 
 type numaSpec struct {
@@ -309,15 +319,64 @@ func (x *expander) build(s *fileSpec) (*Machine, error) {
 	if err != nil {
 		return nil, err
 	}
+	gpu, err := x.gpuModel(s.GPU)
+	if err != nil {
+		return nil, err
+	}
 	name := s.Name
 	if name == "" {
 		name = baseName(x.file)
 	}
-	m, err := newMachine(name, true, x.numa, x.cpus, x.nodes, fromTree(x.paths, nv))
+	m, err := newMachine(name, true, x.numa, x.cpus, x.nodes, fromTree(x.paths, nv), gpu)
 	if err != nil {
 		return nil, &ParseError{File: x.file, Msg: "build machine", Err: err}
 	}
 	return m, nil
+}
+
+// gpuModel checks the gpu mapping; without one the GPUs are
+// DefaultGPUModel. Every field but family is required.
+func (x *expander) gpuModel(s *gpuSpec) (GPUModel, error) {
+	path := []any{"gpu"}
+	if s == nil {
+		for i := 0; i+1 < len(x.root.Content); i += 2 {
+			if x.root.Content[i].Value == "gpu" {
+				return GPUModel{}, x.errAt(path, "gpu is empty: expected a mapping with product, memoryMiB, computeCapability, powerLimitW and idlePowerW, or no gpu key")
+			}
+		}
+		return DefaultGPUModel(), nil
+	}
+	var missing []string
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{
+		{"product", s.Product != ""}, {"memoryMiB", s.MemoryMiB != nil}, {"computeCapability", s.ComputeCapability != ""},
+		{"powerLimitW", s.PowerLimitW != nil}, {"idlePowerW", s.IdlePowerW != nil},
+	} {
+		if !f.set {
+			missing = append(missing, f.name)
+		}
+	}
+	if len(missing) > 0 {
+		return GPUModel{}, x.errAt(path, "gpu lacks %s: expected product, memoryMiB, computeCapability, powerLimitW and idlePowerW (family is optional)",
+			strings.Join(missing, ", "))
+	}
+	cc, ok := parseComputeCapability(s.ComputeCapability)
+	if !ok {
+		return GPUModel{}, x.errAt(with(path, "computeCapability"), "computeCapability %q: expected MAJOR.MINOR like \"8.0\"", s.ComputeCapability)
+	}
+	g := GPUModel{Product: s.Product, MemoryMiB: *s.MemoryMiB, Compute: cc, Family: s.Family,
+		PowerLimitW: *s.PowerLimitW, IdlePowerW: *s.IdlePowerW}
+	if g.Family == "" {
+		if g.Family = FamilyOf(cc); g.Family == "" {
+			return GPUModel{}, x.errAt(path, "gpu lacks family: computeCapability %s has no known family, expected family like ampere", cc)
+		}
+	}
+	if field, msg := g.check(); field != "" {
+		return GPUModel{}, x.errAt(with(path, field), "%s", msg)
+	}
+	return g, nil
 }
 
 func (x *expander) bridge(path []any, bs *bridgeSpec, numa int, cpus string) error {

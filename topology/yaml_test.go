@@ -69,6 +69,10 @@ func TestParseYAML_READMEExamples(t *testing.T) {
 	if m.NUMA(0) != 0 || m.NUMA(8) != 1 || m.CPUAffinity(8) != "16-31,48-63" {
 		t.Errorf("NUMA/CPU of GPUs 0 and 8: %d %d %q", m.NUMA(0), m.NUMA(8), m.CPUAffinity(8))
 	}
+	wantGPU := GPUModel{Product: "NVIDIA A100 80GB PCIe", MemoryMiB: 81920, Compute: ComputeCapability{8, 0}, Family: "ampere", PowerLimitW: 300, IdlePowerW: 45}
+	if got := m.GPUModel(); got != wantGPU {
+		t.Errorf("GPUModel() = %+v, want %+v", got, wantGPU)
+	}
 
 	// The large machine.
 	m, err = ParseYAML("sixteen-hgx.yaml", strings.NewReader(examples[1]))
@@ -145,6 +149,21 @@ func TestParseYAML_Errors(t *testing.T) {
 		{"empty pairs", header + "numaNodes:\n  - hostBridges: [{gpus: 3}]\nnvlinks:\n  - pairs: []\n    links: 1\n", 6, "expected a list of GPU pairs"},
 		{"pair twice", header + "numaNodes:\n  - hostBridges: [{gpus: 3}]\nnvlinks:\n  - domain: 0-2\n    links: 2\n  - pairs: [[2, 1]]\n    links: 1\n", 8, "GPUs 2 and 1 are already linked by the nvlinks entry at line 6"},
 		{"second document", header + "numaNodes:\n  - hostBridges: [{gpus: 1}]\n---\nkind: Topology\n", 5, "single YAML document"},
+		{"gpu empty", header + "gpu:\nnumaNodes:\n  - hostBridges: [{gpus: 1}]\n", 3, "gpu is empty: expected a mapping"},
+		{"gpu not a mapping", header + "gpu: A100\nnumaNodes:\n  - hostBridges: [{gpus: 1}]\n", 3, `expected a mapping, found str "A100"`},
+		{"gpu unknown field", gpuYAML("  memoryGiB: 80\n"), 9, `unknown field "memoryGiB"`},
+		{"gpu lacks fields", header + "gpu:\n  product: NVIDIA H100 80GB HBM3\n  memoryMiB: 81559\nnumaNodes:\n  - hostBridges: [{gpus: 1}]\n", 4,
+			"gpu lacks computeCapability, powerLimitW, idlePowerW: expected product, memoryMiB, computeCapability, powerLimitW and idlePowerW"},
+		{"gpu memory as text", strings.Replace(gpuYAML(""), "memoryMiB: 81559", "memoryMiB: 80GB", 1), 5, `expected an integer, found str "80GB"`},
+		{"gpu memory zero", strings.Replace(gpuYAML(""), "memoryMiB: 81559", "memoryMiB: 0", 1), 5, "memoryMiB 0: expected 1..2097152"},
+		{"gpu compute capability", strings.Replace(gpuYAML(""), `"9.0"`, "sm_90", 1), 6, `computeCapability "sm_90": expected MAJOR.MINOR like "8.0"`},
+		{"gpu compute capability minor", strings.Replace(gpuYAML(""), `"9.0"`, `"9.10"`, 1), 6, `computeCapability "9.10"`},
+		{"gpu unknown family", strings.Replace(gpuYAML(""), `"9.0"`, `"4.0"`, 1), 4, "computeCapability 4.0 has no known family"},
+		{"gpu bad family", gpuYAML("  family: Hopper\n"), 9, `family "Hopper": expected an architecture like ampere`},
+		{"gpu product with comma", strings.Replace(gpuYAML(""), "NVIDIA H100 80GB HBM3", `"H100, 80GB"`, 1), 4, `product "H100, 80GB": expected the name nvidia-smi prints`},
+		{"gpu product too long", strings.Replace(gpuYAML(""), "NVIDIA H100 80GB HBM3", strings.Repeat("x", 97), 1), 4, "1..96 printable ASCII"},
+		{"gpu idle above limit", strings.Replace(gpuYAML(""), "idlePowerW: 85", "idlePowerW: 700", 1), 8, "idlePowerW 700: expected 1..699 (below powerLimitW)"},
+		{"gpu power limit", strings.Replace(gpuYAML(""), "powerLimitW: 700", "powerLimitW: -1", 1), 7, "powerLimitW -1: expected 1..5000"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -155,6 +174,40 @@ func TestParseYAML_Errors(t *testing.T) {
 			pe := checkParseError(t, err, "bad.yaml")
 			if pe.Line != tt.line || !strings.Contains(pe.Msg, tt.msg) {
 				t.Errorf("error %q: want line %d and %q", err, tt.line, tt.msg)
+			}
+		})
+	}
+}
+
+// gpuYAML is a valid file with a gpu mapping (lines 3-8) and extra lines
+// appended to it (from line 9).
+func gpuYAML(extra string) string {
+	return header + "gpu:\n  product: NVIDIA H100 80GB HBM3\n  memoryMiB: 81559\n  computeCapability: \"9.0\"\n" +
+		"  powerLimitW: 700\n  idlePowerW: 85\n" + extra + "numaNodes:\n  - hostBridges: [{gpus: 1}]\n"
+}
+
+func TestParseYAML_GPU(t *testing.T) {
+	h100 := GPUModel{Product: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559, Compute: ComputeCapability{9, 0}, Family: "hopper", PowerLimitW: 700, IdlePowerW: 85}
+	tests := []struct {
+		name string
+		in   string
+		want GPUModel
+	}{
+		{"none: the default", header + "numaNodes:\n  - hostBridges: [{gpus: 1}]\n", DefaultGPUModel()},
+		{"family from the compute capability", gpuYAML(""), h100},
+		{"family given", gpuYAML("  family: hopper-next\n"), func() GPUModel { g := h100; g.Family = "hopper-next"; return g }()},
+		{"unquoted compute capability", strings.Replace(gpuYAML(""), `"9.0"`, "9.0", 1), h100},
+		{"blackwell", strings.Replace(gpuYAML(""), `"9.0"`, `"10.0"`, 1),
+			func() GPUModel { g := h100; g.Compute, g.Family = ComputeCapability{10, 0}, "blackwell"; return g }()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, err := ParseYAML("gpu.yaml", strings.NewReader(tt.in))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := m.GPUModel(); got != tt.want {
+				t.Errorf("GPUModel() = %+v, want %+v", got, tt.want)
 			}
 		})
 	}

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"slices"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -193,35 +192,23 @@ func pluginDevices(cfg config, machine *topology.Machine, st *store.Store, log z
 	if err != nil {
 		return nil, err
 	}
-	var host []int
-	if cfg.numaReport == "auto" {
-		host, err = topology.HostNUMANodes(os.DirFS(cfg.sysfsRoot))
-		if err != nil {
-			log.Warn().Err(err).Str("sysfs", cfg.sysfsRoot).Msg("cannot read the host's NUMA nodes; reporting none")
-		}
+	mode, _ := topology.ParseNUMAReport(cfg.numaReport) // validated
+	numa := machine.ReportNUMA(mode, os.DirFS(cfg.sysfsRoot))
+	if numa.HostErr != nil {
+		log.Warn().Err(numa.HostErr).Str("sysfs", cfg.sysfsRoot).Msg("cannot read the host's NUMA nodes; reporting none")
 	}
 	var devices []plugin.Device
-	var dropped []int
 	for _, d := range stored {
 		if d.Removed {
 			continue
 		}
-		numa := machine.NUMA(d.Index)
-		switch {
-		case cfg.numaReport == "never":
-			numa = -1
-		case cfg.numaReport == "auto" && numa >= 0 && !slices.Contains(host, numa):
-			dropped = append(dropped, numa)
-			numa = -1
-		}
-		devices = append(devices, plugin.Device{ID: d.ID, Index: d.Index, NUMA: numa, Healthy: d.Healthy, Reason: d.Reason})
+		devices = append(devices, plugin.Device{ID: d.ID, Index: d.Index, NUMA: numa.Node(d.Index), Healthy: d.Healthy, Reason: d.Reason})
 		if !d.Healthy {
 			log.Info().Str("device", d.ID).Str("reason", d.Reason).Time("since", d.Since).Msg("device unhealthy since before this start")
 		}
 	}
-	if len(dropped) > 0 {
-		slices.Sort(dropped)
-		log.Info().Ints("host_numa_nodes", host).Ints("not_reported", slices.Compact(dropped)).
+	if len(numa.Dropped) > 0 {
+		log.Info().Ints("host_numa_nodes", numa.Host).Ints("not_reported", numa.Dropped).
 			Msg("the host lacks some topology NUMA nodes; those devices report no NUMA node (-numa-report=always to force)")
 	}
 	return devices, nil

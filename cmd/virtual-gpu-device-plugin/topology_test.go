@@ -6,12 +6,15 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 // fakeSysfs makes a sysfs root whose host has the given NUMA nodes.
@@ -39,24 +42,20 @@ func numaOf(l *pluginapi.ListAndWatchResponse) []int64 {
 	return out
 }
 
+// TestBinary_NUMAReport proves the wiring of -numa-report and -sysfs-root
+// (the policy itself is table-tested in topology, TestMachine_ReportNUMA):
+// in auto mode on a host with only node 0, the devices of node 1 report none,
+// and the plugin says so once.
 func TestBinary_NUMAReport(t *testing.T) {
-	oneNode := fakeSysfs(t, "node0")
-	tests := []struct {
-		mode string
-		want []int64 // generic-4: fake-0,1 on node 0; fake-2,3 on node 1
-	}{
-		{"auto", []int64{0, 0, -1, -1}}, // the host lacks node 1
-		{"always", []int64{0, 0, 1, 1}},
-		{"never", []int64{-1, -1, -1, -1}},
+	n := newNode(t)
+	p, reg := n.start(t, "-numa-report=auto", "-sysfs-root="+fakeSysfs(t, "node0"))
+	// generic-4: fake-0,1 on node 0; fake-2,3 on node 1.
+	if got, want := numaOf(plugintest.NextList(t, reg, 10*time.Second)), []int64{0, 0, -1, -1}; !slices.Equal(got, want) {
+		t.Errorf("reported NUMA nodes = %v, want %v", got, want)
 	}
-	for _, tt := range tests {
-		t.Run(tt.mode, func(t *testing.T) {
-			n := newNode(t)
-			_, reg := n.start(t, "-numa-report="+tt.mode, "-sysfs-root="+oneNode)
-			if got := numaOf(plugintest.NextList(t, reg, 10*time.Second)); !slices.Equal(got, tt.want) {
-				t.Errorf("reported NUMA nodes = %v, want %v", got, tt.want)
-			}
-		})
+	line := p.logs.waitLine(t, "the host lacks some topology NUMA nodes")
+	if !strings.Contains(line, `"host_numa_nodes":[0]`) || !strings.Contains(line, `"not_reported":[1]`) {
+		t.Errorf("log line %s: want host node 0 and node 1 not reported", line)
 	}
 }
 
@@ -81,11 +80,60 @@ func TestBinary_TopologyPreferredAndEnv(t *testing.T) {
 		"VIRTUAL_GPU_IDS":        "fake-2,fake-3",
 		"VIRTUAL_GPU_TOPOLOGY":   "workstation-4gpu",
 		"VIRTUAL_GPU_NUMA_NODES": "0,0",
-		"VIRTUAL_GPU_LINKS":      "2:3=NV4",
+		"VIRTUAL_GPU_LINKS":      "NV4", // positions 0 and 1: fake-2 and fake-3
 	}
 	for k, v := range want {
 		if env[k] != v {
 			t.Errorf("%s = %q, want %q", k, env[k], v)
+		}
+	}
+}
+
+// TestBinary_Allocate1024_Small allocates all 1,024 devices of the default
+// generic layout through real gRPC with the client's default limits (as the
+// kubelet's): every variable stays under 64 KiB (Linux refuses a container
+// whose environment string passes 128 KiB) and the whole answer under 128
+// KiB (gRPC's default limit is 4 MiB), leaving room for more variables.
+func TestBinary_Allocate1024_Small(t *testing.T) {
+	const devices = 1024
+	n := newNode(t)
+	_, reg := n.start(t, "-devices=1024")
+	list := plugintest.NextList(t, reg, 10*time.Second)
+	if len(list.Devices) != devices {
+		t.Fatalf("listed %d devices, want %d", len(list.Devices), devices)
+	}
+	ids := make([]string, 0, devices)
+	for _, d := range list.Devices {
+		ids = append(ids, d.ID)
+	}
+	resp, err := reg.Client.Allocate(context.Background(), &pluginapi.AllocateRequest{
+		ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := resp.ContainerResponses[0].Envs
+	for k, v := range env {
+		t.Logf("%s: %d bytes", k, len(v))
+		if len(v) >= 64<<10 {
+			t.Errorf("%s is %d bytes, want < 64 KiB", k, len(v))
+		}
+	}
+	size := proto.Size(resp)
+	t.Logf("Allocate answer for %d devices: %d bytes", devices, size)
+	if size >= 128<<10 {
+		t.Errorf("Allocate answer is %d bytes, want < 128 KiB", size)
+	}
+	links, err := topology.ParseLinks(env[topology.EnvLinks], devices)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		p, q int
+		want string
+	}{{0, 1, "PIX"}, {0, 2, "PHB"}, {510, 511, "PIX"}, {511, 512, "SYS"}, {1022, 1023, "PIX"}} {
+		if got := links.Label(c.p, c.q); got != c.want {
+			t.Errorf("positions %d,%d are %s, want %s", c.p, c.q, got, c.want)
 		}
 	}
 }
@@ -111,12 +159,18 @@ func TestBinary_TopologyBadInput(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("apiVersion: virtual-gpu.unicore.mcyou.cc/v1\nkind: Topology\nnumaNodes:\n  - gpus: 2\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// A named pipe once hung start-up forever (open blocks) and ignored SIGTERM.
+	fifo := filepath.Join(t.TempDir(), "node.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		args []string
 		want string
 	}{
 		{"devices contradict preset", []string{"-topology=dgx2", "-devices=4"}, "dgx2"},
+		{"named pipe", []string{"-topology=" + fifo}, "is a named pipe (FIFO), not a regular file"},
 		{"unknown preset", []string{"-topology=dgx9"}, "dgx9"},
 		{"bad file", []string{"-topology=" + bad}, bad + ":4"},
 		{"bad policy", []string{"-allocation-policy=random"}, `invalid -allocation-policy="random"`},
