@@ -3,7 +3,6 @@ package plugin_test
 import (
 	"context"
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,19 +61,8 @@ func startRunner(t *testing.T, dir string, tweak func(*plugin.RunnerConfig)) *ru
 	return rr
 }
 
-// shortDir is a temp dir short enough for unix socket paths.
-func shortDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "vgpu")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
 func TestRunner_RegistersAndLists(t *testing.T) {
-	dir := shortDir(t)
+	dir := plugintest.ShortTempDir(t)
 	k := plugintest.StartKubelet(t, dir)
 	startRunner(t, dir, nil)
 
@@ -98,7 +86,7 @@ func TestRunner_RegistersAndLists(t *testing.T) {
 }
 
 func TestRunner_KubeletRestart_RegistersAgain(t *testing.T) {
-	dir := shortDir(t)
+	dir := plugintest.ShortTempDir(t)
 	k := plugintest.StartKubelet(t, dir)
 	r := startRunner(t, dir, nil)
 	k.WaitRegistration(wait)
@@ -118,7 +106,7 @@ func TestRunner_KubeletRestart_RegistersAgain(t *testing.T) {
 }
 
 func TestRunner_OwnSocketDeleted_RegistersAgain(t *testing.T) {
-	dir := shortDir(t)
+	dir := plugintest.ShortTempDir(t)
 	k := plugintest.StartKubelet(t, dir)
 	r := startRunner(t, dir, nil)
 	k.WaitRegistration(wait)
@@ -130,16 +118,16 @@ func TestRunner_OwnSocketDeleted_RegistersAgain(t *testing.T) {
 }
 
 func TestRunner_StartedBeforeKubelet(t *testing.T) {
-	dir := shortDir(t)
+	dir := plugintest.ShortTempDir(t)
 	startRunner(t, dir, nil)
-	waitFor(t, func() bool { _, err := os.Stat(filepath.Join(dir, sockName)); return err == nil }, "plugin socket")
+	plugintest.WaitFor(t, wait, "plugin socket", func() bool { _, err := os.Stat(filepath.Join(dir, sockName)); return err == nil })
 	k := plugintest.StartKubelet(t, dir)
 	reg := k.WaitRegistration(wait)
 	plugintest.NextList(t, reg, wait)
 }
 
 func TestRunner_DirCreatedLater(t *testing.T) {
-	dir := filepath.Join(shortDir(t), "dp")
+	dir := filepath.Join(plugintest.ShortTempDir(t), "dp")
 	startRunner(t, dir, func(c *plugin.RunnerConfig) { c.PollInterval = 20 * time.Millisecond })
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -149,7 +137,7 @@ func TestRunner_DirCreatedLater(t *testing.T) {
 }
 
 func TestRunner_StreamDropped_RegistersAgain(t *testing.T) {
-	dir := shortDir(t)
+	dir := plugintest.ShortTempDir(t)
 	k := plugintest.StartKubelet(t, dir)
 	startRunner(t, dir, nil)
 	reg := k.WaitRegistration(wait)
@@ -160,23 +148,23 @@ func TestRunner_StreamDropped_RegistersAgain(t *testing.T) {
 }
 
 func TestRunner_RegisterRejected_Retries(t *testing.T) {
-	dir := shortDir(t)
+	dir := plugintest.ShortTempDir(t)
 	k := plugintest.StartKubelet(t, dir)
 	k.Reject(errors.New("kubelet says no"))
 	r := startRunner(t, dir, func(c *plugin.RunnerConfig) {
 		c.BackoffInitial, c.BackoffMax = 10*time.Millisecond, 40*time.Millisecond
 	})
-	waitFor(t, func() bool { _, err := os.Stat(r.SocketPath()); return err == nil }, "plugin socket")
+	plugintest.WaitFor(t, wait, "plugin socket", func() bool { _, err := os.Stat(r.SocketPath()); return err == nil })
 	if r.Registered() {
 		t.Fatal("registered while the kubelet rejects")
 	}
 	k.Reject(nil)
 	k.WaitRegistration(wait)
-	waitFor(t, r.Registered, "Registered() after acceptance")
+	plugintest.WaitFor(t, wait, "Registered() after acceptance", r.Registered)
 }
 
 func TestRunner_StopRemovesSocket(t *testing.T) {
-	dir := shortDir(t)
+	dir := plugintest.ShortTempDir(t)
 	k := plugintest.StartKubelet(t, dir)
 	r := startRunner(t, dir, nil)
 	reg := k.WaitRegistration(wait)
@@ -190,31 +178,35 @@ func TestRunner_StopRemovesSocket(t *testing.T) {
 	if _, err := os.Stat(r.SocketPath()); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("socket after stop: err = %v, want removed", err)
 	}
-	for range reg.Lists {
-	} // the kubelet's stream ends
+	endOfStream(t, reg)
 }
 
 func TestRunner_RemovesStaleSocket(t *testing.T) {
-	dir := shortDir(t)
-	mkSocket(t, filepath.Join(dir, sockName)) // left by a killed plugin
+	dir := plugintest.ShortTempDir(t)
+	staleSocket(t, filepath.Join(dir, sockName)) // left by a killed plugin
 	k := plugintest.StartKubelet(t, dir)
 	startRunner(t, dir, nil)
 	plugintest.NextList(t, k.WaitRegistration(wait), wait)
 }
 
-// mkSocket leaves a unix socket file at path that nobody serves.
-func mkSocket(t *testing.T, path string) {
+// endOfStream waits for the kubelet's ListAndWatch stream of reg to end.
+func endOfStream(t *testing.T, reg *plugintest.Registration) {
 	t.Helper()
-	l, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
+	deadline := time.After(wait)
+	for {
+		select {
+		case _, ok := <-reg.Lists:
+			if !ok {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("the kubelet's ListAndWatch stream still open %v after the plugin stopped", wait)
+		}
 	}
-	l.(*net.UnixListener).SetUnlinkOnClose(false)
-	l.Close()
 }
 
 func TestRunner_RefusesNonSocketPath(t *testing.T) {
-	dir := shortDir(t)
+	dir := plugintest.ShortTempDir(t)
 	path := filepath.Join(dir, sockName)
 	if err := os.WriteFile(path, []byte("precious"), 0o600); err != nil {
 		t.Fatal(err)
@@ -256,26 +248,10 @@ func TestNewRunner_BadConfig(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds, failing the test after the deadline.
-func waitFor(t testing.TB, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(wait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // BenchmarkReregister measures the time from a new kubelet.sock to the
 // plugin's Register call arriving (metric reregister-ns).
 func BenchmarkReregister(b *testing.B) {
-	dir, err := os.MkdirTemp("", "vgpu")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
+	dir := plugintest.ShortTempDir(b)
 	k := plugintest.StartKubelet(b, dir)
 	srv := mustServer(b, plugin.ServerConfig{})
 	r, err := plugin.NewRunner(plugin.RunnerConfig{Dir: dir, SocketName: sockName, ResourceName: resource, Server: srv, PollInterval: time.Hour})
@@ -301,7 +277,7 @@ func BenchmarkReregister(b *testing.B) {
 // file left behind), the plugin waits for a new kubelet.sock instead of
 // warning about failed registrations, and registers at once when it comes.
 func TestRunner_KubeletDown_WaitsQuietly(t *testing.T) {
-	dir := shortDir(t)
+	dir := plugintest.ShortTempDir(t)
 	k := plugintest.StartKubelet(t, dir)
 	var logs plugintest.LogBuffer
 	r := startRunner(t, dir, func(c *plugin.RunnerConfig) {
@@ -309,9 +285,9 @@ func TestRunner_KubeletDown_WaitsQuietly(t *testing.T) {
 		c.BackoffInitial, c.BackoffMax = 5*time.Millisecond, 20*time.Millisecond
 	})
 	plugintest.NextList(t, k.WaitRegistration(wait), wait)
-	waitFor(t, r.Registered, "the Register call to return")
+	plugintest.WaitFor(t, wait, "the Register call to return", r.Registered)
 	k.Stop()
-	waitFor(t, func() bool { return logs.Count("waiting for the kubelet: its socket does not accept connections") > 0 }, "the waiting message")
+	plugintest.WaitFor(t, wait, "the waiting message", func() bool { return logs.Count("waiting for the kubelet: its socket does not accept connections") > 0 })
 	k.Restart()
 	k.WaitRegistration(wait)
 	if n := logs.Count("register with kubelet failed"); n != 0 {
