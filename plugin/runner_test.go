@@ -139,12 +139,13 @@ func TestRunner_DirCreatedLater(t *testing.T) {
 func TestRunner_StreamDropped_RegistersAgain(t *testing.T) {
 	dir := plugintest.ShortTempDir(t)
 	k := plugintest.StartKubelet(t, dir)
-	startRunner(t, dir, nil)
+	r := startRunner(t, dir, nil)
 	reg := k.WaitRegistration(wait)
 	plugintest.NextList(t, reg, wait)
 	k.DropStreams() // the kubelet disconnects us but keeps running
 	reg = k.WaitRegistration(wait)
 	plugintest.NextList(t, reg, wait)
+	plugintest.WaitFor(t, wait, "Registrations() = 2", func() bool { return r.Registrations() == 2 })
 }
 
 func TestRunner_RegisterRejected_Retries(t *testing.T) {
