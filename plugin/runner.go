@@ -129,8 +129,10 @@ func (r *Runner) Registrations() uint64 { return r.registrations.Load() }
 
 // Run serves and registers until ctx ends, then stops the server, removes
 // its socket and returns nil. It returns an error only for what retrying
-// cannot fix: the socket path is taken by something that is not a socket,
-// or the directory cannot be watched. A failure to serve (the kubelet
+// cannot fix: the socket path is taken by something that is not a socket
+// (ErrNotSocket) or by a socket another process answers on (ErrSocketInUse:
+// a second plugin on the same path, which Run never removes), or the
+// directory cannot be watched. A failure to serve (the kubelet
 // removing the socket mid-start, a failed listen) is logged and retried
 // with backoff.
 func (r *Runner) Run(ctx context.Context) error {
@@ -156,6 +158,8 @@ func (r *Runner) Run(ctx context.Context) error {
 		switch {
 		case errors.Is(err, ErrNotSocket):
 			return err
+		case errors.Is(err, ErrSocketInUse):
+			return fmt.Errorf("%w; stop that process, or give this plugin another socket name", err)
 		case err != nil:
 			// A starting kubelet deletes every socket in the directory,
 			// ours too, possibly between listen and the self-check.
@@ -452,10 +456,11 @@ type generation struct {
 	streams int
 }
 
-// serve removes a stale socket, listens, serves the DevicePlugin and checks
-// that it answers.
+// serve claims the socket path (ClaimSocket: a stale socket is removed, a
+// live one refused), listens, serves the DevicePlugin and checks that it
+// answers.
 func (r *Runner) serve() (*generation, error) {
-	if err := removeStaleSocket(r.socketPath); err != nil {
+	if err := ClaimSocket(r.socketPath, 0); err != nil {
 		return nil, err
 	}
 	lis, err := net.Listen("unix", r.socketPath)
@@ -538,24 +543,6 @@ func selfCheck(socket string) error {
 	defer cancel()
 	if _, err := pluginapi.NewDevicePluginClient(conn).GetDevicePluginOptions(ctx, &pluginapi.Empty{}); err != nil {
 		return fmt.Errorf("check %s: %w: %w", socket, ErrServerNotAnswering, err)
-	}
-	return nil
-}
-
-// removeStaleSocket removes a leftover socket at path and refuses to remove
-// anything else.
-func removeStaleSocket(path string) error {
-	fi, err := os.Lstat(path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return nil
-	case err != nil:
-		return fmt.Errorf("stale socket %s: %w", path, err)
-	case fi.Mode().Type() != fs.ModeSocket:
-		return fmt.Errorf("socket path %s (%s): %w", path, fi.Mode().Type(), ErrNotSocket)
-	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("remove stale socket %s: %w", path, err)
 	}
 	return nil
 }

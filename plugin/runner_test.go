@@ -295,3 +295,91 @@ func TestRunner_KubeletDown_WaitsQuietly(t *testing.T) {
 		t.Errorf("%d register warnings while the kubelet was down, want none:\n%s", n, logs.String())
 	}
 }
+
+// runErr waits for r's Run to return and hands back its error.
+func runErr(t *testing.T, r *runner) error {
+	t.Helper()
+	select {
+	case err := <-r.done:
+		r.done <- err // for the cleanup
+		return err
+	case <-time.After(wait):
+		t.Fatal("Run did not return")
+		return nil
+	}
+}
+
+// Two plugins with the same directory and socket name used to delete each
+// other's socket in a loop. The second must refuse at once and leave the
+// first serving and registered.
+func TestRunner_SocketInUse_SecondRunnerRefuses(t *testing.T) {
+	dir := plugintest.ShortTempDir(t)
+	k := plugintest.StartKubelet(t, dir)
+	first := startRunner(t, dir, nil)
+	reg := k.WaitRegistration(wait)
+	plugintest.NextList(t, reg, wait)
+	plugintest.WaitFor(t, wait, "the first plugin registered", first.Registered)
+	before, err := os.Lstat(first.SocketPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	second := startRunner(t, dir, nil)
+	err = runErr(t, second)
+	if !errors.Is(err, plugin.ErrSocketInUse) || !strings.Contains(err.Error(), first.SocketPath()) || !strings.Contains(err.Error(), "stop that process") {
+		t.Fatalf("second Run = %v, want ErrSocketInUse naming %s and what to do", err, first.SocketPath())
+	}
+
+	after, err := os.Lstat(first.SocketPath())
+	if err != nil || !os.SameFile(before, after) {
+		t.Fatalf("the first plugin's socket was replaced or removed (%v)", err)
+	}
+	select {
+	case r := <-k.Registrations():
+		t.Fatalf("a registration arrived after the refusal: %v", r.Request)
+	default:
+	}
+	if !first.Registered() || first.Registrations() != 1 {
+		t.Errorf("first plugin: Registered() = %v, Registrations() = %d, want true, 1", first.Registered(), first.Registrations())
+	}
+	if _, err := reg.Client.Allocate(context.Background(), allocReq([]string{"fake-0"})); err != nil {
+		t.Errorf("the first plugin no longer answers: %v", err)
+	}
+	select {
+	case _, ok := <-reg.Lists:
+		if !ok {
+			t.Error("the kubelet's stream of the first plugin ended")
+		}
+	default:
+	}
+}
+
+// A socket another program answers on (here a separate process) is never
+// removed.
+func TestRunner_SocketInUse_OtherProcess(t *testing.T) {
+	dir := plugintest.ShortTempDir(t)
+	startHolder(t, filepath.Join(dir, sockName))
+	r := startRunner(t, dir, nil)
+	if err := runErr(t, r); !errors.Is(err, plugin.ErrSocketInUse) {
+		t.Fatalf("Run = %v, want ErrSocketInUse", err)
+	}
+	if _, err := os.Lstat(r.SocketPath()); err != nil {
+		t.Errorf("the other process's socket was removed: %v", err)
+	}
+}
+
+// The socket a SIGKILLed process leaves behind is stale: it is replaced.
+func TestRunner_StaleSocketOfKilledProcess_Replaced(t *testing.T) {
+	dir := plugintest.ShortTempDir(t)
+	holder := startHolder(t, filepath.Join(dir, sockName))
+	if err := holder.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = holder.Wait()
+	if _, err := os.Lstat(filepath.Join(dir, sockName)); err != nil {
+		t.Fatalf("the killed process left no socket: %v", err)
+	}
+	k := plugintest.StartKubelet(t, dir)
+	startRunner(t, dir, nil)
+	plugintest.NextList(t, k.WaitRegistration(wait), wait)
+}
