@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/unicore/virtual-gpu-device-plugin/store"
 )
 
 // EnvIDs is the environment variable Allocate sets in the container: the
@@ -179,7 +181,8 @@ func (s *Server) Devices() []Device {
 // HealthRecorder first (if any), and sends the new list to every
 // ListAndWatch stream. It reports whether anything changed; setting the
 // same health and reason again is a no-op. cause says who asked ("admin",
-// "fault-injection", ...).
+// "fault-injection", ...). An unknown id is an error wrapping
+// store.ErrUnknownDevice.
 func (s *Server) SetHealth(id string, healthy bool, reason, cause string) (bool, error) {
 	if healthy {
 		reason = ""
@@ -194,13 +197,13 @@ func (s *Server) SetHealth(id string, healthy bool, reason, cause string) (bool,
 	s.mu.Unlock()
 	switch {
 	case !ok:
-		return false, fmt.Errorf("set health of %q: %w", id, ErrUnknownDevice)
+		return false, fmt.Errorf("set health of %s: %w", quoteID(id), store.ErrUnknownDevice)
 	case unchanged:
 		return false, nil
 	}
 	if s.health != nil {
 		if err := s.health.RecordHealth(id, healthy, reason, cause); err != nil {
-			return false, fmt.Errorf("set health of %q: %w", id, err)
+			return false, fmt.Errorf("set health of %s: %w", quoteID(id), err)
 		}
 	}
 	s.mu.Lock()
@@ -263,17 +266,26 @@ func (s *Server) snapshot() (*pluginapi.ListAndWatchResponse, <-chan struct{}) {
 }
 
 // Allocate answers each container request with VIRTUAL_GPU_IDS (and the
-// EnvFunc's variables) after recording it. Unknown ids, duplicate ids and
-// empty requests are InvalidArgument; unhealthy ids FailedPrecondition; a
-// failed record Unavailable. The same ids always get the same answer.
+// EnvFunc's variables) after recording it. Empty requests, unknown ids and
+// ids repeated within a container request or across two of them are
+// InvalidArgument; unhealthy ids FailedPrecondition; a failed record
+// Unavailable. Every container request is checked before any is recorded.
+// The same ids always get the same answer.
 func (s *Server) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
-	if len(req.GetContainerRequests()) == 0 {
+	crs := req.GetContainerRequests()
+	if len(crs) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "allocate: no container requests")
 	}
-	// Validate every container request before recording any.
-	sets := make([][]Device, len(req.GetContainerRequests()))
-	for i, cr := range req.GetContainerRequests() {
+	sets := make([][]Device, len(crs))
+	var owner map[string]int // device id -> container request, when several
+	if len(crs) > 1 {
+		owner = make(map[string]int)
+	}
+	for i, cr := range crs {
 		devs, err := s.lookup(cr.GetDevicesIds(), true)
+		if err == nil && owner != nil {
+			err = claimDevices(owner, devs, i)
+		}
 		if err != nil {
 			s.observer.Allocated(cr.GetDevicesIds(), err)
 			return nil, status.Errorf(status.Code(err), "allocate: container request %d: %s", i, status.Convert(err).Message())
@@ -299,7 +311,8 @@ func (s *Server) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 			if err != nil {
 				s.log.Error().Err(err).Strs("ids", ids).Msg("allocation not recorded")
 				s.observer.Allocated(ids, err)
-				return nil, status.Errorf(codes.Unavailable, "allocate %s: record allocation: %v", strings.Join(ids, ","), err)
+				// The store's error names its own operation.
+				return nil, status.Errorf(codes.Unavailable, "allocate %s: not recorded: %v", shortIDs(ids), err)
 			}
 			envs = stored
 		}
@@ -308,6 +321,19 @@ func (s *Server) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 		resp.ContainerResponses[i] = &pluginapi.ContainerAllocateResponse{Envs: envs}
 	}
 	return resp, nil
+}
+
+// claimDevices records in owner that container request i asks for devs, and
+// refuses a device another container request of the same call asked for:
+// one device must not go to two containers.
+func claimDevices(owner map[string]int, devs []Device, i int) error {
+	for _, d := range devs {
+		if j, taken := owner[d.ID]; taken {
+			return status.Errorf(codes.InvalidArgument, "device %s is also in container request %d: one device cannot go to two containers", quoteID(d.ID), j)
+		}
+		owner[d.ID] = i
+	}
+	return nil
 }
 
 // lookup resolves ids to devices sorted by index. It rejects an empty list,
@@ -323,16 +349,16 @@ func (s *Server) lookup(ids []string, requireHealthy bool) ([]Device, error) {
 	seen := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		if seen[id] {
-			return nil, status.Errorf(codes.InvalidArgument, "device %q requested twice", id)
+			return nil, status.Errorf(codes.InvalidArgument, "device %s requested twice", quoteID(id))
 		}
 		seen[id] = true
 		pos, ok := s.byID[id]
 		if !ok {
-			return nil, status.Errorf(codes.InvalidArgument, "unknown device %q", id)
+			return nil, status.Errorf(codes.InvalidArgument, "unknown device %s", quoteID(id))
 		}
 		d := s.devices[pos]
 		if requireHealthy && !d.Healthy {
-			return nil, status.Errorf(codes.FailedPrecondition, "device %q is unhealthy: %s", id, d.Reason)
+			return nil, status.Errorf(codes.FailedPrecondition, "device %s is unhealthy: %s", quoteID(id), d.Reason)
 		}
 		devs = append(devs, d)
 	}
@@ -383,7 +409,7 @@ func (s *Server) preferOne(cr *pluginapi.ContainerPreferredAllocationRequest) ([
 		}
 		for _, d := range mustDevs {
 			if !slices.Contains(avail, d.ID) {
-				return nil, status.Errorf(codes.InvalidArgument, "must-include device %q is not available", d.ID)
+				return nil, status.Errorf(codes.InvalidArgument, "must-include device %s is not available", quoteID(d.ID))
 			}
 			mustIdx = append(mustIdx, d.Index)
 		}
