@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"path"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -16,7 +17,9 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
 
@@ -64,8 +67,9 @@ type RunnerConfig struct {
 	// BackoffInitial and BackoffMax bound the exponential backoff between
 	// Register attempts (defaults 100 ms and 10 s).
 	BackoffInitial, BackoffMax time.Duration
-	// Logger receives one line per registration and per failure; the zero
-	// Logger discards.
+	// Logger receives one line per registration, per failure and per
+	// refused or failed RPC (at warn, with the fields rpc, code and
+	// reason); the zero Logger discards.
 	Logger zerolog.Logger
 	// OnRegistered, if set, is called after every successful Register.
 	OnRegistered func()
@@ -473,7 +477,7 @@ func (r *Runner) serve() (*generation, error) {
 		return nil, fmt.Errorf("listen on %s: %w", r.socketPath, err)
 	}
 	g := &generation{
-		grpc:        grpc.NewServer(),
+		grpc:        grpc.NewServer(grpc.UnaryInterceptor(logFailures(r.log))),
 		socketPath:  r.socketPath,
 		socketID:    id,
 		serveErr:    make(chan error, 1),
@@ -545,6 +549,24 @@ func selfCheck(socket string) error {
 		return fmt.Errorf("check %s: %w: %w", socket, ErrServerNotAnswering, err)
 	}
 	return nil
+}
+
+// logFailures is the one place a refused or failed unary RPC is logged:
+// once, at warn, with the RPC's name, the status code and its message
+// (which the Server keeps short). The handlers only return their errors.
+func logFailures(log zerolog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		resp, err := handler(ctx, req)
+		if err != nil {
+			st := status.Convert(err)
+			msg := "request failed"
+			if c := st.Code(); c == codes.InvalidArgument || c == codes.FailedPrecondition || c == codes.NotFound {
+				msg = "request refused"
+			}
+			log.Warn().Str("rpc", path.Base(info.FullMethod)).Str("code", st.Code().String()).Str("reason", st.Message()).Msg(msg)
+		}
+		return resp, err
+	}
 }
 
 // fileID identifies one file: a socket created again has another.

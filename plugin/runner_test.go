@@ -2,7 +2,9 @@ package plugin_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -382,4 +384,62 @@ func TestRunner_StaleSocketOfKilledProcess_Replaced(t *testing.T) {
 	k := plugintest.StartKubelet(t, dir)
 	startRunner(t, dir, nil)
 	plugintest.NextList(t, k.WaitRegistration(wait), wait)
+}
+
+// A refused or failed call is logged once, at warn, by the Runner, with
+// typed fields and short ids; an answered one keeps its info line.
+func TestRunner_FailedCallsLoggedOnce(t *testing.T) {
+	dir := plugintest.ShortTempDir(t)
+	k := plugintest.StartKubelet(t, dir)
+	var logs plugintest.LogBuffer
+	startRunner(t, dir, func(c *plugin.RunnerConfig) {
+		log := zerolog.New(&logs)
+		c.Logger = log
+		c.Server = mustServerLogging(t, plugin.ServerConfig{Recorder: &flakyRecorder{failFor: "fake-2"}, Logger: log})
+	})
+	reg := k.WaitRegistration(wait)
+	long := strings.Repeat("x", 5000)
+	ctx := context.Background()
+	if _, err := reg.Client.Allocate(ctx, allocReq([]string{"fake-0", long})); err == nil {
+		t.Fatal("Allocate of an unknown id succeeded")
+	}
+	if _, err := reg.Client.Allocate(ctx, allocReq([]string{"fake-2"})); err == nil {
+		t.Fatal("Allocate with a failing record succeeded")
+	}
+	if _, err := reg.Client.GetPreferredAllocation(ctx, prefReq([]string{"fake-0"}, nil, 2)); err == nil {
+		t.Fatal("GetPreferredAllocation of too many succeeded")
+	}
+	if _, err := reg.Client.Allocate(ctx, allocReq([]string{"fake-1"})); err != nil {
+		t.Fatal(err)
+	}
+
+	type line struct {
+		Level, Message, RPC, Code, Reason string
+		IDs                               []string
+	}
+	var got []line
+	for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var e line
+		if err := json.Unmarshal([]byte(l), &e); err != nil {
+			t.Fatalf("log line %q: %v", l, err)
+		}
+		if e.RPC != "" || e.Level == "error" || e.Message == "allocated" {
+			got = append(got, e)
+		}
+	}
+	want := []line{
+		{Level: "warn", Message: "request refused", RPC: "Allocate", Code: "InvalidArgument",
+			Reason: `allocate: container request 0: unknown device "` + strings.Repeat("x", 64) + `…"`},
+		{Level: "warn", Message: "request failed", RPC: "Allocate", Code: "Unavailable",
+			Reason: "allocate fake-2: not recorded: record allocation: disk full"},
+		{Level: "warn", Message: "request refused", RPC: "GetPreferredAllocation", Code: "InvalidArgument",
+			Reason: "preferred allocation: container request 0: allocation size 2 is more than the 1 available devices"},
+		{Level: "info", Message: "allocated", IDs: []string{"fake-1"}},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("log lines about calls:\n got %v\nwant %v\nall logs:\n%s", got, want, logs.String())
+	}
+	if strings.Contains(logs.String(), long[:65]) {
+		t.Error("the log carries the long id whole")
+	}
 }

@@ -90,13 +90,15 @@ type ServerConfig struct {
 	// Observer is told every allocation, preference and health change;
 	// nil tells nobody.
 	Observer Observer
-	// Logger receives one line per allocation and per health change; the
-	// zero Logger discards.
+	// Logger receives one info line per answered allocation and per
+	// health change; the zero Logger discards. Refused and failed calls are
+	// not logged here: the Server returns them, and the Runner logs them.
 	Logger zerolog.Logger
 }
 
 // Server answers the device plugin RPCs for one device set. It is safe for
-// concurrent use and outlives the gRPC servers that serve it.
+// concurrent use and outlives the gRPC servers that serve it. Its handlers
+// return gRPC status errors and log nothing about them.
 type Server struct {
 	pluginapi.UnimplementedDevicePluginServer
 
@@ -309,7 +311,6 @@ func (s *Server) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 		if s.recorder != nil {
 			stored, err := s.recorder.RecordAllocation(ctx, ids, envs)
 			if err != nil {
-				s.log.Error().Err(err).Strs("ids", ids).Msg("allocation not recorded")
 				s.observer.Allocated(ids, err)
 				// The store's error names its own operation.
 				return nil, status.Errorf(codes.Unavailable, "allocate %s: not recorded: %v", shortIDs(ids), err)
@@ -428,7 +429,6 @@ func (s *Server) preferOne(cr *pluginapi.ContainerPreferredAllocationRequest) ([
 	}
 	// The kubelet does not check the answer; we do.
 	if err := checkChoice(chosen, idOf, mustIdx, size); err != nil {
-		s.log.Error().Err(err).Ints("chosen", chosen).Msg("preference policy returned an invalid set")
 		return nil, status.Errorf(codes.Internal, "preference policy: %v", err)
 	}
 	slices.Sort(chosen)

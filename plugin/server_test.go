@@ -43,6 +43,16 @@ func fakeDevices(n int, numa bool) []plugin.Device {
 // mustServer builds a Server for cfg, logging to the test.
 func mustServer(t testing.TB, cfg plugin.ServerConfig) *plugin.Server {
 	t.Helper()
+	if _, bench := t.(*testing.B); !bench {
+		cfg.Logger = zerolog.New(zerolog.NewTestWriter(t))
+	}
+	return mustServerLogging(t, cfg)
+}
+
+// mustServerLogging builds a Server for cfg (4 devices and the lowest-index
+// policy by default) that logs to cfg.Logger.
+func mustServerLogging(t testing.TB, cfg plugin.ServerConfig) *plugin.Server {
+	t.Helper()
 	if cfg.Devices == nil {
 		cfg.Devices = fakeDevices(4, false)
 	}
@@ -54,9 +64,6 @@ func mustServer(t testing.TB, cfg plugin.ServerConfig) *plugin.Server {
 		cfg.Prefer = func(available, mustInclude []int, size int) ([]int, error) {
 			return allocator.LowestIndex(m, available, mustInclude, size)
 		}
-	}
-	if _, bench := t.(*testing.B); !bench {
-		cfg.Logger = zerolog.New(zerolog.NewTestWriter(t))
 	}
 	srv, err := plugin.NewServer(cfg)
 	if err != nil {
