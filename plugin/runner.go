@@ -71,8 +71,6 @@ type RunnerConfig struct {
 	// refused or failed RPC (at warn, with the fields rpc, code and
 	// reason); the zero Logger discards.
 	Logger zerolog.Logger
-	// OnRegistered, if set, is called after every successful Register.
-	OnRegistered func()
 }
 
 // Runner keeps a DevicePlugin served on its socket and registered with the
@@ -136,9 +134,8 @@ func (r *Runner) Registrations() uint64 { return r.registrations.Load() }
 // cannot fix: the socket path is taken by something that is not a socket
 // (ErrNotSocket) or by a socket another process answers on (ErrSocketInUse:
 // a second plugin on the same path, which Run never removes), or the
-// directory cannot be watched. A failure to serve (the kubelet
-// removing the socket mid-start, a failed listen) is logged and retried
-// with backoff.
+// directory cannot be watched. A failure to serve (the kubelet removing the
+// socket mid-start, a failed listen) is logged and retried with backoff.
 func (r *Runner) Run(ctx context.Context) error {
 	defer r.cfg.Server.Close()
 	if err := r.waitForDir(ctx); err != nil || ctx.Err() != nil {
@@ -408,9 +405,6 @@ func (s *session) attempt(ctx context.Context) string {
 	s.r.registered.Store(true)
 	s.r.registrations.Add(1)
 	s.r.log.Info().Str("socket", s.r.socketPath).Int("attempt", s.attempts).Msg("registered with kubelet")
-	if s.r.cfg.OnRegistered != nil {
-		s.r.cfg.OnRegistered()
-	}
 	return ""
 }
 

@@ -531,3 +531,131 @@ func TestServer_Allocate_NotRecorded_StoreError(t *testing.T) {
 		t.Errorf("%q names the store's operation %d times, want once", status.Convert(err).Message(), n)
 	}
 }
+
+// observation is one Observer call.
+type observation struct {
+	call   string
+	ids    []string
+	chosen []int
+	result plugin.Result
+	took   time.Duration
+}
+
+// recordingObserver keeps every call.
+type recordingObserver struct {
+	mu   sync.Mutex
+	seen []observation
+}
+
+func (o *recordingObserver) add(ob observation) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.seen = append(o.seen, ob)
+}
+
+func (o *recordingObserver) Allocated(ids []string, r plugin.Result, took time.Duration) {
+	o.add(observation{call: "Allocated", ids: ids, result: r, took: took})
+}
+
+func (o *recordingObserver) Preferred(chosen []int, r plugin.Result, took time.Duration) {
+	o.add(observation{call: "Preferred", chosen: chosen, result: r, took: took})
+}
+
+func (o *recordingObserver) HealthChanged(id string, healthy bool, cause string) {
+	o.add(observation{call: "HealthChanged " + id + " " + fmt.Sprint(healthy) + " " + cause})
+}
+
+func (o *recordingObserver) take() []observation {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	s := o.seen
+	o.seen = nil
+	return s
+}
+
+// slowRecorder takes at least d to record, as a disk commit does.
+type slowRecorder struct{ d time.Duration }
+
+func (r slowRecorder) RecordAllocation(_ context.Context, _ []string, envs map[string]string) (map[string]string, error) {
+	time.Sleep(r.d)
+	return envs, nil
+}
+
+func TestServer_Observer_Results(t *testing.T) {
+	const commit = 20 * time.Millisecond
+	bad := func(avail, must []int, size int) ([]int, error) { return avail[:1], nil }
+	tests := []struct {
+		name string
+		cfg  plugin.ServerConfig
+		call func(pluginapi.DevicePluginClient) error
+		want []observation
+	}{
+		{"answered, the commit timed", plugin.ServerConfig{Recorder: slowRecorder{commit}},
+			func(c pluginapi.DevicePluginClient) error {
+				_, err := c.Allocate(context.Background(), allocReq([]string{"fake-2", "fake-1"}))
+				return err
+			}, []observation{{call: "Allocated", ids: []string{"fake-1", "fake-2"}, result: plugin.ResultOK, took: commit}}},
+		{"unknown id rejected", plugin.ServerConfig{},
+			func(c pluginapi.DevicePluginClient) error {
+				_, err := c.Allocate(context.Background(), allocReq([]string{"fake-0"}, []string{"nope"}))
+				return err
+			}, []observation{{call: "Allocated", ids: []string{"nope"}, result: plugin.ResultRejected}}},
+		{"not recorded failed", plugin.ServerConfig{Recorder: &flakyRecorder{failFor: "fake-3"}},
+			func(c pluginapi.DevicePluginClient) error {
+				_, err := c.Allocate(context.Background(), allocReq([]string{"fake-3"}))
+				return err
+			}, []observation{{call: "Allocated", ids: []string{"fake-3"}, result: plugin.ResultFailed}}},
+		{"preferred", plugin.ServerConfig{},
+			func(c pluginapi.DevicePluginClient) error {
+				_, err := c.GetPreferredAllocation(context.Background(), prefReq([]string{"fake-3", "fake-2"}, nil, 1))
+				return err
+			}, []observation{{call: "Preferred", chosen: []int{2}, result: plugin.ResultOK}}},
+		{"policy breaks its contract", plugin.ServerConfig{Prefer: bad},
+			func(c pluginapi.DevicePluginClient) error {
+				_, err := c.GetPreferredAllocation(context.Background(), prefReq([]string{"fake-0", "fake-1"}, nil, 2))
+				return err
+			}, []observation{{call: "Preferred", result: plugin.ResultFailed}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := mustServer(t, tt.cfg)
+			obs := &recordingObserver{}
+			srv.SetObserver(obs)
+			_ = tt.call(dial(t, srv))
+			got := obs.take()
+			if len(got) != len(tt.want) {
+				t.Fatalf("observed %+v, want %+v", got, tt.want)
+			}
+			for i, g := range got {
+				w := tt.want[i]
+				if g.call != w.call || !slices.Equal(g.ids, w.ids) || !slices.Equal(g.chosen, w.chosen) || g.result != w.result || g.took < w.took {
+					t.Errorf("observation %d = %+v, want %+v (took at least %v)", i, g, w, w.took)
+				}
+			}
+		})
+	}
+}
+
+func TestServer_Observer_HealthAndNil(t *testing.T) {
+	srv := mustServer(t, plugin.ServerConfig{})
+	obs := &recordingObserver{}
+	srv.SetObserver(obs)
+	if _, err := srv.SetHealth("fake-1", false, "XID 79", store.CauseAdmin); err != nil {
+		t.Fatal(err)
+	}
+	srv.SetObserver(nil) // nobody is told
+	if _, err := srv.SetHealth("fake-1", true, "", store.CauseAdmin); err != nil {
+		t.Fatal(err)
+	}
+	if got := obs.take(); len(got) != 1 || got[0].call != "HealthChanged fake-1 false admin" {
+		t.Errorf("observed %+v, want one HealthChanged", got)
+	}
+}
+
+func TestResult_String(t *testing.T) {
+	for r, want := range map[plugin.Result]string{plugin.ResultOK: "ok", plugin.ResultRejected: "rejected", plugin.ResultFailed: "failed", 7: "Result(7)"} {
+		if got := r.String(); got != want {
+			t.Errorf("%d.String() = %q, want %q", int(r), got, want)
+		}
+	}
+}

@@ -76,14 +76,7 @@ func serve(ctx context.Context, cfg config, logw io.Writer) error {
 
 	policy := allocator.Policies[cfg.allocationPolicy]
 	pruneKick := make(chan struct{}, 1)
-	var (
-		srv    *plugin.Server
-		runner *plugin.Runner
-	)
-	// The closures run at scrape time, after srv and runner are set.
-	m := metrics.New(func() []plugin.Device { return srv.Devices() }, func() bool { return runner.Registered() },
-		func(set []int) int { return allocator.Score(machine, set) })
-	srv, err = plugin.NewServer(plugin.ServerConfig{
+	srv, err := plugin.NewServer(plugin.ServerConfig{
 		Devices: devices,
 		Prefer: func(available, mustInclude []int, size int) ([]int, error) {
 			return policy(machine, available, mustInclude, size)
@@ -91,23 +84,30 @@ func serve(ctx context.Context, cfg config, logw io.Writer) error {
 		Env:      machine.ContainerEnv,
 		Recorder: recorder{st: st, kick: pruneKick},
 		Health:   healthRecorder{st},
-		Observer: m,
 		Logger:   log,
 	})
 	if err != nil {
 		return err
 	}
-	runner, err = plugin.NewRunner(plugin.RunnerConfig{
+	runner, err := plugin.NewRunner(plugin.RunnerConfig{
 		Dir:          cfg.devicePluginPath,
 		SocketName:   cfg.socketName,
 		ResourceName: cfg.resourceName,
 		Server:       srv,
 		Logger:       log,
-		OnRegistered: m.Registered,
 	})
 	if err != nil {
 		return err
 	}
+	m := metrics.New(metrics.Config{
+		Version:      version,
+		Devices:      srv,
+		Registration: runner,
+		Allocations:  st,
+		Score:        func(set []int) int { return allocator.Score(machine, set) },
+		Logger:       log,
+	})
+	srv.SetObserver(m) // before anything serves srv
 	tracker, err := lifecycle.New(lifecycle.Config{
 		Socket:       cfg.podResourcesSocket,
 		ResourceName: cfg.resourceName,
