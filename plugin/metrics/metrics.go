@@ -38,6 +38,7 @@ import (
 	"net/http"
 	"runtime"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -65,10 +66,13 @@ type Registration interface {
 	Registrations() uint64
 }
 
-// Allocations lists allocation records, newest first; *store.Store
-// implements it.
+// Allocations reads allocation records; *store.Store implements it.
 type Allocations interface {
+	// Allocations lists records, newest (highest Seq) first.
 	Allocations(store.AllocationFilter) ([]store.Allocation, error)
+	// Allocation returns one record, or an error wrapping
+	// store.ErrNotFound once it is pruned.
+	Allocation(seq uint64) (store.Allocation, error)
 }
 
 var (
@@ -247,11 +251,11 @@ func deviceHealth(devices Devices) prometheus.Collector {
 	}}
 }
 
-// firstPage is how many allocation records a scrape reads first; it reads
-// four times as many each time a device is still unaccounted for, so a
-// scrape reads little of a long history when every device was allocated
-// recently.
-const firstPage = 256
+// pages are how many allocation records a scrape reads, newest first, until
+// it has every record added since the last scrape (and on the first
+// scrape, a record of every device): pages of growing size, then the
+// whole history.
+var pages = []int{16, 256}
 
 // allocationState is the devices_by_allocation_state gauge, read at scrape
 // time: each advertised device counts in the state of its newest
@@ -260,38 +264,19 @@ func allocationState(devices Devices, allocs Allocations) prometheus.Collector {
 	desc := prometheus.NewDesc(namespace+"_devices_by_allocation_state",
 		"Advertised devices by the state of their newest allocation record: allocated or held while active, abandoned, or free (released or never allocated).",
 		[]string{"state"}, nil)
+	idx := &newestIndex{allocs: allocs}
 	return collectorFunc{desc: desc, collect: func(ch chan<- prometheus.Metric) {
-		devs := devices.Devices()
-		newest := make(map[string]string, len(devs)) // device id -> state of its newest record
-		for _, d := range devs {
-			newest[d.ID] = ""
-		}
-		unseen := len(devs)
-		for limit, read := firstPage, 0; unseen > 0; limit *= 4 {
-			recs, err := allocs.Allocations(store.AllocationFilter{Limit: limit})
-			if err != nil {
-				ch <- prometheus.NewInvalidMetric(desc, fmt.Errorf("devices by allocation state: %w", err))
-				return
-			}
-			for _, rec := range recs[read:] {
-				for _, id := range rec.DeviceIDs {
-					if st, ok := newest[id]; ok && st == "" {
-						newest[id] = rec.State
-						unseen--
-					}
-				}
-			}
-			if len(recs) < limit {
-				break // the whole history is read
-			}
-			read = len(recs)
+		states, err := idx.states(devices.Devices())
+		if err != nil {
+			ch <- prometheus.NewInvalidMetric(desc, fmt.Errorf("devices by allocation state: %w", err))
+			return
 		}
 		counts := make(map[string]int, len(allocationStates))
-		for _, st := range newest {
+		for _, st := range states {
 			switch st {
 			case store.StateAllocated, store.StateHeld, store.StateAbandoned:
 				counts[st]++
-			default:
+			default: // released, or no record
 				counts[stateFree]++
 			}
 		}
@@ -299,6 +284,129 @@ func allocationState(devices Devices, allocs Allocations) prometheus.Collector {
 			ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, float64(counts[st]), st)
 		}
 	}}
+}
+
+// newestIndex remembers, between scrapes, the sequence number of each
+// device's newest allocation record, so that a scrape reads only the
+// records added since the last one, plus each device's newest record
+// again for its current state, instead of the whole history. Records are
+// never renumbered and are pruned oldest first, so a device whose newest
+// record is gone has none left. It is safe for concurrent use.
+type newestIndex struct {
+	allocs Allocations
+
+	mu      sync.Mutex
+	primed  bool              // newest holds every device of a full read
+	lastSeq uint64            // the newest record seen
+	newest  map[string]uint64 // device id -> Seq of its newest record; 0: none
+}
+
+// states returns the state of each device's newest record ("" for none),
+// by device id. On error the index is left as it was.
+func (x *newestIndex) states(devs []plugin.Device) (map[string]string, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	primed := x.primed
+	for _, d := range devs {
+		if _, ok := x.newest[d.ID]; !ok {
+			primed = false // a device the index never saw: start over
+		}
+	}
+	lastSeq := x.lastSeq
+	if !primed {
+		lastSeq = 0
+	}
+	fresh, err := x.since(lastSeq, devs, primed)
+	if err != nil {
+		return nil, err
+	}
+	newest := make(map[string]uint64, len(devs))
+	states := make(map[string]string, len(devs))
+	for _, d := range devs {
+		newest[d.ID], states[d.ID] = 0, ""
+		if primed {
+			newest[d.ID] = x.newest[d.ID]
+		}
+	}
+	seen := make(map[string]bool, len(devs))
+	for _, rec := range fresh { // newest first
+		for _, id := range rec.DeviceIDs {
+			if _, ok := newest[id]; ok && !seen[id] {
+				seen[id] = true
+				newest[id], states[id] = rec.Seq, rec.State
+			}
+		}
+	}
+	for id, seq := range newest {
+		if seen[id] || seq == 0 {
+			continue
+		}
+		rec, err := x.allocs.Allocation(seq) // its state may have moved on
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			newest[id] = 0 // pruned, and every older record with it
+		case err != nil:
+			return nil, err
+		default:
+			states[id] = rec.State
+		}
+	}
+	if len(fresh) > 0 {
+		x.lastSeq = max(lastSeq, fresh[0].Seq)
+	} else if !primed {
+		x.lastSeq = 0
+	}
+	x.newest, x.primed = newest, true
+	return states, nil
+}
+
+// since returns the records newer than lastSeq, newest first. Unless
+// primed, it stops early once it has a record of every device in devs.
+func (x *newestIndex) since(lastSeq uint64, devs []plugin.Device, primed bool) ([]store.Allocation, error) {
+	for _, limit := range pages {
+		recs, err := x.allocs.Allocations(store.AllocationFilter{Limit: limit})
+		switch {
+		case err != nil:
+			return nil, err
+		case len(recs) < limit: // the whole history
+			return newerThan(recs, lastSeq), nil
+		case primed && recs[len(recs)-1].Seq <= lastSeq:
+			return newerThan(recs, lastSeq), nil
+		case !primed && coversAll(recs, devs):
+			return recs, nil
+		}
+	}
+	recs, err := x.allocs.Allocations(store.AllocationFilter{})
+	if err != nil {
+		return nil, err
+	}
+	return newerThan(recs, lastSeq), nil
+}
+
+// newerThan returns the leading records (newest first) with Seq > seq.
+func newerThan(recs []store.Allocation, seq uint64) []store.Allocation {
+	for i, r := range recs {
+		if r.Seq <= seq {
+			return recs[:i]
+		}
+	}
+	return recs
+}
+
+// coversAll reports whether recs include every device of devs.
+func coversAll(recs []store.Allocation, devs []plugin.Device) bool {
+	seen := make(map[string]bool, len(devs))
+	for _, r := range recs {
+		for _, id := range r.DeviceIDs {
+			seen[id] = true
+		}
+	}
+	for _, d := range devs {
+		if !seen[d.ID] {
+			return false
+		}
+	}
+	return true
 }
 
 // Allocated implements plugin.Observer.

@@ -1,6 +1,7 @@
 package metrics_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -207,22 +208,108 @@ func TestMetrics_DevicesByAllocationState(t *testing.T) {
 	)
 }
 
-// A device whose newest record is far back in a long history is still
-// found (the scrape reads the history in growing pages).
-func TestMetrics_DevicesByAllocationState_LongHistory(t *testing.T) {
-	devs := fakeDevices(2)
-	st := mustStore(t, devs)
-	record(t, st, store.StateHeld, "fake-1")
-	for range 300 { // more than one page
-		record(t, st, store.StateAllocated, "fake-0")
+// countingStore is the real store, counting the records the metrics read.
+type countingStore struct {
+	*store.Store
+	read atomic.Int64
+}
+
+func (c *countingStore) Allocations(f store.AllocationFilter) ([]store.Allocation, error) {
+	recs, err := c.Store.Allocations(f)
+	c.read.Add(int64(len(recs)))
+	return recs, err
+}
+
+func (c *countingStore) Allocation(seq uint64) (store.Allocation, error) {
+	c.read.Add(1)
+	return c.Store.Allocation(seq)
+}
+
+// scrapeStates scrapes and returns the devices_by_allocation_state lines.
+func scrapeStates(t *testing.T, h http.Handler) string {
+	t.Helper()
+	_, body := get(t, h, "/metrics")
+	return grepLines(body, "virtual_gpu_devices_by_allocation_state{")
+}
+
+// grepLines returns the lines of s that start with prefix, joined by ";".
+func grepLines(s, prefix string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, strings.TrimPrefix(l, prefix))
+		}
 	}
-	m := metrics.New(metrics.Config{Devices: newDeviceList(devs...), Allocations: st})
-	_, body := get(t, m.Handler(nil, nil), "/metrics")
-	assertContains(t, "states", body,
-		`virtual_gpu_devices_by_allocation_state{state="allocated"} 1`,
-		`virtual_gpu_devices_by_allocation_state{state="held"} 1`,
-		`virtual_gpu_devices_by_allocation_state{state="free"} 0`,
-	)
+	return strings.Join(out, ";")
+}
+
+// Later scrapes see new records, state changes of older ones, and pruning.
+func TestMetrics_DevicesByAllocationState_FollowsChanges(t *testing.T) {
+	devs := fakeDevices(4)
+	st := mustStore(t, devs)
+	setState := func(seq uint64, state string) {
+		t.Helper()
+		if _, err := st.UpdateAllocation(seq, func(a *store.Allocation) error { a.State = state; return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	record(t, st, store.StateAllocated, "fake-0") // seq 1
+	record(t, st, store.StateHeld, "fake-1")      // seq 2
+	h := metrics.New(metrics.Config{Devices: newDeviceList(devs...), Allocations: st}).Handler(nil, nil)
+	steps := []struct {
+		name   string
+		change func()
+		want   string
+	}{
+		{"first scrape", func() {}, `state="abandoned"} 0;state="allocated"} 1;state="free"} 2;state="held"} 1`},
+		{"states move, a new record", func() {
+			setState(1, store.StateHeld)
+			setState(2, store.StateReleased)
+			record(t, st, store.StateAbandoned, "fake-2") // seq 3
+		}, `state="abandoned"} 1;state="allocated"} 0;state="free"} 2;state="held"} 1`},
+		{"older records pruned", func() {
+			if _, err := st.Prune(context.Background(), store.PruneOptions{MaxRecords: 1}); err != nil {
+				t.Fatal(err)
+			}
+		}, `state="abandoned"} 1;state="allocated"} 0;state="free"} 3;state="held"} 0`},
+		{"nothing changed", func() {}, `state="abandoned"} 1;state="allocated"} 0;state="free"} 3;state="held"} 0`},
+	}
+	for _, step := range steps {
+		step.change()
+		if got := scrapeStates(t, h); got != step.want {
+			t.Errorf("%s: %s, want %s", step.name, got, step.want)
+		}
+	}
+}
+
+// A device whose newest record is far back in a long history is found; the
+// next scrape reads only what is new, not the whole history again.
+func TestMetrics_DevicesByAllocationState_LongHistory(t *testing.T) {
+	const history = 300 // more than the pages before a full read
+	devs := fakeDevices(3)
+	st := &countingStore{Store: mustStore(t, devs)}
+	record(t, st.Store, store.StateHeld, "fake-1")
+	for range history - 1 {
+		record(t, st.Store, store.StateAllocated, "fake-0")
+	}
+	// fake-2: never allocated, so the first scrape reads everything.
+	h := metrics.New(metrics.Config{Devices: newDeviceList(devs...), Allocations: st}).Handler(nil, nil)
+	want := `state="abandoned"} 0;state="allocated"} 1;state="free"} 1;state="held"} 1`
+	if got := scrapeStates(t, h); got != want {
+		t.Errorf("first scrape: %s, want %s", got, want)
+	}
+	if n := st.read.Load(); n < history {
+		t.Errorf("first scrape read %d records, want the whole history (%d)", n, history)
+	}
+	st.read.Store(0)
+	record(t, st.Store, store.StateAbandoned, "fake-2")
+	want = `state="abandoned"} 1;state="allocated"} 1;state="free"} 0;state="held"} 1`
+	if got := scrapeStates(t, h); got != want {
+		t.Errorf("next scrape: %s, want %s", got, want)
+	}
+	if n := st.read.Load(); n > 20 {
+		t.Errorf("next scrape read %d records for one new record and 3 devices, want a small page", n)
+	}
 }
 
 // A store that cannot be read leaves its series out of the scrape, logs why,
@@ -258,4 +345,50 @@ func TestMetrics_Probes(t *testing.T) {
 	if code, body := get(t, h, "/readyz"); code != 503 || !strings.Contains(body, "not registered") {
 		t.Errorf("/readyz = %d %q", code, body)
 	}
+}
+
+// BenchmarkScrape_LongHistory measures a scrape over a long allocation
+// history in which one device was never allocated: the first scrape of a
+// Metrics reads the whole history, the next ones what is new (metric
+// records is the history's length).
+func BenchmarkScrape_LongHistory(b *testing.B) {
+	const records = 2000
+	devs := fakeDevices(8)
+	st := storetest.MustOpen(b, store.Options{})
+	specs := make([]store.DeviceSpec, len(devs))
+	for i, d := range devs {
+		specs[i] = store.DeviceSpec{ID: d.ID, Index: d.Index, NUMA: -1}
+	}
+	if _, err := st.Reconcile(specs); err != nil {
+		b.Fatal(err)
+	}
+	for i := range records {
+		if _, err := st.RecordAllocation(store.Allocation{DeviceIDs: []string{devs[i%7].ID}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cfg := metrics.Config{Devices: newDeviceList(devs...), Allocations: st}
+	scrape := func(b *testing.B, h http.Handler) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `state="free"} 1`) {
+			b.Fatalf("scrape: %d", rec.Code)
+		}
+	}
+	b.Run("first", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			scrape(b, metrics.New(cfg).Handler(nil, nil))
+		}
+		b.ReportMetric(records, "records")
+	})
+	b.Run("next", func(b *testing.B) {
+		h := metrics.New(cfg).Handler(nil, nil)
+		scrape(b, h)
+		b.ReportAllocs()
+		for b.Loop() {
+			scrape(b, h)
+		}
+		b.ReportMetric(records, "records")
+	})
 }
