@@ -2,6 +2,9 @@ package plugin
 
 import "errors"
 
+// Sentinel errors of this package, returned wrapped with context; compare
+// with errors.Is. An unknown device id is store.ErrUnknownDevice, the one
+// sentinel of the project for it.
 var (
 	// ErrNoDevices means a Server was configured without devices.
 	ErrNoDevices = errors.New("no devices")
@@ -11,8 +14,6 @@ var (
 	ErrEmptyID = errors.New("empty device id")
 	// ErrDuplicateDevice means two configured devices share an id or index.
 	ErrDuplicateDevice = errors.New("duplicate device")
-	// ErrUnknownDevice means an id names no device of the Server.
-	ErrUnknownDevice = errors.New("unknown device")
 	// ErrInvalidChoice means a PreferFunc returned a set that breaks the
 	// GetPreferredAllocation contract.
 	ErrInvalidChoice = errors.New("invalid preferred allocation")

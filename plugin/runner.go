@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"path"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -16,7 +17,9 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
 
@@ -35,6 +38,14 @@ const (
 	stableRegistration = time.Minute
 )
 
+// DevicePlugin is what a Runner serves: the device plugin RPCs, and Close,
+// which the Runner calls when Run returns to end every ListAndWatch stream
+// still open. *Server implements it.
+type DevicePlugin interface {
+	pluginapi.DevicePluginServer
+	Close()
+}
+
 // RunnerConfig configures a Runner. Dir, SocketName, ResourceName and
 // Server are required; zero durations take the defaults above.
 type RunnerConfig struct {
@@ -46,8 +57,8 @@ type RunnerConfig struct {
 	// ResourceName is registered with the kubelet, e.g. unicore.mcyou.cc/gpu.
 	ResourceName string
 	// Server answers the RPCs; the Runner serves it again after each
-	// kubelet restart.
-	Server *Server
+	// kubelet restart, and closes it when Run returns.
+	Server DevicePlugin
 	// RegisterTimeout bounds one Register call (default 10 s).
 	RegisterTimeout time.Duration
 	// PollInterval is the fallback check of both sockets, in case a
@@ -56,22 +67,23 @@ type RunnerConfig struct {
 	// BackoffInitial and BackoffMax bound the exponential backoff between
 	// Register attempts (defaults 100 ms and 10 s).
 	BackoffInitial, BackoffMax time.Duration
-	// Logger receives one line per registration and per failure; the zero
-	// Logger discards.
+	// Logger receives one line per registration, per failure and per
+	// refused or failed RPC (at warn, with the fields rpc, code and
+	// reason); the zero Logger discards.
 	Logger zerolog.Logger
-	// OnRegistered, if set, is called after every successful Register.
-	OnRegistered func()
 }
 
-// Runner keeps a Server served on its socket and registered with the
-// kubelet. Build it with NewRunner; call Run once.
+// Runner keeps a DevicePlugin served on its socket and registered with the
+// kubelet. Build it with NewRunner; call Run once. Its methods are safe for
+// concurrent use.
 type Runner struct {
 	cfg         RunnerConfig
 	socketPath  string
 	kubeletSock string
 	log         zerolog.Logger
 
-	registered atomic.Bool
+	registered    atomic.Bool
+	registrations atomic.Uint64
 }
 
 // NewRunner checks cfg and returns a Runner.
@@ -113,12 +125,17 @@ func (r *Runner) SocketPath() string { return r.socketPath }
 // right now, as far as the Runner knows.
 func (r *Runner) Registered() bool { return r.registered.Load() }
 
+// Registrations counts the successful Register calls of Run so far: the
+// first and every re-registration.
+func (r *Runner) Registrations() uint64 { return r.registrations.Load() }
+
 // Run serves and registers until ctx ends, then stops the server, removes
 // its socket and returns nil. It returns an error only for what retrying
-// cannot fix: the socket path is taken by something that is not a socket,
-// or the directory cannot be watched. A failure to serve (the kubelet
-// removing the socket mid-start, a failed listen) is logged and retried
-// with backoff.
+// cannot fix: the socket path is taken by something that is not a socket
+// (ErrNotSocket) or by a socket another process answers on (ErrSocketInUse:
+// a second plugin on the same path, which Run never removes), or the
+// directory cannot be watched. A failure to serve (the kubelet removing the
+// socket mid-start, a failed listen) is logged and retried with backoff.
 func (r *Runner) Run(ctx context.Context) error {
 	defer r.cfg.Server.Close()
 	if err := r.waitForDir(ctx); err != nil || ctx.Err() != nil {
@@ -139,10 +156,12 @@ func (r *Runner) Run(ctx context.Context) error {
 	serveBackoff := r.cfg.BackoffInitial
 	for {
 		g, err := r.serve()
-		if errors.Is(err, ErrNotSocket) {
+		switch {
+		case errors.Is(err, ErrNotSocket):
 			return err
-		}
-		if err != nil {
+		case errors.Is(err, ErrSocketInUse):
+			return fmt.Errorf("%w; stop that process, or give this plugin another socket name", err)
+		case err != nil:
 			// A starting kubelet deletes every socket in the directory,
 			// ours too, possibly between listen and the self-check.
 			r.log.Warn().Err(err).Dur("retry_in", serveBackoff).Msg("serving the device plugin failed")
@@ -155,22 +174,30 @@ func (r *Runner) Run(ctx context.Context) error {
 			continue
 		}
 		serveBackoff = r.cfg.BackoffInitial
-		reason, registeredAt := r.session(ctx, g, w, poll, delay)
+		s := r.newSession(g, delay)
+		reason := s.run(ctx, w, poll)
 		g.stop()
 		r.registered.Store(false)
 		if ctx.Err() != nil {
 			r.log.Info().Str("socket", r.socketPath).Msg("stopped")
 			return nil
 		}
-		switch {
-		case reason != reasonStreamEnded && reason != reasonServeFailed:
-			delay = 0 // the kubelet is back: register at once
-		case registeredAt.IsZero() || time.Since(registeredAt) < stableRegistration:
-			delay = min(max(2*delay, r.cfg.BackoffInitial), r.cfg.BackoffMax)
-		default:
-			delay = r.cfg.BackoffInitial
-		}
+		delay = r.nextDelay(reason, s.registeredAt, delay)
 		r.log.Info().Str("reason", reason).Dur("delay", delay).Msg("serving and registering again")
+	}
+}
+
+// nextDelay is how long the next session waits before it registers, after
+// one that ended for reason, having registered at registeredAt (zero if it
+// did not) and waited prev itself.
+func (r *Runner) nextDelay(reason string, registeredAt time.Time, prev time.Duration) time.Duration {
+	switch {
+	case reason != reasonStreamEnded && reason != reasonServeFailed:
+		return 0 // the kubelet is back: register at once
+	case registeredAt.IsZero() || time.Since(registeredAt) < stableRegistration:
+		return min(max(2*prev, r.cfg.BackoffInitial), r.cfg.BackoffMax)
+	default:
+		return r.cfg.BackoffInitial
 	}
 }
 
@@ -200,7 +227,7 @@ func (r *Runner) waitForDir(ctx context.Context) error {
 	}
 }
 
-// Restart reasons.
+// Reasons a session ends and the plugin is served and registered again.
 const (
 	reasonStreamEnded    = "kubelet ended the ListAndWatch stream"
 	reasonSocketGone     = "plugin socket removed"
@@ -208,122 +235,187 @@ const (
 	reasonServeFailed    = "grpc server stopped"
 )
 
-// session registers g with the kubelet (first after delay) and watches until
-// it must be served again; it returns why, and when it registered (zero if it
-// did not).
-func (r *Runner) session(ctx context.Context, g *generation, w *fsnotify.Watcher, poll *time.Ticker, delay time.Duration) (string, time.Time) {
-	var (
-		registeredAt time.Time
-		kubeletID    fileID // kubelet.sock we registered with, or last tried
-		waiting      bool   // waiting for kubelet.sock to appear
-		stale        bool   // kubelet.sock exists but nothing listens (logged)
-		tried        bool   // kubeletID holds the socket last tried
-		attempt      int
-		backoff      = r.cfg.BackoffInitial
-	)
-	retry := time.NewTimer(delay)
-	defer retry.Stop()
+// regState is where a session stands with the kubelet.
+//
+//	registering ──kubelet.sock missing──> awaitingKubelet
+//	awaitingKubelet ──kubelet.sock appears──> registering (at once)
+//	registering ──Register fails or kubelet.sock refuses──> registering (after backoff)
+//	registering ──a new kubelet.sock──> registering (at once)
+//	registering ──Register succeeds──> registered
+//	registered ──new kubelet.sock, stream ended──> session ends
+//
+// In every state the session ends when the plugin's own socket is removed
+// or replaced, the gRPC server stops, or ctx ends.
+type regState int
 
-	// check compares both sockets with what this session saw; it returns
-	// a restart reason or "".
-	check := func() string {
-		if id, err := statSocket(r.socketPath); err != nil || id != g.socketID {
-			return reasonSocketGone
-		}
-		id, err := statSocket(r.kubeletSock)
-		switch {
-		case !registeredAt.IsZero() && (err != nil || id != kubeletID):
-			// Registered kubelet's socket is gone or replaced: wait for
-			// it to come back in a fresh session (a missing socket is
-			// then waited for).
-			if err == nil {
-				return reasonKubeletRestart
-			}
-		case registeredAt.IsZero() && err == nil && (waiting || (tried && id != kubeletID)):
-			waiting = false
-			retry.Reset(0) // a new kubelet: try now
-		}
-		return ""
-	}
+const (
+	// registering: a Register attempt is due when the retry timer fires
+	// (after the session's start delay, at once, or after a backoff).
+	registering regState = iota
+	// awaitingKubelet: kubelet.sock does not exist. A directory event or
+	// the poll notices it appear.
+	awaitingKubelet
+	// registered: the kubelet accepted the registration.
+	registered
+)
 
+// session registers one generation with the kubelet and watches until it
+// must be served again. It is a state machine (see regState) driven by
+// Runner.Run's goroutine only.
+type session struct {
+	r     *Runner
+	g     *generation
+	state regState
+	retry *time.Timer // fires when a Register attempt is due
+
+	backoff      time.Duration // until the next attempt after a failure
+	attempts     int
+	kubeletID    fileID // the kubelet.sock last tried, or registered with
+	tried        bool   // kubeletID is set
+	refusedShown bool   // "its socket does not accept connections" logged
+	registeredAt time.Time
+}
+
+// newSession starts in registering, with the first attempt after delay.
+func (r *Runner) newSession(g *generation, delay time.Duration) *session {
+	return &session{r: r, g: g, state: registering, retry: time.NewTimer(delay), backoff: r.cfg.BackoffInitial}
+}
+
+// run drives the session until it must end and returns why ("" when ctx
+// ended or the watcher closed).
+func (s *session) run(ctx context.Context, w *fsnotify.Watcher, poll *time.Ticker) string {
+	defer s.retry.Stop()
 	for {
+		var reason string
 		select {
 		case <-ctx.Done():
-			return "", registeredAt
-		case err := <-g.serveErr:
-			r.log.Error().Err(err).Msg("grpc server stopped")
-			return reasonServeFailed, registeredAt
-		case <-g.streamEnded:
-			if !registeredAt.IsZero() {
-				return reasonStreamEnded, registeredAt
+			return ""
+		case err := <-s.g.serveErr:
+			s.r.log.Error().Err(err).Msg("grpc server stopped")
+			return reasonServeFailed
+		case <-s.g.streamEnded:
+			if s.state == registered {
+				return reasonStreamEnded
 			}
 		case ev, ok := <-w.Events:
 			if !ok {
-				return "", registeredAt
+				return ""
 			}
-			if name := filepath.Base(ev.Name); name != r.cfg.SocketName && name != KubeletSocketName {
-				continue // the kubelet's checkpoint temp files and the like
-			}
-			if reason := check(); reason != "" {
-				return reason, registeredAt
+			if name := filepath.Base(ev.Name); name == s.r.cfg.SocketName || name == KubeletSocketName {
+				reason = s.dirChanged() // not the kubelet's checkpoint temp files and the like
 			}
 		case err, ok := <-w.Errors:
 			if ok {
-				r.log.Warn().Err(err).Str("dir", r.cfg.Dir).Msg("directory watch error; relying on polling")
+				s.r.log.Warn().Err(err).Str("dir", s.r.cfg.Dir).Msg("directory watch error; relying on polling")
 			}
 		case <-poll.C:
-			if reason := check(); reason != "" {
-				return reason, registeredAt
-			}
-		case <-retry.C:
-			if !registeredAt.IsZero() {
-				continue
-			}
-			if id, err := statSocket(r.socketPath); err != nil || id != g.socketID {
-				// A restarting kubelet deleted it; its event may still
-				// be queued behind this timer.
-				return reasonSocketGone, registeredAt
-			}
-			id, err := statSocket(r.kubeletSock)
-			if err != nil {
-				if !waiting {
-					r.log.Info().Str("socket", r.kubeletSock).Msg("waiting for the kubelet")
-					waiting = true
-				}
-				continue // a directory event or the poll tries again
-			}
-			kubeletID, tried = id, true
-			if conn, err := net.DialTimeout("unix", r.kubeletSock, time.Second); err != nil {
-				// A dead kubelet's socket: wait for the new one (its
-				// creation retries at once), polling gently meanwhile.
-				if !stale {
-					r.log.Info().Str("socket", r.kubeletSock).Err(err).Msg("waiting for the kubelet: its socket does not accept connections")
-					stale = true
-				}
-				retry.Reset(backoff)
-				backoff = min(2*backoff, r.cfg.BackoffMax)
-				continue
-			} else {
-				conn.Close()
-			}
-			attempt++
-			if err := r.register(ctx); err != nil {
-				if ctx.Err() != nil {
-					return "", registeredAt
-				}
-				r.log.Warn().Err(err).Int("attempt", attempt).Dur("retry_in", backoff).Msg("register with kubelet failed")
-				retry.Reset(backoff)
-				backoff = min(2*backoff, r.cfg.BackoffMax)
-				continue
-			}
-			registeredAt = time.Now()
-			r.registered.Store(true)
-			r.log.Info().Str("socket", r.socketPath).Int("attempt", attempt).Msg("registered with kubelet")
-			if r.cfg.OnRegistered != nil {
-				r.cfg.OnRegistered()
-			}
+			reason = s.dirChanged()
+		case <-s.retry.C:
+			reason = s.attempt(ctx)
+		}
+		if reason != "" {
+			return reason
 		}
 	}
+}
+
+// ownSocketIntact reports whether the plugin's socket is still the one this
+// generation listens on.
+func (s *session) ownSocketIntact() bool {
+	id, err := statSocket(s.r.socketPath)
+	return err == nil && id == s.g.socketID
+}
+
+// dirChanged handles a change in the directory (or the poll): it compares
+// both sockets with what the session saw and returns a reason to end, or "".
+func (s *session) dirChanged() string {
+	if !s.ownSocketIntact() {
+		return reasonSocketGone
+	}
+	id, err := statSocket(s.r.kubeletSock)
+	switch s.state {
+	case registered:
+		// A missing socket is a kubelet restarting: wait for the new one.
+		if err == nil && id != s.kubeletID {
+			return reasonKubeletRestart
+		}
+	case awaitingKubelet:
+		if err == nil {
+			s.tryNow()
+		}
+	case registering:
+		if err == nil && s.tried && id != s.kubeletID {
+			s.tryNow() // a new kubelet: no need to wait out the backoff
+		}
+	}
+	return ""
+}
+
+// tryNow moves to registering with an attempt due at once.
+func (s *session) tryNow() {
+	s.state = registering
+	s.retry.Reset(0)
+}
+
+// retryLater schedules the next attempt after the backoff, and doubles it.
+func (s *session) retryLater() {
+	s.retry.Reset(s.backoff)
+	s.backoff = min(2*s.backoff, s.r.cfg.BackoffMax)
+}
+
+// attempt handles the retry timer: one Register attempt if the kubelet is
+// there. It returns a reason to end, or "".
+func (s *session) attempt(ctx context.Context) string {
+	if s.state != registering {
+		return ""
+	}
+	if !s.ownSocketIntact() {
+		// A restarting kubelet deleted it; its event may still be queued
+		// behind this timer.
+		return reasonSocketGone
+	}
+	id, err := statSocket(s.r.kubeletSock)
+	if err != nil {
+		s.state = awaitingKubelet
+		s.r.log.Info().Str("socket", s.r.kubeletSock).Msg("waiting for the kubelet")
+		return ""
+	}
+	s.kubeletID, s.tried = id, true
+	if err := dialCheck(s.r.kubeletSock); err != nil {
+		// A dead kubelet's socket: wait for the new one (its creation
+		// retries at once), polling gently meanwhile.
+		if !s.refusedShown {
+			s.r.log.Info().Str("socket", s.r.kubeletSock).Err(err).Msg("waiting for the kubelet: its socket does not accept connections")
+			s.refusedShown = true
+		}
+		s.retryLater()
+		return ""
+	}
+	s.attempts++
+	if err := s.r.register(ctx); err != nil {
+		if ctx.Err() != nil {
+			return "" // run sees ctx end
+		}
+		s.r.log.Warn().Err(err).Int("attempt", s.attempts).Dur("retry_in", s.backoff).Msg("register with kubelet failed")
+		s.retryLater()
+		return ""
+	}
+	s.state = registered
+	s.registeredAt = time.Now()
+	s.r.registered.Store(true)
+	s.r.registrations.Add(1)
+	s.r.log.Info().Str("socket", s.r.socketPath).Int("attempt", s.attempts).Msg("registered with kubelet")
+	return ""
+}
+
+// dialCheck reports whether something accepts connections on the unix
+// socket at path.
+func dialCheck(path string) error {
+	conn, err := net.DialTimeout("unix", path, time.Second)
+	if err != nil {
+		return err
+	}
+	return conn.Close()
 }
 
 // register calls the kubelet's Register with this plugin's socket name,
@@ -362,10 +454,11 @@ type generation struct {
 	streams int
 }
 
-// serve removes a stale socket, listens, serves the Server and checks that
-// it answers.
+// serve claims the socket path (ClaimSocket: a stale socket is removed, a
+// live one refused), listens, serves the DevicePlugin and checks that it
+// answers.
 func (r *Runner) serve() (*generation, error) {
-	if err := removeStaleSocket(r.socketPath); err != nil {
+	if err := ClaimSocket(r.socketPath, 0); err != nil {
 		return nil, err
 	}
 	lis, err := net.Listen("unix", r.socketPath)
@@ -378,14 +471,14 @@ func (r *Runner) serve() (*generation, error) {
 		return nil, fmt.Errorf("listen on %s: %w", r.socketPath, err)
 	}
 	g := &generation{
-		grpc:        grpc.NewServer(),
+		grpc:        grpc.NewServer(grpc.UnaryInterceptor(logFailures(r.log))),
 		socketPath:  r.socketPath,
 		socketID:    id,
 		serveErr:    make(chan error, 1),
 		streamEnded: make(chan struct{}, 1),
 		done:        make(chan struct{}),
 	}
-	pluginapi.RegisterDevicePluginServer(g.grpc, &generationServer{Server: r.cfg.Server, g: g})
+	pluginapi.RegisterDevicePluginServer(g.grpc, &generationServer{DevicePlugin: r.cfg.Server, g: g})
 	go func() {
 		defer close(g.done)
 		if err := g.grpc.Serve(lis); err != nil && !g.stopping.Load() {
@@ -414,7 +507,7 @@ func (g *generation) stop() {
 // generationServer counts one generation's ListAndWatch streams so the
 // Runner learns when the kubelet dropped the last one.
 type generationServer struct {
-	*Server
+	DevicePlugin
 	g *generation
 }
 
@@ -422,7 +515,7 @@ func (gs *generationServer) ListAndWatch(e *pluginapi.Empty, stream grpc.ServerS
 	gs.g.mu.Lock()
 	gs.g.streams++
 	gs.g.mu.Unlock()
-	err := gs.Server.ListAndWatch(e, stream)
+	err := gs.DevicePlugin.ListAndWatch(e, stream)
 	gs.g.mu.Lock()
 	gs.g.streams--
 	last := gs.g.streams == 0
@@ -452,22 +545,22 @@ func selfCheck(socket string) error {
 	return nil
 }
 
-// removeStaleSocket removes a leftover socket at path and refuses to remove
-// anything else.
-func removeStaleSocket(path string) error {
-	fi, err := os.Lstat(path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return nil
-	case err != nil:
-		return fmt.Errorf("stale socket %s: %w", path, err)
-	case fi.Mode().Type() != fs.ModeSocket:
-		return fmt.Errorf("socket path %s (%s): %w", path, fi.Mode().Type(), ErrNotSocket)
+// logFailures is the one place a refused or failed unary RPC is logged:
+// once, at warn, with the RPC's name, the status code and its message
+// (which the Server keeps short). The handlers only return their errors.
+func logFailures(log zerolog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		resp, err := handler(ctx, req)
+		if err != nil {
+			st := status.Convert(err)
+			msg := "request failed"
+			if c := st.Code(); c == codes.InvalidArgument || c == codes.FailedPrecondition || c == codes.NotFound {
+				msg = "request refused"
+			}
+			log.Warn().Str("rpc", path.Base(info.FullMethod)).Str("code", st.Code().String()).Str("reason", st.Message()).Msg(msg)
+		}
+		return resp, err
 	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("remove stale socket %s: %w", path, err)
-	}
-	return nil
 }
 
 // fileID identifies one file: a socket created again has another.

@@ -2,8 +2,9 @@ package plugin_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
-	"net"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,19 +63,8 @@ func startRunner(t *testing.T, dir string, tweak func(*plugin.RunnerConfig)) *ru
 	return rr
 }
 
-// shortDir is a temp dir short enough for unix socket paths.
-func shortDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "vgpu")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
 func TestRunner_RegistersAndLists(t *testing.T) {
-	dir := shortDir(t)
+	dir := plugintest.ShortTempDir(t)
 	k := plugintest.StartKubelet(t, dir)
 	startRunner(t, dir, nil)
 
@@ -98,7 +88,7 @@ func TestRunner_RegistersAndLists(t *testing.T) {
 }
 
 func TestRunner_KubeletRestart_RegistersAgain(t *testing.T) {
-	dir := shortDir(t)
+	dir := plugintest.ShortTempDir(t)
 	k := plugintest.StartKubelet(t, dir)
 	r := startRunner(t, dir, nil)
 	k.WaitRegistration(wait)
@@ -118,7 +108,7 @@ func TestRunner_KubeletRestart_RegistersAgain(t *testing.T) {
 }
 
 func TestRunner_OwnSocketDeleted_RegistersAgain(t *testing.T) {
-	dir := shortDir(t)
+	dir := plugintest.ShortTempDir(t)
 	k := plugintest.StartKubelet(t, dir)
 	r := startRunner(t, dir, nil)
 	k.WaitRegistration(wait)
@@ -130,16 +120,16 @@ func TestRunner_OwnSocketDeleted_RegistersAgain(t *testing.T) {
 }
 
 func TestRunner_StartedBeforeKubelet(t *testing.T) {
-	dir := shortDir(t)
+	dir := plugintest.ShortTempDir(t)
 	startRunner(t, dir, nil)
-	waitFor(t, func() bool { _, err := os.Stat(filepath.Join(dir, sockName)); return err == nil }, "plugin socket")
+	plugintest.WaitFor(t, wait, "plugin socket", func() bool { _, err := os.Stat(filepath.Join(dir, sockName)); return err == nil })
 	k := plugintest.StartKubelet(t, dir)
 	reg := k.WaitRegistration(wait)
 	plugintest.NextList(t, reg, wait)
 }
 
 func TestRunner_DirCreatedLater(t *testing.T) {
-	dir := filepath.Join(shortDir(t), "dp")
+	dir := filepath.Join(plugintest.ShortTempDir(t), "dp")
 	startRunner(t, dir, func(c *plugin.RunnerConfig) { c.PollInterval = 20 * time.Millisecond })
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -149,34 +139,35 @@ func TestRunner_DirCreatedLater(t *testing.T) {
 }
 
 func TestRunner_StreamDropped_RegistersAgain(t *testing.T) {
-	dir := shortDir(t)
+	dir := plugintest.ShortTempDir(t)
 	k := plugintest.StartKubelet(t, dir)
-	startRunner(t, dir, nil)
+	r := startRunner(t, dir, nil)
 	reg := k.WaitRegistration(wait)
 	plugintest.NextList(t, reg, wait)
 	k.DropStreams() // the kubelet disconnects us but keeps running
 	reg = k.WaitRegistration(wait)
 	plugintest.NextList(t, reg, wait)
+	plugintest.WaitFor(t, wait, "Registrations() = 2", func() bool { return r.Registrations() == 2 })
 }
 
 func TestRunner_RegisterRejected_Retries(t *testing.T) {
-	dir := shortDir(t)
+	dir := plugintest.ShortTempDir(t)
 	k := plugintest.StartKubelet(t, dir)
 	k.Reject(errors.New("kubelet says no"))
 	r := startRunner(t, dir, func(c *plugin.RunnerConfig) {
 		c.BackoffInitial, c.BackoffMax = 10*time.Millisecond, 40*time.Millisecond
 	})
-	waitFor(t, func() bool { _, err := os.Stat(r.SocketPath()); return err == nil }, "plugin socket")
+	plugintest.WaitFor(t, wait, "plugin socket", func() bool { _, err := os.Stat(r.SocketPath()); return err == nil })
 	if r.Registered() {
 		t.Fatal("registered while the kubelet rejects")
 	}
 	k.Reject(nil)
 	k.WaitRegistration(wait)
-	waitFor(t, r.Registered, "Registered() after acceptance")
+	plugintest.WaitFor(t, wait, "Registered() after acceptance", r.Registered)
 }
 
 func TestRunner_StopRemovesSocket(t *testing.T) {
-	dir := shortDir(t)
+	dir := plugintest.ShortTempDir(t)
 	k := plugintest.StartKubelet(t, dir)
 	r := startRunner(t, dir, nil)
 	reg := k.WaitRegistration(wait)
@@ -190,31 +181,35 @@ func TestRunner_StopRemovesSocket(t *testing.T) {
 	if _, err := os.Stat(r.SocketPath()); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("socket after stop: err = %v, want removed", err)
 	}
-	for range reg.Lists {
-	} // the kubelet's stream ends
+	endOfStream(t, reg)
 }
 
 func TestRunner_RemovesStaleSocket(t *testing.T) {
-	dir := shortDir(t)
-	mkSocket(t, filepath.Join(dir, sockName)) // left by a killed plugin
+	dir := plugintest.ShortTempDir(t)
+	staleSocket(t, filepath.Join(dir, sockName)) // left by a killed plugin
 	k := plugintest.StartKubelet(t, dir)
 	startRunner(t, dir, nil)
 	plugintest.NextList(t, k.WaitRegistration(wait), wait)
 }
 
-// mkSocket leaves a unix socket file at path that nobody serves.
-func mkSocket(t *testing.T, path string) {
+// endOfStream waits for the kubelet's ListAndWatch stream of reg to end.
+func endOfStream(t *testing.T, reg *plugintest.Registration) {
 	t.Helper()
-	l, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
+	deadline := time.After(wait)
+	for {
+		select {
+		case _, ok := <-reg.Lists:
+			if !ok {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("the kubelet's ListAndWatch stream still open %v after the plugin stopped", wait)
+		}
 	}
-	l.(*net.UnixListener).SetUnlinkOnClose(false)
-	l.Close()
 }
 
 func TestRunner_RefusesNonSocketPath(t *testing.T) {
-	dir := shortDir(t)
+	dir := plugintest.ShortTempDir(t)
 	path := filepath.Join(dir, sockName)
 	if err := os.WriteFile(path, []byte("precious"), 0o600); err != nil {
 		t.Fatal(err)
@@ -256,26 +251,10 @@ func TestNewRunner_BadConfig(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds, failing the test after the deadline.
-func waitFor(t testing.TB, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(wait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // BenchmarkReregister measures the time from a new kubelet.sock to the
 // plugin's Register call arriving (metric reregister-ns).
 func BenchmarkReregister(b *testing.B) {
-	dir, err := os.MkdirTemp("", "vgpu")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
+	dir := plugintest.ShortTempDir(b)
 	k := plugintest.StartKubelet(b, dir)
 	srv := mustServer(b, plugin.ServerConfig{})
 	r, err := plugin.NewRunner(plugin.RunnerConfig{Dir: dir, SocketName: sockName, ResourceName: resource, Server: srv, PollInterval: time.Hour})
@@ -301,7 +280,7 @@ func BenchmarkReregister(b *testing.B) {
 // file left behind), the plugin waits for a new kubelet.sock instead of
 // warning about failed registrations, and registers at once when it comes.
 func TestRunner_KubeletDown_WaitsQuietly(t *testing.T) {
-	dir := shortDir(t)
+	dir := plugintest.ShortTempDir(t)
 	k := plugintest.StartKubelet(t, dir)
 	var logs plugintest.LogBuffer
 	r := startRunner(t, dir, func(c *plugin.RunnerConfig) {
@@ -309,12 +288,158 @@ func TestRunner_KubeletDown_WaitsQuietly(t *testing.T) {
 		c.BackoffInitial, c.BackoffMax = 5*time.Millisecond, 20*time.Millisecond
 	})
 	plugintest.NextList(t, k.WaitRegistration(wait), wait)
-	waitFor(t, r.Registered, "the Register call to return")
+	plugintest.WaitFor(t, wait, "the Register call to return", r.Registered)
 	k.Stop()
-	waitFor(t, func() bool { return logs.Count("waiting for the kubelet: its socket does not accept connections") > 0 }, "the waiting message")
+	plugintest.WaitFor(t, wait, "the waiting message", func() bool { return logs.Count("waiting for the kubelet: its socket does not accept connections") > 0 })
 	k.Restart()
 	k.WaitRegistration(wait)
 	if n := logs.Count("register with kubelet failed"); n != 0 {
 		t.Errorf("%d register warnings while the kubelet was down, want none:\n%s", n, logs.String())
+	}
+}
+
+// runErr waits for r's Run to return and hands back its error.
+func runErr(t *testing.T, r *runner) error {
+	t.Helper()
+	select {
+	case err := <-r.done:
+		r.done <- err // for the cleanup
+		return err
+	case <-time.After(wait):
+		t.Fatal("Run did not return")
+		return nil
+	}
+}
+
+// Two plugins with the same directory and socket name used to delete each
+// other's socket in a loop. The second must refuse at once and leave the
+// first serving and registered.
+func TestRunner_SocketInUse_SecondRunnerRefuses(t *testing.T) {
+	dir := plugintest.ShortTempDir(t)
+	k := plugintest.StartKubelet(t, dir)
+	first := startRunner(t, dir, nil)
+	reg := k.WaitRegistration(wait)
+	plugintest.NextList(t, reg, wait)
+	plugintest.WaitFor(t, wait, "the first plugin registered", first.Registered)
+	before, err := os.Lstat(first.SocketPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	second := startRunner(t, dir, nil)
+	err = runErr(t, second)
+	if !errors.Is(err, plugin.ErrSocketInUse) || !strings.Contains(err.Error(), first.SocketPath()) || !strings.Contains(err.Error(), "stop that process") {
+		t.Fatalf("second Run = %v, want ErrSocketInUse naming %s and what to do", err, first.SocketPath())
+	}
+
+	after, err := os.Lstat(first.SocketPath())
+	if err != nil || !os.SameFile(before, after) {
+		t.Fatalf("the first plugin's socket was replaced or removed (%v)", err)
+	}
+	select {
+	case r := <-k.Registrations():
+		t.Fatalf("a registration arrived after the refusal: %v", r.Request)
+	default:
+	}
+	if !first.Registered() || first.Registrations() != 1 {
+		t.Errorf("first plugin: Registered() = %v, Registrations() = %d, want true, 1", first.Registered(), first.Registrations())
+	}
+	if _, err := reg.Client.Allocate(context.Background(), allocReq([]string{"fake-0"})); err != nil {
+		t.Errorf("the first plugin no longer answers: %v", err)
+	}
+	select {
+	case _, ok := <-reg.Lists:
+		if !ok {
+			t.Error("the kubelet's stream of the first plugin ended")
+		}
+	default:
+	}
+}
+
+// A socket another program answers on (here a separate process) is never
+// removed.
+func TestRunner_SocketInUse_OtherProcess(t *testing.T) {
+	dir := plugintest.ShortTempDir(t)
+	startHolder(t, filepath.Join(dir, sockName))
+	r := startRunner(t, dir, nil)
+	if err := runErr(t, r); !errors.Is(err, plugin.ErrSocketInUse) {
+		t.Fatalf("Run = %v, want ErrSocketInUse", err)
+	}
+	if _, err := os.Lstat(r.SocketPath()); err != nil {
+		t.Errorf("the other process's socket was removed: %v", err)
+	}
+}
+
+// The socket a SIGKILLed process leaves behind is stale: it is replaced.
+func TestRunner_StaleSocketOfKilledProcess_Replaced(t *testing.T) {
+	dir := plugintest.ShortTempDir(t)
+	holder := startHolder(t, filepath.Join(dir, sockName))
+	if err := holder.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = holder.Wait()
+	if _, err := os.Lstat(filepath.Join(dir, sockName)); err != nil {
+		t.Fatalf("the killed process left no socket: %v", err)
+	}
+	k := plugintest.StartKubelet(t, dir)
+	startRunner(t, dir, nil)
+	plugintest.NextList(t, k.WaitRegistration(wait), wait)
+}
+
+// A refused or failed call is logged once, at warn, by the Runner, with
+// typed fields and short ids; an answered one keeps its info line.
+func TestRunner_FailedCallsLoggedOnce(t *testing.T) {
+	dir := plugintest.ShortTempDir(t)
+	k := plugintest.StartKubelet(t, dir)
+	var logs plugintest.LogBuffer
+	startRunner(t, dir, func(c *plugin.RunnerConfig) {
+		log := zerolog.New(&logs)
+		c.Logger = log
+		c.Server = mustServerLogging(t, plugin.ServerConfig{Recorder: &flakyRecorder{failFor: "fake-2"}, Logger: log})
+	})
+	reg := k.WaitRegistration(wait)
+	long := strings.Repeat("x", 5000)
+	ctx := context.Background()
+	if _, err := reg.Client.Allocate(ctx, allocReq([]string{"fake-0", long})); err == nil {
+		t.Fatal("Allocate of an unknown id succeeded")
+	}
+	if _, err := reg.Client.Allocate(ctx, allocReq([]string{"fake-2"})); err == nil {
+		t.Fatal("Allocate with a failing record succeeded")
+	}
+	if _, err := reg.Client.GetPreferredAllocation(ctx, prefReq([]string{"fake-0"}, nil, 2)); err == nil {
+		t.Fatal("GetPreferredAllocation of too many succeeded")
+	}
+	if _, err := reg.Client.Allocate(ctx, allocReq([]string{"fake-1"})); err != nil {
+		t.Fatal(err)
+	}
+
+	type line struct {
+		Level, Message, RPC, Code, Reason string
+		IDs                               []string
+	}
+	var got []line
+	for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var e line
+		if err := json.Unmarshal([]byte(l), &e); err != nil {
+			t.Fatalf("log line %q: %v", l, err)
+		}
+		if e.RPC != "" || e.Level == "error" || e.Message == "allocated" {
+			got = append(got, e)
+		}
+	}
+	want := []line{
+		{Level: "warn", Message: "request refused", RPC: "Allocate", Code: "InvalidArgument",
+			Reason: `allocate: container request 0: unknown device "` + strings.Repeat("x", 64) + `…"`},
+		{Level: "warn", Message: "request failed", RPC: "Allocate", Code: "Unavailable",
+			Reason: "allocate fake-2: not recorded: record allocation: disk full"},
+		{Level: "warn", Message: "request refused", RPC: "GetPreferredAllocation", Code: "InvalidArgument",
+			Reason: "preferred allocation: container request 0: allocation size 2 is more than the 1 available devices"},
+		{Level: "info", Message: "allocated", IDs: []string{"fake-1"}},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("log lines about calls:\n got %v\nwant %v\nall logs:\n%s", got, want, logs.String())
+	}
+	if strings.Contains(logs.String(), long[:65]) {
+		t.Error("the log carries the long id whole")
 	}
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -13,6 +15,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/unicore/virtual-gpu-device-plugin/store"
 )
 
 // EnvIDs is the environment variable Allocate sets in the container: the
@@ -59,15 +63,47 @@ type HealthRecorder interface {
 	RecordHealth(id string, healthy bool, reason, cause string) error
 }
 
-// Observer is told what the Server did, for metrics. Its methods must be
-// fast and safe for concurrent use.
+// Result is how one container request ended, as an Observer is told.
+type Result int
+
+const (
+	// ResultOK means the request was answered.
+	ResultOK Result = iota
+	// ResultRejected means an Allocate container request was refused for
+	// what it asked: no, unknown, repeated or unhealthy ids, or a device
+	// another container request of the call asked for (InvalidArgument or
+	// FailedPrecondition).
+	ResultRejected
+	// ResultFailed means a valid request could not be answered: the
+	// allocation was not recorded (Unavailable), or the preference policy
+	// failed or broke its contract.
+	ResultFailed
+)
+
+// String returns "ok", "rejected" or "failed" (the metrics' label values).
+func (r Result) String() string {
+	switch r {
+	case ResultOK:
+		return "ok"
+	case ResultRejected:
+		return "rejected"
+	case ResultFailed:
+		return "failed"
+	}
+	return "Result(" + strconv.Itoa(int(r)) + ")"
+}
+
+// Observer is told what the Server did, for metrics. Its methods are called
+// on the RPC path: they must be fast and safe for concurrent use.
 type Observer interface {
-	// Allocated reports one container request of Allocate: the ids, and
-	// the error it was refused or failed with (nil if answered).
-	Allocated(ids []string, err error)
-	// Preferred reports one container request of GetPreferredAllocation:
-	// the chosen indices, how long the choice took, and the error.
-	Preferred(chosen []int, took time.Duration, err error)
+	// Allocated reports one container request of Allocate: its ids (as
+	// asked), how it ended, and how long it took, validation and the
+	// durable commit of its record included.
+	Allocated(ids []string, result Result, took time.Duration)
+	// Preferred reports one container request of GetPreferredAllocation
+	// that reached the preference policy: the chosen indices (nil unless
+	// ResultOK), ResultOK or ResultFailed, and how long the choice took.
+	Preferred(chosen []int, result Result, took time.Duration)
 	// HealthChanged reports a stored and broadcast health change.
 	HealthChanged(id string, healthy bool, cause string)
 }
@@ -85,16 +121,15 @@ type ServerConfig struct {
 	Recorder Recorder
 	// Health stores health changes; nil keeps them in memory only.
 	Health HealthRecorder
-	// Observer is told every allocation, preference and health change;
-	// nil tells nobody.
-	Observer Observer
-	// Logger receives one line per allocation and per health change; the
-	// zero Logger discards.
+	// Logger receives one info line per answered allocation and per
+	// health change; the zero Logger discards. Refused and failed calls are
+	// not logged here: the Server returns them, and the Runner logs them.
 	Logger zerolog.Logger
 }
 
 // Server answers the device plugin RPCs for one device set. It is safe for
-// concurrent use and outlives the gRPC servers that serve it.
+// concurrent use and outlives the gRPC servers that serve it. Its handlers
+// return gRPC status errors and log nothing about them.
 type Server struct {
 	pluginapi.UnimplementedDevicePluginServer
 
@@ -102,7 +137,7 @@ type Server struct {
 	env      EnvFunc
 	recorder Recorder
 	health   HealthRecorder
-	observer Observer
+	observer atomic.Pointer[observerRef]
 	log      zerolog.Logger
 
 	healthMu sync.Mutex     // serializes SetHealth calls
@@ -113,7 +148,13 @@ type Server struct {
 	closed   chan struct{}  // closed by Close
 }
 
-var _ pluginapi.DevicePluginServer = (*Server)(nil)
+var (
+	_ pluginapi.DevicePluginServer = (*Server)(nil)
+	_ DevicePlugin                 = (*Server)(nil)
+)
+
+// observerRef holds an Observer for an atomic.Pointer.
+type observerRef struct{ Observer }
 
 // NewServer checks cfg and returns a Server for its devices.
 func NewServer(cfg ServerConfig) (*Server, error) {
@@ -143,18 +184,29 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		env:      cfg.Env,
 		recorder: cfg.Recorder,
 		health:   cfg.Health,
-		observer: cfg.Observer,
 		log:      cfg.Logger,
 		devices:  devices,
 		byID:     byID,
 		changed:  make(chan struct{}),
 		closed:   make(chan struct{}),
 	}
-	if s.observer == nil {
-		s.observer = nopObserver{}
-	}
+	s.SetObserver(nil)
 	return s, nil
 }
+
+// SetObserver makes o the Observer told about every later allocation,
+// preference and health change; nil tells nobody (the default). Call it
+// before the Server is served, so that no call goes unobserved; it is safe
+// at any time.
+func (s *Server) SetObserver(o Observer) {
+	if o == nil {
+		o = nopObserver{}
+	}
+	s.observer.Store(&observerRef{o})
+}
+
+// obs is the current Observer.
+func (s *Server) obs() Observer { return s.observer.Load().Observer }
 
 // Close ends every ListAndWatch stream; later streams end at once. Close is
 // idempotent.
@@ -179,7 +231,8 @@ func (s *Server) Devices() []Device {
 // HealthRecorder first (if any), and sends the new list to every
 // ListAndWatch stream. It reports whether anything changed; setting the
 // same health and reason again is a no-op. cause says who asked ("admin",
-// "fault-injection", ...).
+// "fault-injection", ...). An unknown id is an error wrapping
+// store.ErrUnknownDevice.
 func (s *Server) SetHealth(id string, healthy bool, reason, cause string) (bool, error) {
 	if healthy {
 		reason = ""
@@ -194,13 +247,13 @@ func (s *Server) SetHealth(id string, healthy bool, reason, cause string) (bool,
 	s.mu.Unlock()
 	switch {
 	case !ok:
-		return false, fmt.Errorf("set health of %q: %w", id, ErrUnknownDevice)
+		return false, fmt.Errorf("set health of %s: %w", quoteID(id), store.ErrUnknownDevice)
 	case unchanged:
 		return false, nil
 	}
 	if s.health != nil {
 		if err := s.health.RecordHealth(id, healthy, reason, cause); err != nil {
-			return false, fmt.Errorf("set health of %q: %w", id, err)
+			return false, fmt.Errorf("set health of %s: %w", quoteID(id), err)
 		}
 	}
 	s.mu.Lock()
@@ -210,7 +263,7 @@ func (s *Server) SetHealth(id string, healthy bool, reason, cause string) (bool,
 	s.changed = make(chan struct{})
 	s.mu.Unlock()
 	s.log.Info().Str("device", id).Bool("healthy", healthy).Str("reason", reason).Str("cause", cause).Msg("device health changed")
-	s.observer.HealthChanged(id, healthy, cause)
+	s.obs().HealthChanged(id, healthy, cause)
 	return true, nil
 }
 
@@ -263,25 +316,38 @@ func (s *Server) snapshot() (*pluginapi.ListAndWatchResponse, <-chan struct{}) {
 }
 
 // Allocate answers each container request with VIRTUAL_GPU_IDS (and the
-// EnvFunc's variables) after recording it. Unknown ids, duplicate ids and
-// empty requests are InvalidArgument; unhealthy ids FailedPrecondition; a
-// failed record Unavailable. The same ids always get the same answer.
+// EnvFunc's variables) after recording it. Empty requests, unknown ids and
+// ids repeated within a container request or across two of them are
+// InvalidArgument; unhealthy ids FailedPrecondition; a failed record
+// Unavailable. Every container request is checked before any is recorded.
+// The same ids always get the same answer.
 func (s *Server) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
-	if len(req.GetContainerRequests()) == 0 {
+	crs := req.GetContainerRequests()
+	if len(crs) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "allocate: no container requests")
 	}
-	// Validate every container request before recording any.
-	sets := make([][]Device, len(req.GetContainerRequests()))
-	for i, cr := range req.GetContainerRequests() {
+	obs := s.obs()
+	sets := make([][]Device, len(crs))
+	took := make([]time.Duration, len(crs))
+	var owner map[string]int // device id -> container request, when several
+	if len(crs) > 1 {
+		owner = make(map[string]int)
+	}
+	for i, cr := range crs {
+		start := time.Now()
 		devs, err := s.lookup(cr.GetDevicesIds(), true)
+		if err == nil && owner != nil {
+			err = claimDevices(owner, devs, i)
+		}
 		if err != nil {
-			s.observer.Allocated(cr.GetDevicesIds(), err)
+			obs.Allocated(cr.GetDevicesIds(), ResultRejected, time.Since(start))
 			return nil, status.Errorf(status.Code(err), "allocate: container request %d: %s", i, status.Convert(err).Message())
 		}
-		sets[i] = devs
+		sets[i], took[i] = devs, time.Since(start)
 	}
 	resp := &pluginapi.AllocateResponse{ContainerResponses: make([]*pluginapi.ContainerAllocateResponse, len(sets))}
 	for i, devs := range sets {
+		start := time.Now()
 		ids := make([]string, len(devs))
 		indices := make([]int, len(devs))
 		for j, d := range devs {
@@ -297,17 +363,30 @@ func (s *Server) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 		if s.recorder != nil {
 			stored, err := s.recorder.RecordAllocation(ctx, ids, envs)
 			if err != nil {
-				s.log.Error().Err(err).Strs("ids", ids).Msg("allocation not recorded")
-				s.observer.Allocated(ids, err)
-				return nil, status.Errorf(codes.Unavailable, "allocate %s: record allocation: %v", strings.Join(ids, ","), err)
+				obs.Allocated(ids, ResultFailed, took[i]+time.Since(start))
+				// The store's error names its own operation.
+				return nil, status.Errorf(codes.Unavailable, "allocate %s: not recorded: %v", shortIDs(ids), err)
 			}
 			envs = stored
 		}
+		obs.Allocated(ids, ResultOK, took[i]+time.Since(start))
 		s.log.Info().Strs("ids", ids).Msg("allocated")
-		s.observer.Allocated(ids, nil)
 		resp.ContainerResponses[i] = &pluginapi.ContainerAllocateResponse{Envs: envs}
 	}
 	return resp, nil
+}
+
+// claimDevices records in owner that container request i asks for devs, and
+// refuses a device another container request of the same call asked for:
+// one device must not go to two containers.
+func claimDevices(owner map[string]int, devs []Device, i int) error {
+	for _, d := range devs {
+		if j, taken := owner[d.ID]; taken {
+			return status.Errorf(codes.InvalidArgument, "device %s is also in container request %d: one device cannot go to two containers", quoteID(d.ID), j)
+		}
+		owner[d.ID] = i
+	}
+	return nil
 }
 
 // lookup resolves ids to devices sorted by index. It rejects an empty list,
@@ -323,16 +402,16 @@ func (s *Server) lookup(ids []string, requireHealthy bool) ([]Device, error) {
 	seen := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		if seen[id] {
-			return nil, status.Errorf(codes.InvalidArgument, "device %q requested twice", id)
+			return nil, status.Errorf(codes.InvalidArgument, "device %s requested twice", quoteID(id))
 		}
 		seen[id] = true
 		pos, ok := s.byID[id]
 		if !ok {
-			return nil, status.Errorf(codes.InvalidArgument, "unknown device %q", id)
+			return nil, status.Errorf(codes.InvalidArgument, "unknown device %s", quoteID(id))
 		}
 		d := s.devices[pos]
 		if requireHealthy && !d.Healthy {
-			return nil, status.Errorf(codes.FailedPrecondition, "device %q is unhealthy: %s", id, d.Reason)
+			return nil, status.Errorf(codes.FailedPrecondition, "device %s is unhealthy: %s", quoteID(id), d.Reason)
 		}
 		devs = append(devs, d)
 	}
@@ -383,7 +462,7 @@ func (s *Server) preferOne(cr *pluginapi.ContainerPreferredAllocationRequest) ([
 		}
 		for _, d := range mustDevs {
 			if !slices.Contains(avail, d.ID) {
-				return nil, status.Errorf(codes.InvalidArgument, "must-include device %q is not available", d.ID)
+				return nil, status.Errorf(codes.InvalidArgument, "must-include device %s is not available", quoteID(d.ID))
 			}
 			mustIdx = append(mustIdx, d.Index)
 		}
@@ -396,15 +475,17 @@ func (s *Server) preferOne(cr *pluginapi.ContainerPreferredAllocationRequest) ([
 	}
 	start := time.Now()
 	chosen, err := s.prefer(availIdx, mustIdx, size)
-	s.observer.Preferred(chosen, time.Since(start), err)
+	took := time.Since(start)
 	if err != nil {
+		s.obs().Preferred(nil, ResultFailed, took)
 		return nil, status.Errorf(codes.InvalidArgument, "%v", err)
 	}
 	// The kubelet does not check the answer; we do.
 	if err := checkChoice(chosen, idOf, mustIdx, size); err != nil {
-		s.log.Error().Err(err).Ints("chosen", chosen).Msg("preference policy returned an invalid set")
+		s.obs().Preferred(nil, ResultFailed, took)
 		return nil, status.Errorf(codes.Internal, "preference policy: %v", err)
 	}
+	s.obs().Preferred(chosen, ResultOK, took)
 	slices.Sort(chosen)
 	ids := make([]string, len(chosen))
 	for i, idx := range chosen {
@@ -442,6 +523,6 @@ func (s *Server) PreStartContainer(context.Context, *pluginapi.PreStartContainer
 
 type nopObserver struct{}
 
-func (nopObserver) Allocated([]string, error)             {}
-func (nopObserver) Preferred([]int, time.Duration, error) {}
-func (nopObserver) HealthChanged(string, bool, string)    {}
+func (nopObserver) Allocated([]string, Result, time.Duration) {}
+func (nopObserver) Preferred([]int, Result, time.Duration)    {}
+func (nopObserver) HealthChanged(string, bool, string)        {}

@@ -8,8 +8,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
@@ -20,6 +22,8 @@ import (
 
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
+	"github.com/unicore/virtual-gpu-device-plugin/store"
+	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
@@ -39,6 +43,16 @@ func fakeDevices(n int, numa bool) []plugin.Device {
 // mustServer builds a Server for cfg, logging to the test.
 func mustServer(t testing.TB, cfg plugin.ServerConfig) *plugin.Server {
 	t.Helper()
+	if _, bench := t.(*testing.B); !bench {
+		cfg.Logger = zerolog.New(zerolog.NewTestWriter(t))
+	}
+	return mustServerLogging(t, cfg)
+}
+
+// mustServerLogging builds a Server for cfg (4 devices and the lowest-index
+// policy by default) that logs to cfg.Logger.
+func mustServerLogging(t testing.TB, cfg plugin.ServerConfig) *plugin.Server {
+	t.Helper()
 	if cfg.Devices == nil {
 		cfg.Devices = fakeDevices(4, false)
 	}
@@ -50,9 +64,6 @@ func mustServer(t testing.TB, cfg plugin.ServerConfig) *plugin.Server {
 		cfg.Prefer = func(available, mustInclude []int, size int) ([]int, error) {
 			return allocator.LowestIndex(m, available, mustInclude, size)
 		}
-	}
-	if _, bench := t.(*testing.B); !bench {
-		cfg.Logger = zerolog.New(zerolog.NewTestWriter(t))
 	}
 	srv, err := plugin.NewServer(cfg)
 	if err != nil {
@@ -354,8 +365,8 @@ func TestServer_ListAndWatch_EndsOnClose(t *testing.T) {
 
 func TestServer_SetHealth_UnknownDevice(t *testing.T) {
 	srv := mustServer(t, plugin.ServerConfig{})
-	if _, err := srv.SetHealth("fake-9", false, "x", "test"); !errors.Is(err, plugin.ErrUnknownDevice) {
-		t.Errorf("err = %v, want ErrUnknownDevice", err)
+	if _, err := srv.SetHealth("fake-9", false, "x", "test"); !errors.Is(err, store.ErrUnknownDevice) {
+		t.Errorf("err = %v, want store.ErrUnknownDevice", err)
 	}
 }
 
@@ -401,5 +412,250 @@ func BenchmarkAllocate_UnixSocket(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// flakyRecorder keeps allocations in memory and fails those that include
+// failFor, with an error that names its operation as the store's do.
+type flakyRecorder struct {
+	failFor string
+	mu      sync.Mutex
+	records [][]string
+}
+
+func (r *flakyRecorder) RecordAllocation(_ context.Context, ids []string, envs map[string]string) (map[string]string, error) {
+	if slices.Contains(ids, r.failFor) {
+		return nil, errors.New("record allocation: disk full")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.records = append(r.records, slices.Clone(ids))
+	return envs, nil
+}
+
+func (r *flakyRecorder) recorded() [][]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.records)
+}
+
+// One AllocateRequest must not hand one device to two containers; nothing
+// of the request is recorded then.
+func TestServer_Allocate_DeviceInTwoContainers(t *testing.T) {
+	rec := &flakyRecorder{}
+	client := dial(t, mustServer(t, plugin.ServerConfig{Recorder: rec}))
+	_, err := client.Allocate(context.Background(), allocReq([]string{"fake-0", "fake-1"}, []string{"fake-2"}, []string{"fake-3", "fake-1"}))
+	assertStatus(t, err, codes.InvalidArgument, `container request 2: device "fake-1" is also in container request 0`)
+	if got := rec.recorded(); len(got) != 0 {
+		t.Errorf("recorded %v for a refused request", got)
+	}
+	if _, err := client.Allocate(context.Background(), allocReq([]string{"fake-0"}, []string{"fake-1"})); err != nil {
+		t.Errorf("distinct devices for two containers: %v", err)
+	}
+}
+
+// Error messages quote ids of any length and number in bounded space.
+func TestServer_Messages_ShortIDs(t *testing.T) {
+	long := strings.Repeat("a", 10_000)
+	cut := strings.Repeat("a", 64) + "…"
+	wide := strings.Repeat("é", 40) // 80 bytes: cut on a rune boundary
+	devs := fakeDevices(20, false)
+	srv := mustServer(t, plugin.ServerConfig{Devices: devs, Recorder: &flakyRecorder{failFor: "fake-19"}})
+	client := dial(t, srv)
+	var all []string
+	for _, d := range devs {
+		all = append(all, d.ID)
+	}
+	tests := []struct {
+		name string
+		call func() error
+		code codes.Code
+		msg  string
+	}{
+		{"unknown long id", func() error { _, err := client.Allocate(context.Background(), allocReq([]string{long})); return err },
+			codes.InvalidArgument, `allocate: container request 0: unknown device "` + cut + `"`},
+		{"repeated long id", func() error {
+			_, err := client.Allocate(context.Background(), allocReq([]string{"fake-0", long + "b", long + "b"}))
+			return err
+		}, codes.InvalidArgument, `unknown device "` + cut + `"`},
+		{"multi-byte id", func() error { _, err := client.Allocate(context.Background(), allocReq([]string{wide})); return err },
+			codes.InvalidArgument, `unknown device "` + strings.Repeat("é", 32) + `…"`},
+		{"unknown long must-include", func() error {
+			_, err := client.GetPreferredAllocation(context.Background(), prefReq([]string{"fake-0", long}, nil, 1))
+			return err
+		}, codes.InvalidArgument, `available devices: unknown device "` + cut + `"`},
+		{"long list not recorded", func() error { _, err := client.Allocate(context.Background(), allocReq(all)); return err },
+			codes.Unavailable, "allocate fake-0,fake-1,fake-2,fake-3,fake-4,fake-5,fake-6,fake-7,… (+12 more): not recorded: record allocation: disk full"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.call()
+			assertStatus(t, err, tt.code, tt.msg)
+			if msg := status.Convert(err).Message(); len(msg) > 200 || !utf8.ValidString(msg) {
+				t.Errorf("message of %d bytes (valid UTF-8: %v): %q", len(msg), utf8.ValidString(msg), msg)
+			}
+		})
+	}
+}
+
+// storeRecorder records in a real store, as the command does.
+type storeRecorder struct{ st *store.Store }
+
+func (r storeRecorder) RecordAllocation(_ context.Context, ids []string, envs map[string]string) (map[string]string, error) {
+	a, err := r.st.RecordAllocation(store.Allocation{DeviceIDs: ids, Envs: envs})
+	return a.Envs, err
+}
+
+// A store that cannot record: the message names the store's operation once.
+func TestServer_Allocate_NotRecorded_StoreError(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	rw := storetest.MustOpenPath(t, path, store.Options{})
+	if _, err := rw.Reconcile([]store.DeviceSpec{{ID: "fake-0", Index: 0, NUMA: -1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ro := storetest.MustOpenPath(t, path, store.Options{ReadOnly: true})
+	_, storeErr := ro.RecordAllocation(store.Allocation{DeviceIDs: []string{"fake-0"}})
+	if storeErr == nil {
+		t.Fatal("a read-only store recorded")
+	}
+	client := dial(t, mustServer(t, plugin.ServerConfig{Devices: fakeDevices(1, false), Recorder: storeRecorder{ro}}))
+	_, err := client.Allocate(context.Background(), allocReq([]string{"fake-0"}))
+	want := "allocate fake-0: not recorded: " + storeErr.Error()
+	if st := status.Convert(err); st.Code() != codes.Unavailable || st.Message() != want {
+		t.Errorf("Allocate = %v %q, want Unavailable %q", st.Code(), st.Message(), want)
+	}
+	if n := strings.Count(status.Convert(err).Message(), "record allocation"); n != 1 {
+		t.Errorf("%q names the store's operation %d times, want once", status.Convert(err).Message(), n)
+	}
+}
+
+// observation is one Observer call.
+type observation struct {
+	call   string
+	ids    []string
+	chosen []int
+	result plugin.Result
+	took   time.Duration
+}
+
+// recordingObserver keeps every call.
+type recordingObserver struct {
+	mu   sync.Mutex
+	seen []observation
+}
+
+func (o *recordingObserver) add(ob observation) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.seen = append(o.seen, ob)
+}
+
+func (o *recordingObserver) Allocated(ids []string, r plugin.Result, took time.Duration) {
+	o.add(observation{call: "Allocated", ids: ids, result: r, took: took})
+}
+
+func (o *recordingObserver) Preferred(chosen []int, r plugin.Result, took time.Duration) {
+	o.add(observation{call: "Preferred", chosen: chosen, result: r, took: took})
+}
+
+func (o *recordingObserver) HealthChanged(id string, healthy bool, cause string) {
+	o.add(observation{call: "HealthChanged " + id + " " + fmt.Sprint(healthy) + " " + cause})
+}
+
+func (o *recordingObserver) take() []observation {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	s := o.seen
+	o.seen = nil
+	return s
+}
+
+// slowRecorder takes at least d to record, as a disk commit does.
+type slowRecorder struct{ d time.Duration }
+
+func (r slowRecorder) RecordAllocation(_ context.Context, _ []string, envs map[string]string) (map[string]string, error) {
+	time.Sleep(r.d)
+	return envs, nil
+}
+
+func TestServer_Observer_Results(t *testing.T) {
+	const commit = 20 * time.Millisecond
+	bad := func(avail, must []int, size int) ([]int, error) { return avail[:1], nil }
+	tests := []struct {
+		name string
+		cfg  plugin.ServerConfig
+		call func(pluginapi.DevicePluginClient) error
+		want []observation
+	}{
+		{"answered, the commit timed", plugin.ServerConfig{Recorder: slowRecorder{commit}},
+			func(c pluginapi.DevicePluginClient) error {
+				_, err := c.Allocate(context.Background(), allocReq([]string{"fake-2", "fake-1"}))
+				return err
+			}, []observation{{call: "Allocated", ids: []string{"fake-1", "fake-2"}, result: plugin.ResultOK, took: commit}}},
+		{"unknown id rejected", plugin.ServerConfig{},
+			func(c pluginapi.DevicePluginClient) error {
+				_, err := c.Allocate(context.Background(), allocReq([]string{"fake-0"}, []string{"nope"}))
+				return err
+			}, []observation{{call: "Allocated", ids: []string{"nope"}, result: plugin.ResultRejected}}},
+		{"not recorded failed", plugin.ServerConfig{Recorder: &flakyRecorder{failFor: "fake-3"}},
+			func(c pluginapi.DevicePluginClient) error {
+				_, err := c.Allocate(context.Background(), allocReq([]string{"fake-3"}))
+				return err
+			}, []observation{{call: "Allocated", ids: []string{"fake-3"}, result: plugin.ResultFailed}}},
+		{"preferred", plugin.ServerConfig{},
+			func(c pluginapi.DevicePluginClient) error {
+				_, err := c.GetPreferredAllocation(context.Background(), prefReq([]string{"fake-3", "fake-2"}, nil, 1))
+				return err
+			}, []observation{{call: "Preferred", chosen: []int{2}, result: plugin.ResultOK}}},
+		{"policy breaks its contract", plugin.ServerConfig{Prefer: bad},
+			func(c pluginapi.DevicePluginClient) error {
+				_, err := c.GetPreferredAllocation(context.Background(), prefReq([]string{"fake-0", "fake-1"}, nil, 2))
+				return err
+			}, []observation{{call: "Preferred", result: plugin.ResultFailed}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := mustServer(t, tt.cfg)
+			obs := &recordingObserver{}
+			srv.SetObserver(obs)
+			_ = tt.call(dial(t, srv))
+			got := obs.take()
+			if len(got) != len(tt.want) {
+				t.Fatalf("observed %+v, want %+v", got, tt.want)
+			}
+			for i, g := range got {
+				w := tt.want[i]
+				if g.call != w.call || !slices.Equal(g.ids, w.ids) || !slices.Equal(g.chosen, w.chosen) || g.result != w.result || g.took < w.took {
+					t.Errorf("observation %d = %+v, want %+v (took at least %v)", i, g, w, w.took)
+				}
+			}
+		})
+	}
+}
+
+func TestServer_Observer_HealthAndNil(t *testing.T) {
+	srv := mustServer(t, plugin.ServerConfig{})
+	obs := &recordingObserver{}
+	srv.SetObserver(obs)
+	if _, err := srv.SetHealth("fake-1", false, "XID 79", store.CauseAdmin); err != nil {
+		t.Fatal(err)
+	}
+	srv.SetObserver(nil) // nobody is told
+	if _, err := srv.SetHealth("fake-1", true, "", store.CauseAdmin); err != nil {
+		t.Fatal(err)
+	}
+	if got := obs.take(); len(got) != 1 || got[0].call != "HealthChanged fake-1 false admin" {
+		t.Errorf("observed %+v, want one HealthChanged", got)
+	}
+}
+
+func TestResult_String(t *testing.T) {
+	for r, want := range map[plugin.Result]string{plugin.ResultOK: "ok", plugin.ResultRejected: "rejected", plugin.ResultFailed: "failed", 7: "Result(7)"} {
+		if got := r.String(); got != want {
+			t.Errorf("%d.String() = %q, want %q", int(r), got, want)
+		}
 	}
 }

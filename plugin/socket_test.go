@@ -172,21 +172,35 @@ func TestClaimSocket_StoppedProcess(t *testing.T) {
 	if err := holder.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	// The signal is delivered asynchronously: wait until the kernel shows
-	// the process stopped.
-	plugintest.WaitFor(t, 10*time.Second, "the holder to stop", func() bool {
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", holder.Process.Pid))
-		if err != nil {
-			return false
-		}
-		// pid (comm) STATE ...: comm may contain spaces, STATE follows the last ')'.
-		i := strings.LastIndexByte(string(stat), ')')
-		return i >= 0 && i+2 < len(stat) && stat[i+2] == 'T'
-	})
+	// The signal is delivered asynchronously: a thread still running could
+	// answer the probe.
+	plugintest.WaitFor(t, 10*time.Second, "every thread of the holder stopped", func() bool { return stopped(t, holder.Process.Pid) })
 	if err := plugin.ClaimSocket(path, probeTimeout); err != nil {
 		t.Fatalf("stopped holder: ClaimSocket = %v, want the socket claimed", err)
 	}
 	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("socket of the stopped process still exists: %v", err)
 	}
+}
+
+// stopped reports whether every thread of process pid is stopped (state T
+// in /proc/<pid>/task/<tid>/stat).
+func stopped(t *testing.T, pid int) bool {
+	t.Helper()
+	stats, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(stats) == 0 {
+		t.Fatalf("threads of %d: %v", pid, err)
+	}
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return false // a thread just ended
+		}
+		// pid (comm) state ...: comm may hold spaces and parentheses.
+		rest := string(b[strings.LastIndexByte(string(b), ')')+1:])
+		if fields := strings.Fields(rest); len(fields) == 0 || fields[0] != "T" {
+			return false
+		}
+	}
+	return true
 }

@@ -75,41 +75,8 @@ func serve(ctx context.Context, cfg config, logw io.Writer) error {
 
 	policy := allocator.Policies[cfg.allocationPolicy]
 	pruneKick := make(chan struct{}, 1)
-	var (
-		srv     *plugin.Server
-		runner  *plugin.Runner
-		tracker *lifecycle.Tracker
-	)
-	// The closures run at scrape or Allocate time, after srv, runner and
-	// tracker are set.
-	m := metrics.New(func() []plugin.Device { return srv.Devices() }, func() bool { return runner.Registered() },
-		func(set []int) int { return allocator.Score(machine, set) })
-	srv, err = plugin.NewServer(plugin.ServerConfig{
-		Devices: devices,
-		Prefer: func(available, mustInclude []int, size int) ([]int, error) {
-			return policy(machine, available, mustInclude, size)
-		},
-		Env:      machine.ContainerEnv,
-		Recorder: recorder{st: st, kick: pruneKick, recorded: func() { tracker.Notify() }},
-		Health:   healthRecorder{st},
-		Observer: m,
-		Logger:   log,
-	})
-	if err != nil {
-		return err
-	}
-	runner, err = plugin.NewRunner(plugin.RunnerConfig{
-		Dir:          cfg.devicePluginPath,
-		SocketName:   cfg.socketName,
-		ResourceName: cfg.resourceName,
-		Server:       srv,
-		Logger:       log,
-		OnRegistered: m.Registered,
-	})
-	if err != nil {
-		return err
-	}
-	tracker, err = lifecycle.New(lifecycle.Config{
+	// The tracker first: the recorder tells it about each allocation.
+	tracker, err := lifecycle.New(lifecycle.Config{
 		Socket:       cfg.podResourcesSocket,
 		ResourceName: cfg.resourceName,
 		Store:        st,
@@ -120,6 +87,38 @@ func serve(ctx context.Context, cfg config, logw io.Writer) error {
 	if err != nil {
 		return err
 	}
+	srv, err := plugin.NewServer(plugin.ServerConfig{
+		Devices: devices,
+		Prefer: func(available, mustInclude []int, size int) ([]int, error) {
+			return policy(machine, available, mustInclude, size)
+		},
+		Env:      machine.ContainerEnv,
+		Recorder: recorder{st: st, kick: pruneKick, recorded: tracker.Notify},
+		Health:   healthRecorder{st},
+		Logger:   log,
+	})
+	if err != nil {
+		return err
+	}
+	runner, err := plugin.NewRunner(plugin.RunnerConfig{
+		Dir:          cfg.devicePluginPath,
+		SocketName:   cfg.socketName,
+		ResourceName: cfg.resourceName,
+		Server:       srv,
+		Logger:       log,
+	})
+	if err != nil {
+		return err
+	}
+	m := metrics.New(metrics.Config{
+		Version:      version,
+		Devices:      srv,
+		Registration: runner,
+		Allocations:  st,
+		Score:        func(set []int) int { return allocator.Score(machine, set) },
+		Logger:       log,
+	})
+	srv.SetObserver(m) // before anything serves srv
 	adminSrv := admin.NewServer(cfg.adminSocket, st, func(id string, healthy bool, reason string) error {
 		_, err := srv.SetHealth(id, healthy, reason, store.CauseAdmin)
 		return err

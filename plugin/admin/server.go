@@ -14,7 +14,6 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 )
 
@@ -132,7 +131,7 @@ func (s *Server) setHealth(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.health(id, *req.Healthy, req.Reason); err != nil {
-		if errors.Is(err, plugin.ErrUnknownDevice) || errors.Is(err, store.ErrUnknownDevice) {
+		if errors.Is(err, store.ErrUnknownDevice) {
 			fail(w, http.StatusNotFound, fmt.Errorf("unknown device %q", id))
 			return
 		}

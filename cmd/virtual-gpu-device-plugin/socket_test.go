@@ -1,0 +1,93 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
+)
+
+// waitExit waits for p to exit and returns its exit code.
+func (p *process) waitExit(t *testing.T) int {
+	t.Helper()
+	select {
+	case err := <-p.done:
+		p.done <- err // for anyone else waiting
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0
+	case <-time.After(10 * time.Second):
+		t.Fatal("still running after 10s")
+		return -1
+	}
+}
+
+// Two plugins on one device-plugin dir and socket name used to delete each
+// other's socket about five times a second. The second must exit 1 with one
+// line that names the socket, and leave the first serving and registered.
+func TestBinary_SocketInUse_SecondExits1(t *testing.T) {
+	n := newNode(t)
+	_, reg := n.start(t)
+	plugintest.NextList(t, reg, 10*time.Second)
+	sock := filepath.Join(n.dir, "virtual-gpu.sock")
+	before, err := os.Lstat(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	second := startBinary(t, "-device-plugin-path="+n.dir, "-state="+filepath.Join(n.dir, "second", "state.db"),
+		"-pod-resources-socket="+n.podResources())
+	line := second.logs.waitLine(t, "virtual-gpu-device-plugin: ")
+	if code := second.waitExit(t); code != 1 {
+		t.Errorf("second plugin exit code = %d, want 1", code)
+	}
+	if !strings.Contains(line, sock) || !strings.Contains(line, "another process is listening on it") || !strings.Contains(line, "another socket name") {
+		t.Errorf("exit line = %q, want the socket path, the cause and what to do", line)
+	}
+
+	after, err := os.Lstat(sock)
+	if err != nil || !os.SameFile(before, after) {
+		t.Fatalf("the first plugin's socket was removed or replaced (%v)", err)
+	}
+	select {
+	case r := <-n.kubelet.Registrations():
+		t.Fatalf("a registration arrived after the refusal: %v", r.Request)
+	default:
+	}
+	if got := allocate(t, reg, "fake-1")["VIRTUAL_GPU_IDS"]; got != "fake-1" {
+		t.Errorf("the first plugin answers VIRTUAL_GPU_IDS=%q, want fake-1", got)
+	}
+	select {
+	case _, ok := <-reg.Lists:
+		if !ok {
+			t.Error("the kubelet's stream of the first plugin ended")
+		}
+	default:
+	}
+}
+
+// The socket of a SIGKILLed plugin is stale: the next plugin replaces it.
+func TestBinary_StaleSocketAfterSIGKILL_Replaced(t *testing.T) {
+	n := newNode(t)
+	first, _ := n.start(t)
+	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-first.done
+	if _, err := os.Lstat(filepath.Join(n.dir, "virtual-gpu.sock")); err != nil {
+		t.Fatalf("the killed plugin left no socket: %v", err)
+	}
+	_, reg := n.start(t)
+	plugintest.NextList(t, reg, 10*time.Second)
+}
