@@ -28,6 +28,10 @@ var (
 	// machine.
 	ErrIndexOutOfRange = errors.New("device index out of range")
 
+	// ErrInvalidReplicas reports a replicas-per-GPU count of a shared
+	// request outside 1..topology.MaxReplicas.
+	ErrInvalidReplicas = errors.New("replicas per GPU out of range")
+
 	// ErrDuplicate reports a device listed twice in available or in
 	// must-include.
 	ErrDuplicate = errors.New("duplicate device")
