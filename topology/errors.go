@@ -34,4 +34,8 @@ var (
 	// ErrInvalidNUMAReport reports a -numa-report mode other than auto,
 	// always and never.
 	ErrInvalidNUMAReport = errors.New("invalid NUMA report mode")
+
+	// ErrInvalidReplicaID reports a replica id that is malformed, not in
+	// canonical form, or names a GPU or replica the machine does not have.
+	ErrInvalidReplicaID = errors.New("invalid replica id")
 )

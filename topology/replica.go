@@ -23,12 +23,6 @@ const ReplicaSeparator = "::"
 // thousand-replica "milli-GPU" configurations in use.
 const MaxReplicas = 1024
 
-// ErrInvalidReplicaID reports a replica id that is malformed, not in
-// canonical form, or names a GPU or replica the machine does not have.
-// (Declared here rather than in errors.go only because this file was added
-// while errors.go was being edited elsewhere; move it there.)
-var ErrInvalidReplicaID = errors.New("invalid replica id")
-
 // ReplicaID returns the device id of replica j of GPU i, "fake-<i>::<j>".
 // It does not check i or j.
 func ReplicaID(gpu, replica int) string {
