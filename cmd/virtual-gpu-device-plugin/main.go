@@ -61,13 +61,20 @@ func exitCode(err error, stderr io.Writer) int {
 // ends.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
 	if len(args) > 0 {
+		var err error
 		switch args[0] {
 		case "dump":
-			return dump(args[1:], stdout, getenv)
+			err = dump(ctx, args[1:], stdout, getenv)
 		case "health":
-			return health(args[1:], stdout, getenv)
+			err = health(ctx, args[1:], stdout, getenv)
 		case "serve":
 			args = args[1:]
+		}
+		if args[0] == "dump" || args[0] == "health" {
+			if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+				return fmt.Errorf("interrupted: %w", err)
+			}
+			return err
 		}
 	}
 	cfg, err := parseConfig(args, getenv, stdout)

@@ -119,10 +119,15 @@ func serve(ctx context.Context, cfg config, logw io.Writer) error {
 	if err != nil {
 		return err
 	}
-	adminSrv := admin.NewServer(cfg.adminSocket, st, func(id string, healthy bool, reason string) error {
-		_, err := srv.SetHealth(id, healthy, reason, store.CauseAdmin)
+	adminSrv := admin.NewServer(admin.ServerConfig{Socket: cfg.adminSocket, Source: stateSource{st}, Reported: srv.Devices, Logger: log,
+		Health: func(id string, healthy bool, reason string) error {
+			_, err := srv.SetHealth(id, healthy, reason, store.CauseAdmin)
+			return err
+		}})
+	if err := adminSrv.Listen(); err != nil { // before anything registers
 		return err
-	}, log)
+	}
+	defer adminSrv.Close()
 
 	host, _ := os.Hostname()
 	log.Info().Str("version", version).Str("node", host).Str("topology", machine.Name()).Int("devices", machine.Len()).
