@@ -282,7 +282,7 @@ func TestDockerfile_BuildsWithMake(t *testing.T) {
 			t.Error("the binary is dynamically linked")
 		}
 	}
-	if v, err := exec.Command(bin, "-version").Output(); err != nil || strings.TrimSpace(string(v)) != "v9.9.9-test" {
+	if v, err := exec.Command(bin, "-version").Output(); err != nil || !strings.HasPrefix(string(v), "version: v9.9.9-test\n") {
 		t.Errorf("-version = %q, %v", v, err)
 	}
 }

@@ -31,7 +31,7 @@ const pruneInterval = time.Minute
 func newLogger(cfg config, w io.Writer) zerolog.Logger {
 	level, _ := zerolog.ParseLevel(cfg.logLevel) // validated
 	if cfg.logFormat == "console" {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339, NoColor: !isTerminal(w)}
 	}
 	return zerolog.New(w).Level(level).With().Timestamp().Logger()
 }
@@ -41,7 +41,7 @@ func serve(ctx context.Context, cfg config, logw io.Writer) error {
 	log := newLogger(cfg, logw)
 	machine, err := topology.Resolve(cfg.topology, cfg.devices, cfg.set["devices"])
 	if err != nil {
-		return usagef("invalid -topology=%q: %v", cfg.topology, err)
+		return usagef("invalid -topology=%q: %w", cfg.topology, err)
 	}
 	plan, _ := faults.Parse(cfg.faults) // validated
 	ids := make([]string, machine.Len())
@@ -49,7 +49,7 @@ func serve(ctx context.Context, cfg config, logw io.Writer) error {
 		ids[i] = machine.ID(i)
 	}
 	if err := faults.Check(plan, ids); err != nil {
-		return usagef("invalid -faults: %v", err)
+		return usagef("invalid -faults: %w", err)
 	}
 
 	st, err := openState(cfg, log)

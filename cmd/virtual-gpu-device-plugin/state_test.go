@@ -573,6 +573,25 @@ func TestBinary_AdminSocketHeldByAnotherProgram(t *testing.T) {
 	}
 }
 
+// TestBinary_AdminSocketIsKubeletSock: refused at validation; the kubelet's
+// socket stays and answers.
+func TestBinary_AdminSocketIsKubeletSock(t *testing.T) {
+	n := newNode(t)
+	kubeletSock := filepath.Join(n.dir, "kubelet.sock")
+	before, err := os.Lstat(kubeletSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code := cli(t, "-device-plugin-path="+n.dir, "-state="+n.state, "-admin-socket="+kubeletSock)
+	if code != 2 || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "must not be in -device-plugin-path") {
+		t.Errorf("exit %d, stderr %q; want exit 2 and one line", code, errOut)
+	}
+	if after, err := os.Lstat(kubeletSock); err != nil || !os.SameFile(before, after) {
+		t.Fatalf("kubelet.sock was touched: %v", err)
+	}
+	n.start(t) // the kubelet still takes registrations on it
+}
+
 // TestBinary_PermissionDenied: a user who may not open the admin socket is
 // told so, not that no plugin runs.
 func TestBinary_PermissionDenied(t *testing.T) {
