@@ -74,8 +74,10 @@ func health(ctx context.Context, args []string, stdout io.Writer, getenv func(st
 			return fmt.Errorf("health set needs the running plugin: %w", err)
 		case errors.Is(err, admin.ErrPermission):
 			return fmt.Errorf("health set: %w; run as root or as the socket's owner", err)
-		case err != nil:
+		case errors.Is(err, admin.ErrRequest):
 			return fmt.Errorf("health set: %w", err)
+		case err != nil: // connected, then no answer: the change may be made
+			return fmt.Errorf("health set: %w (the plugin may have made the change: see health list)", err)
 		}
 		return writeSnapshot(stdout, snap, f)
 	default:

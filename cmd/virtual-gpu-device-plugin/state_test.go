@@ -670,3 +670,26 @@ func TestBinary_InterruptedDump(t *testing.T) {
 		t.Errorf("stderr = %q, want an interruption, not a timeout", got)
 	}
 }
+
+// TestBinary_HealthSet_NoAnswer: a plugin that took the request and never
+// answered may have made the change; health set says so instead of
+// claiming failure.
+func TestBinary_HealthSet_NoAnswer(t *testing.T) {
+	dir := plugintest.ShortTempDir(t)
+	sock := filepath.Join(dir, "admin.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	go func() {
+		if conn, err := lis.Accept(); err == nil {
+			defer conn.Close()
+			_, _ = io.Copy(io.Discard, conn) // reads the request, never answers
+		}
+	}()
+	_, errOut, code := cli(t, "health", "set", "fake-0", "unhealthy", "-state="+filepath.Join(dir, "state.db"), "-admin-socket="+sock)
+	if code != 1 || !strings.Contains(errOut, "the plugin may have made the change: see health list") {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+}
