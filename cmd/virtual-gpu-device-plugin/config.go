@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"net"
 	"net/netip"
 	"os"
@@ -61,9 +60,9 @@ type config struct {
 	devicePluginPath string
 	// socketName is the plugin's socket in devicePluginPath (default virtual-gpu.sock).
 	socketName string
-	// logLevel is a zerolog level (default info).
+	// logLevel is one of logLevels (default info).
 	logLevel string
-	// logFormat is json or console (default json).
+	// logFormat is json or console, coloured only on a terminal (default json).
 	logFormat string
 
 	// topology is a preset name or a topology file; "" is the generic
@@ -114,30 +113,30 @@ type config struct {
 // newFlagSet declares every flag of cfg, with its default. A backquoted
 // word in a usage string is the value's name in -h (flag.UnquoteUsage).
 func newFlagSet(cfg *config) *flag.FlagSet {
-	fset := flag.NewFlagSet("virtual-gpu-device-plugin", flag.ContinueOnError)
-	fset.IntVar(&cfg.devices, "devices", defaultDevices, "number of virtual GPUs, named fake-0 … fake-N-1 (1–1024)")
-	fset.StringVar(&cfg.resourceName, "resource-name", defaultResourceName, "extended resource `name` registered with the kubelet (<domain>/<name>)")
-	fset.StringVar(&cfg.devicePluginPath, "device-plugin-path", defaultDevicePluginPath, "kubelet device-plugin `directory` (holds kubelet.sock and the plugin's socket)")
-	fset.StringVar(&cfg.socketName, "socket-name", defaultSocketName, "file `name` of the plugin's socket in -device-plugin-path")
-	fset.StringVar(&cfg.logLevel, "log-level", "info", "log `level`: "+strings.Join(logLevels, ", "))
-	fset.StringVar(&cfg.logFormat, "log-format", "json", "log `format`: json, or console (coloured only on a terminal)")
-	fset.StringVar(&cfg.topology, "topology", "", "the `preset|file` to model: one of "+strings.Join(topology.PresetNames(), ", ")+
+	fs := flag.NewFlagSet("virtual-gpu-device-plugin", flag.ContinueOnError)
+	fs.IntVar(&cfg.devices, "devices", defaultDevices, "number of virtual GPUs, named fake-0 … fake-N-1 (1–1024)")
+	fs.StringVar(&cfg.resourceName, "resource-name", defaultResourceName, "extended resource `name` registered with the kubelet (<domain>/<name>)")
+	fs.StringVar(&cfg.devicePluginPath, "device-plugin-path", defaultDevicePluginPath, "kubelet device-plugin `directory` (holds kubelet.sock and the plugin's socket)")
+	fs.StringVar(&cfg.socketName, "socket-name", defaultSocketName, "file `name` of the plugin's socket in -device-plugin-path")
+	fs.StringVar(&cfg.logLevel, "log-level", "info", "log `level`: "+strings.Join(logLevels, ", "))
+	fs.StringVar(&cfg.logFormat, "log-format", "json", "log `format`: json, or console (coloured only on a terminal)")
+	fs.StringVar(&cfg.topology, "topology", "", "the `preset|file` to model: one of "+strings.Join(topology.PresetNames(), ", ")+
 		", or a file in YAML or as 'nvidia-smi topo -m' prints it; empty: a generic layout of -devices GPUs")
-	fset.StringVar(&cfg.numaReport, "numa-report", "auto", "which NUMA nodes to report to the kubelet (`mode`): auto (only nodes this host has), always, never")
-	fset.StringVar(&cfg.sysfsRoot, "sysfs-root", defaultSysfsRoot, "the host's sysfs `directory`, read for its NUMA nodes")
-	fset.StringVar(&cfg.allocationPolicy, "allocation-policy", allocator.PolicyBestConnected, "preferred-allocation `policy`: "+strings.Join(allocator.PolicyNames(), ", "))
-	fset.StringVar(&cfg.statePath, "state", defaultStatePath, "bbolt state `file`: device health and allocation history")
-	fset.BoolVar(&cfg.stateMoveAside, "state-move-aside", false, "if the state file is damaged, rename it to <file>.corrupt-<time> and start fresh")
-	fset.IntVar(&cfg.historyMaxRecords, "history-max-records", defaultHistoryMaxRecords, "keep at most this many allocation records (and as many health events)")
-	fset.DurationVar(&cfg.historyMaxAge, "history-max-age", defaultHistoryMaxAge, "drop history older than this; 0 keeps any age")
-	fset.StringVar(&cfg.adminSocket, "admin-socket", "", "local admin API socket `path`, used by dump and health; not in -device-plugin-path (default: admin.sock next to -state)")
-	fset.StringVar(&cfg.faults, "faults", "", "fault-injection `plan`, e.g. \"down:fake-1:after=30s;flap:fake-2:period=10s;random:mtbf=1h:repair=5m\"")
-	fset.StringVar(&cfg.podResourcesSocket, "pod-resources-socket", lifecycle.DefaultSocket, "the kubelet's PodResources API `socket`, to follow allocations to pods")
-	fset.DurationVar(&cfg.reconcileInterval, "reconcile-interval", lifecycle.DefaultInterval, "how often to ask the PodResources API who holds which devices")
-	fset.DurationVar(&cfg.abandonAfter, "abandon-after", lifecycle.DefaultAbandonAfter, "mark an allocation abandoned when no pod claimed it this long")
-	fset.StringVar(&cfg.metricsAddress, "metrics-address", "", "serve /metrics, /healthz and /readyz on this `host:port` (e.g. :9400 or 127.0.0.1:9400); empty: off")
-	fset.BoolVar(&cfg.showVersion, "version", false, "print the version, commit and Go version and exit")
-	return fset
+	fs.StringVar(&cfg.numaReport, "numa-report", "auto", "which NUMA nodes to report to the kubelet (`mode`): auto (only nodes this host has), always, never")
+	fs.StringVar(&cfg.sysfsRoot, "sysfs-root", defaultSysfsRoot, "the host's sysfs `directory`, read for its NUMA nodes")
+	fs.StringVar(&cfg.allocationPolicy, "allocation-policy", allocator.PolicyBestConnected, "preferred-allocation `policy`: "+strings.Join(allocator.PolicyNames(), ", "))
+	fs.StringVar(&cfg.statePath, "state", defaultStatePath, "bbolt state `file`: device health and allocation history")
+	fs.BoolVar(&cfg.stateMoveAside, "state-move-aside", false, "if the state file is damaged, rename it to <file>.corrupt-<time> and start fresh")
+	fs.IntVar(&cfg.historyMaxRecords, "history-max-records", defaultHistoryMaxRecords, "keep at most this many allocation records (and as many health events)")
+	fs.DurationVar(&cfg.historyMaxAge, "history-max-age", defaultHistoryMaxAge, "drop history older than this; 0 keeps any age")
+	fs.StringVar(&cfg.adminSocket, "admin-socket", "", "local admin API socket `path`, used by dump and health; not in -device-plugin-path (default: admin.sock next to -state)")
+	fs.StringVar(&cfg.faults, "faults", "", "fault-injection `plan`, e.g. \"down:fake-1:after=30s;flap:fake-2:period=10s;random:mtbf=1h:repair=5m\"")
+	fs.StringVar(&cfg.podResourcesSocket, "pod-resources-socket", lifecycle.DefaultSocket, "the kubelet's PodResources API `socket`, to follow allocations to pods")
+	fs.DurationVar(&cfg.reconcileInterval, "reconcile-interval", lifecycle.DefaultInterval, "how often to ask the PodResources API who holds which devices")
+	fs.DurationVar(&cfg.abandonAfter, "abandon-after", lifecycle.DefaultAbandonAfter, "mark an allocation abandoned when no pod claimed it this long")
+	fs.StringVar(&cfg.metricsAddress, "metrics-address", "", "serve /metrics, /healthz and /readyz on this `host:port` (e.g. :9400 or 127.0.0.1:9400); empty: off")
+	fs.BoolVar(&cfg.showVersion, "version", false, "print the version, commit and Go version and exit")
+	return fs
 }
 
 // noEnvTwin are the flags without an environment twin: a VGPU_VERSION left
@@ -160,9 +159,9 @@ func printHelp(w io.Writer) {
 	}
 	fmt.Fprintln(w, "\nRun 'virtual-gpu-device-plugin help <command>' for the flags of dump and health.")
 	fmt.Fprintln(w, "\nServe flags (each has an environment twin VGPU_<NAME>, e.g. VGPU_DEVICES; the command line wins):")
-	fset := newFlagSet(&config{})
-	fset.SetOutput(w)
-	fset.PrintDefaults()
+	fs := newFlagSet(&config{})
+	fs.SetOutput(w)
+	fs.PrintDefaults()
 }
 
 // parseConfig parses args, then fills every flag not given on the command
@@ -171,9 +170,9 @@ func printHelp(w io.Writer) {
 // bad VGPU_* variable cannot make it fail.
 func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (config, error) {
 	var cfg config
-	fset := newFlagSet(&cfg)
-	fset.SetOutput(io.Discard)
-	if err := fset.Parse(args); err != nil {
+	fs := newFlagSet(&cfg)
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			printHelp(stdout)
 			cfg.showHelp = true
@@ -184,13 +183,13 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	if cfg.showVersion {
 		return cfg, nil
 	}
-	if fset.NArg() > 0 {
-		return cfg, usagef("unexpected argument %q", fset.Arg(0))
+	if fs.NArg() > 0 {
+		return cfg, usagef("unexpected argument %q", fs.Arg(0))
 	}
 	cfg.set = map[string]bool{}
-	fset.Visit(func(f *flag.Flag) { cfg.set[f.Name] = true })
+	fs.Visit(func(f *flag.Flag) { cfg.set[f.Name] = true })
 	var envErr error
-	fset.VisitAll(func(f *flag.Flag) {
+	fs.VisitAll(func(f *flag.Flag) {
 		if cfg.set[f.Name] || noEnvTwin[f.Name] || envErr != nil {
 			return
 		}
@@ -198,7 +197,7 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 		if v == "" {
 			return
 		}
-		if err := fset.Set(f.Name, v); err != nil {
+		if err := fs.Set(f.Name, v); err != nil {
 			envErr = usagef("invalid %s=%q: %w", envName(f.Name), v, err)
 			return
 		}
@@ -252,7 +251,7 @@ func (c *config) validate() error {
 		return usagef("invalid -sysfs-root=%q: must be an absolute path", c.sysfsRoot)
 	}
 	if c.numaReport == "auto" {
-		if err := checkKind(filepath.Join(c.sysfsRoot, topology.SysfsNodeDir), fs.ModeDir); err != nil {
+		if err := checkKind(filepath.Join(c.sysfsRoot, topology.SysfsNodeDir), os.ModeDir); err != nil {
 			return usagef("invalid -sysfs-root=%q: %w", c.sysfsRoot, err)
 		}
 	}
@@ -305,14 +304,14 @@ func (c *config) validate() error {
 
 // checkKind checks that path, if it can be seen, is a file of the given
 // type (0: a regular file). It never opens path, so it cannot block.
-func checkKind(path string, want fs.FileMode) error {
+func checkKind(path string, want os.FileMode) error {
 	fi, err := os.Stat(path)
 	switch {
 	case err != nil:
 		return nil // missing, or not ours to see: the real open says why
 	case fi.Mode().Type() == want:
 		return nil
-	case want == fs.ModeDir:
+	case want == os.ModeDir:
 		return fmt.Errorf("%s is not a directory", path)
 	}
 	return fmt.Errorf("%s is not a regular file", path)
