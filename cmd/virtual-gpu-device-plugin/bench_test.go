@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -154,15 +153,15 @@ func BenchmarkHealthSet_ToListAndWatch(b *testing.B) {
 	defer cancel()
 	adminDone := make(chan error, 1)
 	go func() {
-		adminDone <- admin.NewServer(sock, st, func(id string, healthy bool, reason string) error {
+		adminDone <- admin.NewServer(admin.ServerConfig{Socket: sock, Source: stateSource{st}, Health: func(id string, healthy bool, reason string) error {
 			_, err := srv.SetHealth(id, healthy, reason, store.CauseAdmin)
 			return err
-		}, zerolog.Nop()).Run(ctx)
+		}}).Run(ctx)
 	}()
 	defer func() { cancel(); <-adminDone }()
 	ac := admin.NewClient(sock, 5*time.Second)
 	for deadline := time.Now().Add(5 * time.Second); ; {
-		if _, err := ac.Devices(); err == nil {
+		if _, err := ac.Snapshot(ctx, admin.Query{DevicesOnly: true}); err == nil {
 			break
 		} else if time.Now().After(deadline) {
 			b.Fatal(err)
@@ -181,7 +180,7 @@ func BenchmarkHealthSet_ToListAndWatch(b *testing.B) {
 	for b.Loop() {
 		healthy = !healthy
 		start := time.Now()
-		if _, err := ac.SetHealth("fake-1", healthy, map[bool]string{false: "bench"}[healthy]); err != nil {
+		if _, err := ac.SetHealth(ctx, "fake-1", healthy, map[bool]string{false: "bench"}[healthy]); err != nil {
 			b.Fatal(err)
 		}
 		l, err := stream.Recv()

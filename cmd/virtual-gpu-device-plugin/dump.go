@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -9,9 +10,14 @@ import (
 	"io/fs"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/admin"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
@@ -21,22 +27,33 @@ import (
 // read-only lock.
 const dumpTimeout = 2 * time.Second
 
+// outputFormats are the values of -o.
+var outputFormats = []string{"table", "wide", "json", "yaml"}
+
 // inspectFlags are the flags shared by dump and health.
 type inspectFlags struct {
 	statePath   string
 	adminSocket string
 	output      string
+	noHeaders   bool
 }
 
-func (f *inspectFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.statePath, "state", defaultStatePath, "state file, read when no plugin answers on the admin socket")
-	fs.StringVar(&f.adminSocket, "admin-socket", "", "the running plugin's admin socket (default: admin.sock next to -state)")
-	fs.StringVar(&f.output, "o", "table", "output: table or json")
+// inspectEnvTwins are the flags of dump and health with an environment
+// twin: those the serve job shares, so that `kubectl exec … dump` in the
+// DaemonSet finds the same files.
+var inspectEnvTwins = map[string]bool{"state": true, "admin-socket": true}
+
+func (f *inspectFlags) register(fset *flag.FlagSet) {
+	fset.StringVar(&f.statePath, "state", defaultStatePath, "state `file`, read when no plugin answers on the admin socket")
+	fset.StringVar(&f.adminSocket, "admin-socket", "", "the running plugin's admin socket `path` (default: admin.sock next to -state)")
+	fset.StringVar(&f.output, "o", "table", "output `format`: "+strings.Join(outputFormats, ", "))
+	fset.StringVar(&f.output, "output", "table", "output `format` (same as -o)")
+	fset.BoolVar(&f.noHeaders, "no-headers", false, "table and wide output: print no header lines")
 }
 
 func (f *inspectFlags) validate() error {
-	if f.output != "table" && f.output != "json" {
-		return usagef("invalid -o=%q: must be table or json", f.output)
+	if !slices.Contains(outputFormats, f.output) {
+		return usagef("invalid -o=%q: must be one of %s", f.output, strings.Join(outputFormats, ", "))
 	}
 	if !filepath.IsAbs(f.statePath) {
 		return usagef("invalid -state=%q: must be an absolute path", f.statePath)
@@ -47,31 +64,32 @@ func (f *inspectFlags) validate() error {
 }
 
 // parseSubcommand parses args of a subcommand whose flags may come before,
-// between or after its positional arguments, filling flags from their
-// environment twins, and returns the positional arguments.
-func parseSubcommand(fs *flag.FlagSet, args []string, getenv func(string) string) ([]string, error) {
-	fs.SetOutput(io.Discard)
+// between or after its positional arguments, filling the flags of
+// inspectEnvTwins from their environment twins, and returns the positional
+// arguments.
+func parseSubcommand(fset *flag.FlagSet, args []string, getenv func(string) string) ([]string, error) {
+	fset.SetOutput(io.Discard)
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := fset.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				return nil, err
 			}
-			return nil, usagef("%s: %v", fs.Name(), err)
+			return nil, usagef("%s: %w", fset.Name(), err)
 		}
-		if fs.NArg() == 0 {
+		if fset.NArg() == 0 {
 			break
 		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
+		pos = append(pos, fset.Arg(0))
+		args = fset.Args()[1:]
 	}
 	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	fset.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var envErr error
-	fs.VisitAll(func(f *flag.Flag) {
-		if v := getenv(envName(f.Name)); v != "" && !set[f.Name] && envErr == nil && len(f.Name) > 1 {
-			if err := fs.Set(f.Name, v); err != nil {
-				envErr = usagef("invalid %s=%q: %v", envName(f.Name), v, err)
+	fset.VisitAll(func(f *flag.Flag) {
+		if v := getenv(envName(f.Name)); v != "" && inspectEnvTwins[f.Name] && !set[f.Name] && envErr == nil {
+			if err := fset.Set(f.Name, v); err != nil {
+				envErr = usagef("invalid %s=%q: %w", envName(f.Name), v, err)
 			}
 		}
 	})
@@ -79,63 +97,57 @@ func parseSubcommand(fs *flag.FlagSet, args []string, getenv func(string) string
 }
 
 // printUsage prints a subcommand's usage to w.
-func printUsage(fs *flag.FlagSet, w io.Writer, synopsis string) {
+func printUsage(fset *flag.FlagSet, w io.Writer, synopsis, about string) {
 	fmt.Fprintln(w, "Usage: virtual-gpu-device-plugin "+synopsis)
-	fs.SetOutput(w)
-	fs.PrintDefaults()
+	fmt.Fprintln(w, "\n"+about)
+	fmt.Fprintln(w, "\nFlags (-state and -admin-socket have the environment twins VGPU_STATE and VGPU_ADMIN_SOCKET):")
+	fset.SetOutput(w)
+	fset.PrintDefaults()
 }
 
-// openSource returns the running plugin's admin API if it answers, else the
-// state file opened read-only; close releases it.
-func openSource(f inspectFlags) (src admin.Source, origin string, close func(), err error) {
-	client := admin.NewClient(f.adminSocket, dumpTimeout)
-	_, err = client.Devices()
-	if err == nil {
-		return client, "plugin " + f.adminSocket, func() {}, nil
-	}
-	if !errors.Is(err, admin.ErrNoPlugin) {
-		return nil, "", nil, err
-	}
-	st, serr := store.Open(f.statePath, store.Options{ReadOnly: true, Timeout: dumpTimeout})
+// readSnapshot asks the running plugin for the snapshot q selects or, when
+// no plugin answers, reads it from the state file opened read-only.
+func readSnapshot(ctx context.Context, f inspectFlags, q admin.Query) (admin.Snapshot, error) {
+	snap, err := admin.NewClient(f.adminSocket, dumpTimeout).Snapshot(ctx, q)
 	switch {
-	case serr == nil:
-		return st, "file " + f.statePath, func() { st.Close() }, nil
-	case errors.Is(serr, fs.ErrNotExist):
-		return nil, "", nil, fmt.Errorf("no plugin answers on %s and there is no state file at %s", f.adminSocket, f.statePath)
-	case errors.Is(serr, store.ErrLocked):
-		return nil, "", nil, fmt.Errorf("no plugin answers on %s, and %s is held by another process (a plugin with another -admin-socket?): %w", f.adminSocket, f.statePath, serr)
-	default:
-		return nil, "", nil, serr
+	case err == nil:
+		return snap, nil
+	case errors.Is(err, admin.ErrPermission):
+		return snap, fmt.Errorf("%w; run as root or as the socket's owner", err)
+	case !errors.Is(err, admin.ErrNoPlugin):
+		return snap, err
 	}
+	st, err := store.Open(f.statePath, store.Options{ReadOnly: true, Timeout: dumpTimeout})
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return snap, fmt.Errorf("no plugin answers on %s and there is no state file at %s", f.adminSocket, f.statePath)
+	case errors.Is(err, store.ErrLocked):
+		return snap, fmt.Errorf("no plugin answers on %s, and %s is held by another process (a plugin with another -admin-socket?): %w", f.adminSocket, f.statePath, err)
+	case err != nil:
+		return snap, err
+	}
+	defer st.Close()
+	snap, err = admin.Read(stateSource{st}, q, nil)
+	snap.Source = admin.SourceInfo{Type: admin.SourceFile, Path: f.statePath}
+	return snap, err
 }
 
-// dumpDoc is the JSON shape of dump -o json: stable; fields are only added.
-type dumpDoc struct {
-	// Source is "plugin <admin socket>" or "file <state file>".
-	Source      string              `json:"source"`
-	Devices     []dumpDevice        `json:"devices"`
-	Allocations []store.Allocation  `json:"allocations"`
-	Events      []store.HealthEvent `json:"health_events"`
+// stateSource is the state file as the admin API reads it.
+type stateSource struct{ *store.Store }
+
+var _ admin.Source = stateSource{}
+
+// DamagedRecords lists the records the store set aside as damaged. The
+// store does not name them yet: until it does (a store method listing
+// quarantined records by bucket, key and reason), there are none to show.
+func (stateSource) DamagedRecords() ([]admin.DamagedRecord, error) {
+	return nil, nil
 }
 
-// dumpDevice is a stored device with its current holder, where known.
-type dumpDevice struct {
-	store.Device
-	// Holder is the newest active allocation of the device: its sequence
-	// number, and namespace/pod/container once the lifecycle tracker knows.
-	Holder *holder `json:"holder,omitempty"`
-}
-
-type holder struct {
-	Seq       uint64 `json:"seq"`
-	State     string `json:"state"`
-	Namespace string `json:"namespace,omitempty"`
-	Pod       string `json:"pod,omitempty"`
-	Container string `json:"container,omitempty"`
-}
+const dumpSynopsis = "dump [-o table|wide|json|yaml] [--no-headers] [--device ID] [--since TIME|DURATION] [--limit N] [--active]"
 
 // dump prints the devices and the history.
-func dump(args []string, stdout io.Writer, getenv func(string) string) error {
+func dump(ctx context.Context, args []string, stdout io.Writer, getenv func(string) string) error {
 	var (
 		f      inspectFlags
 		device string
@@ -143,15 +155,16 @@ func dump(args []string, stdout io.Writer, getenv func(string) string) error {
 		limit  int
 		active bool
 	)
-	fs := flag.NewFlagSet("dump", flag.ContinueOnError)
-	f.register(fs)
-	fs.StringVar(&device, "device", "", "only history of this device")
-	fs.StringVar(&since, "since", "", "only history since this RFC 3339 time or this long ago (e.g. 1h)")
-	fs.IntVar(&limit, "limit", 0, "at most this many history records of each kind, newest first; 0 means all")
-	fs.BoolVar(&active, "active", false, "only allocations that still hold their devices")
-	pos, err := parseSubcommand(fs, args, getenv)
+	fset := flag.NewFlagSet("dump", flag.ContinueOnError)
+	f.register(fset)
+	fset.StringVar(&device, "device", "", "only history of this device `id`")
+	fset.StringVar(&since, "since", "", "only history since this RFC 3339 `time` or this long ago (e.g. 1h)")
+	fset.IntVar(&limit, "limit", 0, "at most this many history records of each kind, newest first; 0 means all")
+	fset.BoolVar(&active, "active", false, "only allocations that still hold their devices")
+	pos, err := parseSubcommand(fset, args, getenv)
 	if errors.Is(err, flag.ErrHelp) {
-		printUsage(fs, stdout, "dump [-o table|json] [--device ID] [--since TIME|DURATION] [--limit N] [--active]")
+		printUsage(fset, stdout, dumpSynopsis, "Shows the devices (health, NUMA node, holder), the allocation history and the health events,\n"+
+			"newest first, from the running plugin or, when none runs, from the state file (read-only).")
 		return nil
 	}
 	if err != nil {
@@ -170,39 +183,11 @@ func dump(args []string, stdout io.Writer, getenv func(string) string) error {
 	if err != nil {
 		return err
 	}
-	src, origin, closeSrc, err := openSource(f)
+	snap, err := readSnapshot(ctx, f, admin.Query{DeviceID: device, Since: sinceT, Limit: limit, Active: active})
 	if err != nil {
 		return err
 	}
-	defer closeSrc()
-	devs, err := readDevices(src)
-	if err != nil {
-		return err
-	}
-	if device != "" && !hasDevice(devs, device) {
-		return fmt.Errorf("unknown device %q (devices: %s)", device, deviceList(devs))
-	}
-	allocs, err := src.Allocations(store.AllocationFilter{DeviceID: device, Since: sinceT, Limit: limit, Active: active})
-	if err != nil {
-		return err
-	}
-	events, err := src.HealthEvents(store.EventFilter{DeviceID: device, Since: sinceT, Limit: limit})
-	if err != nil {
-		return err
-	}
-	doc := dumpDoc{Source: origin, Devices: devs, Allocations: allocs, Events: events}
-	if doc.Allocations == nil {
-		doc.Allocations = []store.Allocation{}
-	}
-	if doc.Events == nil {
-		doc.Events = []store.HealthEvent{}
-	}
-	if f.output == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(doc)
-	}
-	return writeDumpTable(stdout, doc)
+	return writeSnapshot(stdout, snap, f)
 }
 
 // parseSince reads an RFC 3339 time or a duration back from now.
@@ -216,78 +201,163 @@ func parseSince(v string, now time.Time) (time.Time, error) {
 	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
 		return now.Add(-d), nil
 	}
-	return time.Time{}, usagef("invalid --since=%q: want an RFC 3339 time (2026-11-30T08:00:00Z) or a duration (90m)", v)
+	return time.Time{}, usagef("invalid --since=%q: want an RFC 3339 time (2026-11-30T08:00:00Z) or a duration (90m)", admin.Clip(v))
 }
 
-// readDevices reads the devices with their current holders.
-func readDevices(src admin.Source) ([]dumpDevice, error) {
-	devs, err := src.Devices()
-	if err != nil {
-		return nil, err
+// writeSnapshot prints snap in the output format of f: json and yaml print
+// the document; table and wide print the devices and, unless the snapshot
+// is devices-only, the history and any damaged records.
+func writeSnapshot(w io.Writer, snap admin.Snapshot, f inspectFlags) error {
+	switch f.output {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(snap)
+	case "yaml":
+		b, err := yaml.Marshal(snap)
+		if err != nil {
+			return fmt.Errorf("yaml: %w", err)
+		}
+		_, err = w.Write(b)
+		return err
 	}
-	active, err := src.Allocations(store.AllocationFilter{Active: true})
-	if err != nil {
-		return nil, err
+	t := table{tw: tabwriter.NewWriter(w, 0, 4, 2, ' ', 0), wide: f.output == "wide", headers: !f.noHeaders}
+	devicesOnly := snap.Allocations == nil && snap.HealthEvents == nil
+	if !devicesOnly && t.headers {
+		fmt.Fprintf(t.tw, "source: %s %s\n\n", snap.Source.Type, cell(snap.Source.Path))
 	}
-	return withHolders(devs, active), nil
-}
-
-func hasDevice(devs []dumpDevice, id string) bool {
-	return slices.ContainsFunc(devs, func(d dumpDevice) bool { return d.ID == id })
-}
-
-func deviceList(devs []dumpDevice) string {
-	ids := make([]string, len(devs))
-	for i, d := range devs {
-		ids[i] = d.ID
+	t.devices(snap.Devices)
+	if !devicesOnly {
+		t.allocations(snap.Allocations)
+		t.events(snap.HealthEvents)
+		t.damaged(snap.DamagedRecords)
 	}
-	return strings.Join(ids, ", ")
+	return t.tw.Flush()
 }
 
-// withHolders pairs each device with its newest active allocation.
-func withHolders(devs []store.Device, active []store.Allocation) []dumpDevice {
-	out := make([]dumpDevice, len(devs))
-	for i, d := range devs {
-		out[i].Device = d
-		for _, a := range active { // newest first
-			if slices.Contains(a.DeviceIDs, d.ID) {
-				out[i].Holder = &holder{Seq: a.Seq, State: a.State, Namespace: a.Namespace, Pod: a.Pod, Container: a.Container}
-				break
-			}
+// table prints the sections of a snapshot as aligned columns.
+type table struct {
+	tw      *tabwriter.Writer
+	wide    bool
+	headers bool
+}
+
+// row prints one line of cells.
+func (t table) row(cells ...string) {
+	fmt.Fprintln(t.tw, strings.Join(cells, "\t"))
+}
+
+// header prints a header line, after a blank line unless it is the first
+// section, or nothing with --no-headers.
+func (t table) header(first bool, cells ...string) {
+	if !t.headers {
+		return
+	}
+	if !first {
+		fmt.Fprintln(t.tw)
+	}
+	t.row(cells...)
+}
+
+// empty says a section has no rows, unless headers are off.
+func (t table) empty(what string) {
+	if t.headers {
+		fmt.Fprintf(t.tw, "(no %s)\n", what)
+	}
+}
+
+func (t table) devices(devs []admin.Device) {
+	if t.wide {
+		t.header(true, "DEVICE", "INDEX", "NUMA", "TOPOLOGY NUMA", "HEALTH", "REASON", "SINCE", "HOLDER", "ALLOCATION")
+	} else {
+		t.header(true, "DEVICE", "NUMA", "HEALTH", "REASON", "SINCE", "HOLDER")
+	}
+	for _, d := range devs {
+		health := healthWord(d.Healthy)
+		if d.Removed {
+			health = "Removed"
+		}
+		if t.wide {
+			t.row(cell(d.ID), strconv.Itoa(d.Index), reportedNUMA(d), numa(d.NUMANode), health, cell(d.Reason), fmtTime(d.Since), holder(d.Holder), allocation(d.Holder))
+		} else {
+			t.row(cell(d.ID), reportedNUMA(d), health, cell(d.Reason), fmtTime(d.Since), holder(d.Holder))
 		}
 	}
-	return out
 }
 
-func fmtTime(t time.Time) string {
-	if t.IsZero() {
+func (t table) allocations(allocs []admin.Allocation) {
+	t.header(false, "SEQ", "TIME", "DEVICES", "STATE", "POD", "HELD SINCE", "RELEASED")
+	for _, a := range allocs {
+		t.row(strconv.FormatUint(a.Seq, 10), fmtTime(a.Time), cell(strings.Join(a.DeviceIDs, ",")), cell(a.State),
+			pod(a.Namespace, a.Pod, a.Container), fmtTime(a.HeldSince), fmtTime(a.ReleasedAt))
+	}
+	if len(allocs) == 0 {
+		t.empty("allocations")
+	}
+}
+
+func (t table) events(events []admin.HealthEvent) {
+	t.header(false, "EVENT", "TIME", "DEVICE", "HEALTH", "CAUSE", "REASON")
+	for _, e := range events {
+		t.row(strconv.FormatUint(e.Seq, 10), fmtTime(e.Time), cell(e.DeviceID), healthWord(e.Healthy), cell(e.Cause), cell(e.Reason))
+	}
+	if len(events) == 0 {
+		t.empty("health events")
+	}
+}
+
+// damaged prints the damaged records, only when there are some.
+func (t table) damaged(recs []admin.DamagedRecord) {
+	if len(recs) == 0 {
+		return
+	}
+	t.header(false, "DAMAGED RECORD", "BUCKET", "REASON")
+	for _, r := range recs {
+		t.row(cell(r.Key), cell(r.Bucket), cell(r.Reason))
+	}
+}
+
+// reportedNUMA is the NUMA node the kubelet was told: "-" none (or a
+// removed device), "unknown" when no plugin said (read from the file).
+func reportedNUMA(d admin.Device) string {
+	switch {
+	case d.Removed:
+		return "-"
+	case d.ReportedNUMANode == nil:
+		return "unknown"
+	}
+	return numa(*d.ReportedNUMANode)
+}
+
+func numa(n int) string {
+	if n < 0 {
 		return "-"
 	}
-	return t.UTC().Format(time.RFC3339)
+	return strconv.Itoa(n)
 }
 
-func orDash(s string) string {
-	if s == "" {
+func holder(h *admin.Holder) string {
+	switch {
+	case h == nil:
 		return "-"
+	case h.Pod == "":
+		return fmt.Sprintf("#%d (%s)", h.Seq, cell(h.State))
 	}
-	return s
+	return pod(h.Namespace, h.Pod, h.Container)
 }
 
-func (h *holder) String() string {
+func allocation(h *admin.Holder) string {
 	if h == nil {
 		return "-"
 	}
-	if h.Pod == "" {
-		return fmt.Sprintf("#%d (%s)", h.Seq, h.State)
-	}
-	return fmt.Sprintf("%s/%s/%s", h.Namespace, h.Pod, h.Container)
+	return fmt.Sprintf("#%d %s", h.Seq, cell(h.State))
 }
 
-func podOf(a store.Allocation) string {
-	if a.Pod == "" {
+func pod(namespace, name, container string) string {
+	if name == "" {
 		return "-"
 	}
-	return a.Namespace + "/" + a.Pod + "/" + a.Container
+	return cell(namespace + "/" + name + "/" + container)
 }
 
 func healthWord(healthy bool) string {
@@ -297,40 +367,34 @@ func healthWord(healthy bool) string {
 	return "Unhealthy"
 }
 
-// writeDumpTable prints doc as aligned tables.
-func writeDumpTable(w io.Writer, doc dumpDoc) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "source: %s\n\n", doc.Source)
-	writeDevices(tw, doc.Devices)
-	fmt.Fprintf(tw, "\nSEQ\tTIME\tDEVICES\tSTATE\tPOD\tHELD SINCE\tRELEASED\n")
-	for _, a := range doc.Allocations {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Seq, fmtTime(a.Time), strings.Join(a.DeviceIDs, ","), a.State, podOf(a), fmtTime(a.HeldSince), fmtTime(a.ReleasedAt))
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
 	}
-	if len(doc.Allocations) == 0 {
-		fmt.Fprintln(tw, "(no allocations)")
-	}
-	fmt.Fprintf(tw, "\nEVENT\tTIME\tDEVICE\tHEALTH\tCAUSE\tREASON\n")
-	for _, e := range doc.Events {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", e.Seq, fmtTime(e.Time), e.DeviceID, healthWord(e.Healthy), orDash(e.Cause), orDash(e.Reason))
-	}
-	if len(doc.Events) == 0 {
-		fmt.Fprintln(tw, "(no health events)")
-	}
-	return tw.Flush()
+	return t.UTC().Format(time.RFC3339)
 }
 
-// writeDevices prints the device table.
-func writeDevices(tw io.Writer, devs []dumpDevice) {
-	fmt.Fprintf(tw, "DEVICE\tNUMA\tHEALTH\tREASON\tSINCE\tHOLDER\n")
-	for _, d := range devs {
-		h := healthWord(d.Healthy)
-		if d.Removed {
-			h = "Removed"
-		}
-		numa := "-"
-		if d.NUMA >= 0 {
-			numa = fmt.Sprint(d.NUMA)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", d.ID, numa, h, orDash(d.Reason), fmtTime(d.Since), d.Holder)
+// cell makes s safe for one table cell: "" is "-"; tabs, control and other
+// non-printable characters and invalid UTF-8 are escaped as in a Go string
+// literal (\n, \t, \x1b, \u202e), so a stored string can neither break the
+// columns nor reach the terminal as a control sequence.
+func cell(s string) string {
+	if s == "" {
+		return "-"
 	}
+	var b strings.Builder
+	for len(s) > 0 {
+		r, n := utf8.DecodeRuneInString(s)
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[0])
+		case r != '\t' && unicode.IsPrint(r):
+			b.WriteString(s[:n])
+		default:
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		}
+		s = s[n:]
+	}
+	return b.String()
 }

@@ -1,31 +1,30 @@
 package main
 
 import (
-	"encoding/json"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"text/tabwriter"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/admin"
-	"github.com/unicore/virtual-gpu-device-plugin/store"
 )
 
-const healthSynopsis = "health list [-o table|json] | health set <device> healthy|unhealthy [--reason TEXT]"
+const healthSynopsis = "health list [-o table|wide|json|yaml] [--no-headers] | health set <device> healthy|unhealthy [--reason TEXT]"
 
 // health lists device health or changes it in the running plugin.
-func health(args []string, stdout io.Writer, getenv func(string) string) error {
+func health(ctx context.Context, args []string, stdout io.Writer, getenv func(string) string) error {
 	var (
 		f      inspectFlags
 		reason string
 	)
-	fs := flag.NewFlagSet("health", flag.ContinueOnError)
-	f.register(fs)
-	fs.StringVar(&reason, "reason", "", "why the device is unhealthy (health set)")
-	pos, err := parseSubcommand(fs, args, getenv)
+	fset := flag.NewFlagSet("health", flag.ContinueOnError)
+	f.register(fset)
+	fset.StringVar(&reason, "reason", "", "why the device is unhealthy (health set … unhealthy)")
+	pos, err := parseSubcommand(fset, args, getenv)
 	if errors.Is(err, flag.ErrHelp) {
-		printUsage(fs, stdout, healthSynopsis)
+		printUsage(fset, stdout, healthSynopsis, "list shows every device's health, NUMA node and holder, from the running plugin or the state file.\n"+
+			"set changes a device's health in the running plugin: stored, and sent to the kubelet at once.")
 		return nil
 	}
 	if err != nil {
@@ -40,18 +39,16 @@ func health(args []string, stdout io.Writer, getenv func(string) string) error {
 	switch pos[0] {
 	case "list":
 		if len(pos) != 1 {
-			return usagef("health list: unexpected argument %q", pos[1])
+			return usagef("health list: unexpected argument %q", admin.Clip(pos[1]))
 		}
-		src, _, closeSrc, err := openSource(f)
+		if reason != "" {
+			return usagef("health list: --reason is only for health set")
+		}
+		snap, err := readSnapshot(ctx, f, admin.Query{DevicesOnly: true})
 		if err != nil {
 			return err
 		}
-		defer closeSrc()
-		devs, err := readDevices(src)
-		if err != nil {
-			return err
-		}
-		return printDevices(stdout, f.output, devs)
+		return writeSnapshot(stdout, snap, f)
 	case "set":
 		if len(pos) != 3 {
 			return usagef("health set: want <device> healthy|unhealthy, got %d arguments", len(pos)-1)
@@ -63,40 +60,27 @@ func health(args []string, stdout io.Writer, getenv func(string) string) error {
 			healthy = true
 		case "unhealthy", "Unhealthy":
 		default:
-			return usagef("health set %s: state %q: want healthy or unhealthy", id, state)
+			return usagef("health set %s: state %q: want healthy or unhealthy", admin.Clip(id), admin.Clip(state))
 		}
 		if healthy && reason != "" {
-			return usagef("health set %s healthy: --reason is only for unhealthy", id)
+			return usagef("health set %s healthy: --reason is only for unhealthy", admin.Clip(id))
 		}
 		if !healthy && reason == "" {
 			reason = "set unhealthy by an operator"
 		}
-		client := admin.NewClient(f.adminSocket, dumpTimeout)
-		d, err := client.SetHealth(id, healthy, reason)
-		if errors.Is(err, admin.ErrNoPlugin) {
+		snap, err := admin.NewClient(f.adminSocket, dumpTimeout).SetHealth(ctx, id, healthy, reason)
+		switch {
+		case errors.Is(err, admin.ErrNoPlugin):
 			return fmt.Errorf("health set needs the running plugin: %w", err)
+		case errors.Is(err, admin.ErrPermission):
+			return fmt.Errorf("health set: %w; run as root or as the socket's owner", err)
+		case errors.Is(err, admin.ErrRequest):
+			return fmt.Errorf("health set: %w", err)
+		case err != nil: // connected, then no answer: the change may be made
+			return fmt.Errorf("health set: %w (the plugin may have made the change: see health list)", err)
 		}
-		if err != nil {
-			return err
-		}
-		active, err := client.Allocations(store.AllocationFilter{Active: true, DeviceID: id})
-		if err != nil {
-			return err
-		}
-		return printDevices(stdout, f.output, withHolders([]store.Device{d}, active))
+		return writeSnapshot(stdout, snap, f)
 	default:
-		return usagef("health: unknown command %q: want list or set", pos[0])
+		return usagef("health: unknown command %q: want list or set", admin.Clip(pos[0]))
 	}
-}
-
-// printDevices prints devices as a table or as the JSON of dump's devices.
-func printDevices(w io.Writer, output string, devs []dumpDevice) error {
-	if output == "json" {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(devs)
-	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	writeDevices(tw, devs)
-	return tw.Flush()
 }

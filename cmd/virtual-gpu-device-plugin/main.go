@@ -4,12 +4,13 @@
 // Usage:
 //
 //	virtual-gpu-device-plugin [serve] [flags]   serve the device plugin (the main job)
-//	virtual-gpu-device-plugin dump [flags]      show devices and allocation history
+//	virtual-gpu-device-plugin dump [flags]      show devices, allocation history and health events
 //	virtual-gpu-device-plugin health list|set   show or change device health
-//	virtual-gpu-device-plugin -version          print the version
+//	virtual-gpu-device-plugin help [command]    show a command's usage
+//	virtual-gpu-device-plugin version           print the version, commit and Go version
 //
-// Every flag has an environment twin: -devices is VGPU_DEVICES, and so on; a
-// flag given on the command line wins over its environment variable.
+// Every serve flag has an environment twin: -devices is VGPU_DEVICES, and so
+// on; a flag given on the command line wins over its environment variable.
 package main
 
 import (
@@ -19,6 +20,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"strings"
 	"syscall"
 )
 
@@ -29,8 +33,18 @@ var (
 	revision = "unknown"
 )
 
+// main installs the signal handling before anything reads input: every
+// start-up read either honours ctx (sockets, the admin API) or cannot block
+// (config validation refuses a FIFO as the state file or sysfs directory;
+// the state file's lock wait is bounded). The first SIGINT or SIGTERM ends
+// ctx; a second one gets the default action, so a stuck shutdown can still
+// be interrupted.
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
 	stop()
 	os.Exit(exitCode(err, os.Stderr))
@@ -42,7 +56,7 @@ type usageError struct{ err error }
 func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 
-// usagef returns a usageError.
+// usagef returns a usageError; %w wraps as in fmt.Errorf.
 func usagef(format string, args ...any) error {
 	return usageError{fmt.Errorf(format, args...)}
 }
@@ -60,29 +74,121 @@ func exitCode(err error, stderr io.Writer) int {
 	return 1
 }
 
-// run is the whole program: it parses args and runs the chosen job until ctx
-// ends.
+// commands are the subcommands, with the line -h and help show for each.
+var commands = []struct{ name, summary string }{
+	{"serve", "serve the device plugin to the kubelet (the default command)"},
+	{"dump", "show the devices, the allocation history and the health events"},
+	{"health", "list device health, or set a device healthy or unhealthy"},
+	{"help", "show the usage of a command: help [serve|dump|health|version]"},
+	{"version", "print the version, the commit and the Go version"},
+}
+
+// run is the whole program: it parses args and runs the chosen command
+// until it is done or ctx ends.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	if len(args) > 0 {
-		switch args[0] {
-		case "dump":
-			return dump(args[1:], stdout, getenv)
-		case "health":
-			return health(args[1:], stdout, getenv)
-		case "serve":
-			args = args[1:]
+	name, rest := "serve", args
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		name, rest = args[0], args[1:]
+	}
+	err := runCommand(ctx, name, rest, stdout, stderr, getenv)
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return fmt.Errorf("interrupted: %w", err)
+	}
+	return err
+}
+
+func runCommand(ctx context.Context, name string, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	switch name {
+	case "serve":
+		cfg, err := parseConfig(args, getenv, stdout)
+		switch {
+		case err != nil:
+			return err
+		case cfg.showHelp:
+			return nil
+		case cfg.showVersion:
+			printVersion(stdout)
+			return nil
+		}
+		return serve(ctx, cfg, stderr)
+	case "dump":
+		return dump(ctx, args, stdout, getenv)
+	case "health":
+		return health(ctx, args, stdout, getenv)
+	case "version":
+		if len(args) == 1 && isHelpFlag(args[0]) {
+			fmt.Fprintln(stdout, "Usage: virtual-gpu-device-plugin version\n\nPrints the version, the commit it was built from and the Go version.")
+			return nil
+		}
+		if len(args) > 0 {
+			return usagef("version: unexpected argument %q", args[0])
+		}
+		printVersion(stdout)
+		return nil
+	case "help":
+		switch {
+		case len(args) == 0, args[0] == "help":
+			printHelp(stdout)
+			return nil
+		case len(args) > 1:
+			return usagef("help: want one command, got %q", strings.Join(args, " "))
+		}
+		for _, c := range commands {
+			if c.name == args[0] {
+				return runCommand(ctx, args[0], []string{"-h"}, stdout, stderr, getenv)
+			}
+		}
+		return usagef("help: unknown command %q (commands: %s)", args[0], commandNames())
+	}
+	return usagef("unknown command %q (commands: %s; -h for help)", name, commandNames())
+}
+
+func isHelpFlag(a string) bool {
+	switch a {
+	case "-h", "--h", "-help", "--help":
+		return true
+	}
+	return false
+}
+
+func commandNames() string {
+	names := make([]string, len(commands))
+	for i, c := range commands {
+		names[i] = c.name
+	}
+	return strings.Join(names, ", ")
+}
+
+// printVersion prints the version, the commit and the Go version as
+// "key: value" lines (valid YAML).
+func printVersion(w io.Writer) {
+	fmt.Fprintf(w, "version: %s\ncommit: %s\ngo: %s %s/%s\n", version, commit(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+// commit is the stamped revision or, when none was stamped, the VCS
+// revision the Go toolchain recorded ("-dirty" when the tree had changes).
+func commit() string {
+	if revision != "unknown" && revision != "" {
+		return revision
+	}
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	rev, dirty := "", false
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
 		}
 	}
-	cfg, err := parseConfig(args, getenv, stdout)
-	if err != nil {
-		return err
+	switch {
+	case rev == "":
+		return "unknown"
+	case dirty:
+		return rev + "-dirty"
 	}
-	if cfg.showVersion {
-		fmt.Fprintln(stdout, version)
-		return nil
-	}
-	if cfg.showHelp {
-		return nil
-	}
-	return serve(ctx, cfg, stderr)
+	return rev
 }

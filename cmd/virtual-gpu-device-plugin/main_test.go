@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -33,6 +35,11 @@ func buildAndRun(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
+	// Others may run it too (TestBinary_PermissionDenied runs it as nobody).
+	if err := os.Chmod(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	binary = filepath.Join(dir, "virtual-gpu-device-plugin")
 	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
 	if err != nil {
@@ -167,9 +174,31 @@ func TestBinary_BadFlag_OneLineExit2(t *testing.T) {
 	}
 }
 
+// TestBinary_Version: -version and version print the version, the commit
+// and the Go version, whatever VGPU_* variables say.
 func TestBinary_Version(t *testing.T) {
-	out, err := exec.Command(binary, "-version").Output()
-	if err != nil || strings.TrimSpace(string(out)) != version {
-		t.Errorf("-version = %q, %v; want %q", out, err, version)
+	// The commit is "unknown", or the VCS revision when the build stamped one.
+	want := regexp.MustCompile(fmt.Sprintf(`^version: %s\ncommit: [0-9a-z-]+\ngo: %s %s/%s\n$`,
+		regexp.QuoteMeta(version), regexp.QuoteMeta(runtime.Version()), runtime.GOOS, runtime.GOARCH))
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  []string
+	}{
+		{"flag", []string{"-version"}, nil},
+		{"double-dash flag", []string{"--version"}, nil},
+		{"command", []string{"version"}, nil},
+		{"serve flag", []string{"serve", "-version"}, nil},
+		{"bad environment", []string{"-version"}, []string{"VGPU_DEVICES=x", "VGPU_LOG_LEVEL=loud", "VGPU_METRICS_ADDRESS=:99999"}},
+		{"bad environment, command", []string{"version"}, []string{"VGPU_DEVICES=x"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(binary, tc.args...)
+			cmd.Env = tc.env
+			out, err := cmd.Output()
+			if err != nil || !want.Match(out) {
+				t.Errorf("%v = %q, %v; want %s", tc.args, out, err, want)
+			}
+		})
 	}
 }

@@ -30,7 +30,7 @@ const pruneInterval = time.Minute
 func newLogger(cfg config, w io.Writer) zerolog.Logger {
 	level, _ := zerolog.ParseLevel(cfg.logLevel) // validated
 	if cfg.logFormat == "console" {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339, NoColor: !isTerminal(w)}
 	}
 	return zerolog.New(w).Level(level).With().Timestamp().Logger()
 }
@@ -40,7 +40,7 @@ func serve(ctx context.Context, cfg config, logw io.Writer) error {
 	log := newLogger(cfg, logw)
 	machine, err := topology.Resolve(cfg.topology, cfg.devices, cfg.set["devices"])
 	if err != nil {
-		return usagef("invalid -topology=%q: %v", cfg.topology, err)
+		return usagef("invalid -topology=%q: %w", cfg.topology, err)
 	}
 	plan, _ := faults.Parse(cfg.faults) // validated
 	ids := make([]string, machine.Len())
@@ -48,7 +48,7 @@ func serve(ctx context.Context, cfg config, logw io.Writer) error {
 		ids[i] = machine.ID(i)
 	}
 	if err := faults.Check(plan, ids); err != nil {
-		return usagef("invalid -faults: %v", err)
+		return usagef("invalid -faults: %w", err)
 	}
 
 	st, err := openState(cfg, log)
@@ -119,10 +119,15 @@ func serve(ctx context.Context, cfg config, logw io.Writer) error {
 		Logger:       log,
 	})
 	srv.SetObserver(m) // before anything serves srv
-	adminSrv := admin.NewServer(cfg.adminSocket, st, func(id string, healthy bool, reason string) error {
-		_, err := srv.SetHealth(id, healthy, reason, store.CauseAdmin)
+	adminSrv := admin.NewServer(admin.ServerConfig{Socket: cfg.adminSocket, Source: stateSource{st}, Reported: srv.Devices, Logger: log,
+		Health: func(id string, healthy bool, reason string) error {
+			_, err := srv.SetHealth(id, healthy, reason, store.CauseAdmin)
+			return err
+		}})
+	if err := adminSrv.Listen(); err != nil { // before anything registers
 		return err
-	}, log)
+	}
+	defer adminSrv.Close()
 
 	host, _ := os.Hostname()
 	log.Info().Str("version", version).Str("node", host).Str("topology", machine.Name()).Int("devices", machine.Len()).

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,6 +21,7 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/admin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
@@ -73,13 +76,13 @@ func cli(t *testing.T, args ...string) (string, string, int) {
 
 // dump runs `dump -o json` against n's plugin or state file and decodes it
 // strictly: a field the documented shape lacks fails the test.
-func (n *node) dump(t *testing.T, args ...string) dumpDoc {
+func (n *node) dump(t *testing.T, args ...string) admin.Snapshot {
 	t.Helper()
 	out, errOut, code := cli(t, append([]string{"dump", "-o", "json", "-state=" + n.state}, args...)...)
 	if code != 0 {
 		t.Fatalf("dump: exit %d: %s", code, errOut)
 	}
-	var doc dumpDoc
+	var doc admin.Snapshot
 	dec := json.NewDecoder(strings.NewReader(out))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&doc); err != nil {
@@ -89,7 +92,7 @@ func (n *node) dump(t *testing.T, args ...string) dumpDoc {
 }
 
 // waitDump dumps until ok holds, failing the test after 10 s.
-func (n *node) waitDump(t *testing.T, what string, ok func(dumpDoc) bool) dumpDoc {
+func (n *node) waitDump(t *testing.T, what string, ok func(admin.Snapshot) bool) admin.Snapshot {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -162,9 +165,14 @@ func TestBinary_HealthSurvivesRestart(t *testing.T) {
 		t.Errorf("Allocate of the unhealthy device: %v", err)
 	}
 	list, errOut, code := cli(t, "health", "list", "-o", "json", "-state="+n.state)
-	var devs []dumpDevice
-	if code != 0 || json.Unmarshal([]byte(list), &devs) != nil || len(devs) != 4 || devs[1].Healthy || devs[1].Reason != "XID 79" || !devs[0].Healthy {
-		t.Errorf("health list -o json: exit %d %s\n%s", code, errOut, list)
+	var snap admin.Snapshot
+	dec := json.NewDecoder(strings.NewReader(list))
+	dec.DisallowUnknownFields()
+	if code != 0 || dec.Decode(&snap) != nil || snap.Kind != admin.KindSnapshot || snap.Allocations != nil {
+		t.Fatalf("health list -o json (want a devices-only Snapshot): exit %d %s\n%s", code, errOut, list)
+	}
+	if devs := snap.Devices; len(devs) != 4 || devs[1].Healthy || devs[1].Reason != "XID 79" || !devs[0].Healthy {
+		t.Errorf("health list -o json: devices %+v", devs)
 	}
 	p.stop(t)
 
@@ -189,7 +197,7 @@ func TestBinary_Dump_RunningAndStopped(t *testing.T) {
 	check := func(t *testing.T, source string) {
 		t.Helper()
 		doc := n.dump(t)
-		if !strings.HasPrefix(doc.Source, source) || len(doc.Devices) != 4 || len(doc.Allocations) != 2 {
+		if doc.Source.Type != source || len(doc.Devices) != 4 || len(doc.Allocations) != 2 {
 			t.Fatalf("dump = %+v", doc)
 		}
 		if got := doc.Allocations[0].DeviceIDs; !slices.Equal(got, []string{"fake-3"}) {
@@ -211,9 +219,9 @@ func TestBinary_Dump_RunningAndStopped(t *testing.T) {
 			}
 		}
 	}
-	t.Run("running", func(t *testing.T) { check(t, "plugin ") })
+	t.Run("running", func(t *testing.T) { check(t, admin.SourcePlugin) })
 	p.stop(t)
-	t.Run("stopped", func(t *testing.T) { check(t, "file ") })
+	t.Run("stopped", func(t *testing.T) { check(t, admin.SourceFile) })
 	storetest.CheckFile(t, n.state)
 }
 
@@ -229,12 +237,13 @@ func TestBinary_Dump_BadInput(t *testing.T) {
 		want string
 	}{
 		{"unknown device", []string{"dump", "-state=" + n.state, "--device", "fake-9"}, 1, `unknown device "fake-9" (devices: fake-0, fake-1, fake-2, fake-3)`},
-		{"bad output", []string{"dump", "-state=" + n.state, "-o", "yaml"}, 2, `invalid -o="yaml"`},
+		{"bad output", []string{"dump", "-state=" + n.state, "-o", "xml"}, 2, `invalid -o="xml": must be one of table, wide, json, yaml`},
 		{"bad since", []string{"dump", "-state=" + n.state, "--since", "last week"}, 2, `invalid --since="last week"`},
 		{"bad limit", []string{"dump", "-state=" + n.state, "--limit", "-1"}, 2, "invalid --limit=-1"},
 		{"no plugin no file", []string{"dump", "-state=" + missing}, 1, "no plugin answers on " + filepath.Dir(missing) + "/admin.sock and there is no state file at " + missing},
 		{"held by another process", []string{"dump", "-state=" + n.state, "-admin-socket=" + filepath.Join(n.dir, "other.sock")}, 1, "is held by another process"},
-		{"health unknown device", []string{"health", "set", "fake-9", "unhealthy", "-state=" + n.state}, 1, `unknown device "fake-9"`},
+		{"health unknown device", []string{"health", "set", "fake-9", "unhealthy", "-state=" + n.state}, 1, `health set: unknown device "fake-9" (devices: fake-0, fake-1, fake-2, fake-3)`},
+		{"health reason with healthy", []string{"health", "set", "fake-0", "healthy", "--reason", "x", "-state=" + n.state}, 2, "--reason is only for unhealthy"},
 		{"health bad state", []string{"health", "set", "fake-0", "broken", "-state=" + n.state}, 2, `state "broken": want healthy or unhealthy`},
 		{"health missing args", []string{"health", "set", "fake-0", "-state=" + n.state}, 2, "want <device> healthy|unhealthy"},
 		{"health no plugin", []string{"health", "set", "fake-0", "unhealthy", "-state=" + missing}, 1, "health set needs the running plugin"},
@@ -261,7 +270,7 @@ func TestBinary_StateLocked(t *testing.T) {
 	if err := os.Mkdir(other, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	_, errOut, code := cli(t, "-device-plugin-path="+other, "-state="+n.state, "-admin-socket="+filepath.Join(other, "a.sock"))
+	_, errOut, code := cli(t, "-device-plugin-path="+other, "-state="+n.state, "-admin-socket="+filepath.Join(n.dir, "a.sock"))
 	if code != 1 || !strings.Contains(errOut, n.state) || !strings.Contains(errOut, "held by another process") {
 		t.Errorf("second plugin on the same file: exit %d, %q", code, errOut)
 	}
@@ -302,9 +311,9 @@ func TestBinary_FaultInjection_Recorded(t *testing.T) {
 		}
 	}
 	doc := n.dump(t)
-	if len(doc.Events) == 0 || doc.Events[0].Cause != store.CauseFaultInjection || doc.Events[0].DeviceID != "fake-2" ||
-		!strings.Contains(doc.Events[0].Reason, "down:fake-2") {
-		t.Errorf("newest health event = %+v, want fake-2 down by fault-injection", doc.Events)
+	if len(doc.HealthEvents) == 0 || doc.HealthEvents[0].Cause != store.CauseFaultInjection || doc.HealthEvents[0].DeviceID != "fake-2" ||
+		!strings.Contains(doc.HealthEvents[0].Reason, "down:fake-2") {
+		t.Errorf("newest health event = %+v, want fake-2 down by fault-injection", doc.HealthEvents)
 	}
 }
 
@@ -393,7 +402,7 @@ func TestBinary_Lifecycle_HolderAndRelease(t *testing.T) {
 	allocate(t, reg, "fake-3") // admission fails after Allocate: no pod ever claims it
 	pr.SetPod("default", "vgpu-demo", "unicore.mcyou.cc/gpu", plugintest.Container{Name: "demo", IDs: []string{"fake-2", "fake-1"}})
 
-	doc := n.waitDump(t, "held and abandoned", func(d dumpDoc) bool {
+	doc := n.waitDump(t, "held and abandoned", func(d admin.Snapshot) bool {
 		return len(d.Allocations) == 2 && d.Allocations[1].State == store.StateHeld && d.Allocations[0].State == store.StateAbandoned
 	})
 	if a := doc.Allocations[1]; a.Namespace != "default" || a.Pod != "vgpu-demo" || a.Container != "demo" {
@@ -406,7 +415,7 @@ func TestBinary_Lifecycle_HolderAndRelease(t *testing.T) {
 		t.Errorf("dump --active = %+v", active)
 	}
 	pr.DeletePod("default", "vgpu-demo")
-	doc = n.waitDump(t, "released", func(d dumpDoc) bool { return d.Allocations[1].State == store.StateReleased })
+	doc = n.waitDump(t, "released", func(d admin.Snapshot) bool { return d.Allocations[1].State == store.StateReleased })
 	if doc.Allocations[1].ReleasedAt.IsZero() || doc.Devices[1].Holder != nil {
 		t.Errorf("after release: %+v, holder %+v", doc.Allocations[1], doc.Devices[1].Holder)
 	}
@@ -479,8 +488,211 @@ func TestBinary_HistoryPruned(t *testing.T) {
 	for i := range 40 {
 		allocate(t, reg, fmt.Sprintf("fake-%d", i%4))
 	}
-	doc := n.waitDump(t, "at most 5 records", func(d dumpDoc) bool { return len(d.Allocations) <= 5 })
+	doc := n.waitDump(t, "at most 5 records", func(d admin.Snapshot) bool { return len(d.Allocations) <= 5 })
 	if doc.Allocations[0].Seq != 40 {
 		t.Errorf("newest kept record is #%d, want #40", doc.Allocations[0].Seq)
+	}
+}
+
+// TestBinary_Dump_ReportedNUMANode: the NUMA column is what the kubelet was
+// told (none, with -numa-report=never), the topology's node is in wide and
+// in numaNode; with the plugin stopped the reported node is unknown.
+func TestBinary_Dump_ReportedNUMANode(t *testing.T) {
+	n := newNode(t)
+	p, reg := n.start(t, "-numa-report=never")
+	for _, d := range plugintest.NextList(t, reg, 10*time.Second).Devices {
+		if d.Topology != nil {
+			t.Fatalf("-numa-report=never, but the kubelet was told %v for %s", d.Topology, d.ID)
+		}
+	}
+	doc := n.dump(t)
+	for _, d := range doc.Devices {
+		if d.ReportedNUMANode == nil || *d.ReportedNUMANode != -1 {
+			t.Errorf("%s: reportedNUMANode = %v, want -1", d.ID, d.ReportedNUMANode)
+		}
+	}
+	topo := doc.Devices[3].NUMANode
+	if topo < 0 {
+		t.Fatalf("fake-3 has no topology NUMA node: %+v", doc.Devices[3])
+	}
+	wide, errOut, code := cli(t, "health", "list", "-o", "wide", "--no-headers", "-state="+n.state)
+	if code != 0 {
+		t.Fatalf("health list -o wide: %s", errOut)
+	}
+	if got := fields(t, wide, "fake-3 "); got[2] != "-" || got[3] != strconv.Itoa(topo) {
+		t.Errorf("fake-3 wide = %v, want NUMA - and topology NUMA %d", got, topo)
+	}
+	p.stop(t)
+
+	doc = n.dump(t)
+	if doc.Source.Type != admin.SourceFile || doc.Devices[3].ReportedNUMANode != nil || doc.Devices[3].NUMANode != topo {
+		t.Errorf("from the file: %+v, want the reported node unknown, the topology's kept", doc.Devices[3])
+	}
+	table, _, _ := cli(t, "health", "list", "-state="+n.state)
+	if got := fields(t, table, "fake-3 "); got[1] != "unknown" {
+		t.Errorf("fake-3 from the file = %v, want NUMA unknown", got)
+	}
+}
+
+// TestBinary_AdminSocketHeldByAnotherProgram: the plugin refuses in one
+// line, before it registers, and leaves the other program's socket alone.
+func TestBinary_AdminSocketHeldByAnotherProgram(t *testing.T) {
+	n := newNode(t)
+	sock := filepath.Join(n.dir, "state", "admin.sock") // the default, next to the state file
+	if err := os.MkdirAll(filepath.Dir(sock), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	go func() { _ = http.Serve(lis, http.NotFoundHandler()) }()
+	before, err := os.Lstat(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code := cli(t, "-device-plugin-path="+n.dir, "-state="+n.state, "-pod-resources-socket="+n.podResources())
+	lines := strings.Split(strings.TrimSuffix(errOut, "\n"), "\n")
+	want := "virtual-gpu-device-plugin: admin API: socket " + sock + ": another process is listening on it"
+	if code != 1 || lines[len(lines)-1] != want {
+		t.Errorf("exit %d, stderr %q; want exit 1 and the last line %q", code, errOut, want)
+	}
+	if after, err := os.Lstat(sock); err != nil || !os.SameFile(before, after) {
+		t.Errorf("the other program's socket was touched: %v", err)
+	}
+	if resp, err := (&http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}).Get("http://x/"); err != nil {
+		t.Errorf("the other program no longer answers: %v", err)
+	} else {
+		resp.Body.Close()
+	}
+	if len(n.kubelet.Registrations()) != 0 {
+		t.Error("the plugin registered with the kubelet before refusing")
+	}
+	if _, err := os.Stat(filepath.Join(n.dir, "virtual-gpu.sock")); !os.IsNotExist(err) {
+		t.Errorf("plugin socket left behind: %v", err)
+	}
+}
+
+// TestBinary_AdminSocketIsKubeletSock: refused at validation; the kubelet's
+// socket stays and answers.
+func TestBinary_AdminSocketIsKubeletSock(t *testing.T) {
+	n := newNode(t)
+	kubeletSock := filepath.Join(n.dir, "kubelet.sock")
+	before, err := os.Lstat(kubeletSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code := cli(t, "-device-plugin-path="+n.dir, "-state="+n.state, "-admin-socket="+kubeletSock)
+	if code != 2 || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "must not be in -device-plugin-path") {
+		t.Errorf("exit %d, stderr %q; want exit 2 and one line", code, errOut)
+	}
+	if after, err := os.Lstat(kubeletSock); err != nil || !os.SameFile(before, after) {
+		t.Fatalf("kubelet.sock was touched: %v", err)
+	}
+	n.start(t) // the kubelet still takes registrations on it
+}
+
+// TestBinary_PermissionDenied: a user who may not open the admin socket is
+// told so, not that no plugin runs.
+func TestBinary_PermissionDenied(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to run the client as nobody")
+	}
+	n := newNode(t)
+	n.start(t)
+	for _, d := range []string{n.dir, filepath.Dir(n.state)} { // reachable; the socket itself is 0600
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range [][]string{
+		{"health", "set", "fake-0", "unhealthy"},
+		{"health", "list"},
+		{"dump"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			cmd := exec.Command(binary, append(args, "-state="+n.state)...)
+			cmd.Env = []string{}
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+				t.Fatalf("exit = %v, want status 1; stderr %s", err, stderr.String())
+			}
+			got := stderr.String()
+			if !strings.Contains(got, "permission denied on the admin socket") || !strings.Contains(got, "run as root or as the socket's owner") ||
+				strings.Contains(got, "needs the running plugin") || strings.Contains(got, "no plugin answers") {
+				t.Errorf("stderr = %q", got)
+			}
+		})
+	}
+}
+
+// TestBinary_InterruptedDump: SIGINT ends a dump waiting on a plugin that
+// does not answer, at once rather than at the timeout.
+func TestBinary_InterruptedDump(t *testing.T) {
+	dir := plugintest.ShortTempDir(t)
+	sock := filepath.Join(dir, "admin.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if conn, err := lis.Accept(); err == nil {
+			accepted <- conn // held open, never answered
+		}
+	}()
+	cmd := exec.Command(binary, "dump", "-state="+filepath.Join(dir, "state.db"), "-admin-socket="+sock)
+	cmd.Env = []string{}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case conn := <-accepted:
+		defer conn.Close()
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("dump never connected")
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Errorf("exit = %v, want status 1", err)
+	}
+	if got := stderr.String(); !strings.Contains(got, "interrupted") || strings.Contains(got, "deadline exceeded") {
+		t.Errorf("stderr = %q, want an interruption, not a timeout", got)
+	}
+}
+
+// TestBinary_HealthSet_NoAnswer: a plugin that took the request and never
+// answered may have made the change; health set says so instead of
+// claiming failure.
+func TestBinary_HealthSet_NoAnswer(t *testing.T) {
+	dir := plugintest.ShortTempDir(t)
+	sock := filepath.Join(dir, "admin.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	go func() {
+		if conn, err := lis.Accept(); err == nil {
+			defer conn.Close()
+			_, _ = io.Copy(io.Discard, conn) // reads the request, never answers
+		}
+	}()
+	_, errOut, code := cli(t, "health", "set", "fake-0", "unhealthy", "-state="+filepath.Join(dir, "state.db"), "-admin-socket="+sock)
+	if code != 1 || !strings.Contains(errOut, "the plugin may have made the change: see health list") {
+		t.Errorf("exit %d, stderr %q", code, errOut)
 	}
 }

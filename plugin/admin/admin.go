@@ -3,17 +3,22 @@
 // `virtual-gpu-device-plugin dump` and `health` talk to while the plugin
 // holds the state file.
 //
-// Routes (all JSON; errors are {"error": "..."} with a 4xx/5xx status):
+// Routes (JSON; errors are {"error": "..."} with a 4xx/5xx status):
 //
-//	GET /v1/devices                                   []store.Device
-//	GET /v1/allocations?device=&since=&limit=&active= []store.Allocation, newest first
-//	GET /v1/events?device=&since=&limit=              []store.HealthEvent, newest first
-//	PUT /v1/devices/{id}/health {"healthy":b,"reason":s}  store.Device after the change
+//	GET /v1/snapshot?device=&since=&limit=&active=&devicesOnly=   a Snapshot
+//	PUT /v1/devices/{id}/health {"healthy":b,"reason":s}           a devices-only Snapshot of that device
 //
-// since is RFC 3339; limit a non-negative integer; active true or false.
+// since is RFC 3339; limit a non-negative integer; active and devicesOnly
+// true or false. The health body is one JSON object and nothing after it;
+// reason is only for healthy:false. An unknown device is 404 and the message
+// lists the valid ids.
 //
-// [Server] serves it; [Client] calls it and, like *store.Store, satisfies
-// [Source], so dump reads the same way from a running plugin or from a file.
+// The wire format is the package's own types (Snapshot and the types it
+// holds), not the store's: the store may change its records, the API only
+// adds fields. [Read] builds a Snapshot from a [Source]; the command uses it
+// too, to read the state file the same way while no plugin runs.
+//
+// [Server] serves the API; [Client] calls it.
 package admin
 
 import (
@@ -22,22 +27,23 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 )
 
-// Source is what dump reads. *store.Store (opened read-only) and *Client
-// both implement it.
+// Source is what a Snapshot is read from: the plugin's open store, or the
+// state file opened read-only.
 type Source interface {
+	// Devices returns every stored device, in index order.
 	Devices() ([]store.Device, error)
-	Allocations(store.AllocationFilter) ([]store.Allocation, error)
-	HealthEvents(store.EventFilter) ([]store.HealthEvent, error)
+	// Allocations returns the allocation records f selects, newest first.
+	Allocations(f store.AllocationFilter) ([]store.Allocation, error)
+	// HealthEvents returns the health events f selects, newest first.
+	HealthEvents(f store.EventFilter) ([]store.HealthEvent, error)
+	// DamagedRecords returns the records the store set aside as damaged;
+	// nil when none.
+	DamagedRecords() ([]DamagedRecord, error)
 }
 
-var (
-	_ Source = (*store.Store)(nil)
-	_ Source = (*Client)(nil)
-)
-
 // HealthFunc changes a device's health in the running plugin (stored and
-// sent to the kubelet). It returns an error wrapping an ErrUnknownDevice
-// (plugin's or store's) for an unknown id.
+// sent to the kubelet). It returns an error wrapping store.ErrUnknownDevice
+// for an id the plugin does not serve.
 type HealthFunc func(id string, healthy bool, reason string) error
 
 // healthRequest is the body of PUT /v1/devices/{id}/health.
@@ -51,5 +57,5 @@ type errorBody struct {
 	Error string `json:"error"`
 }
 
-// DefaultTimeout bounds one Client call.
+// DefaultTimeout bounds one Client call when NewClient is given none.
 const DefaultTimeout = 5 * time.Second

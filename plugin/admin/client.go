@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/unicore/virtual-gpu-device-plugin/store"
@@ -25,12 +26,12 @@ type Client struct {
 }
 
 // NewClient returns a Client for the admin socket; each call is bounded by
-// timeout (DefaultTimeout if zero).
+// timeout (DefaultTimeout if zero) and by its context.
 func NewClient(socket string, timeout time.Duration) *Client {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	dialer := &net.Dialer{Timeout: timeout}
+	dialer := &net.Dialer{}
 	return &Client{
 		socket:  socket,
 		timeout: timeout,
@@ -42,52 +43,60 @@ func NewClient(socket string, timeout time.Duration) *Client {
 	}
 }
 
-// Devices returns every stored device, removed ones flagged.
-func (c *Client) Devices() ([]store.Device, error) {
-	var out []store.Device
-	return out, c.do(http.MethodGet, "/v1/devices", nil, nil, &out)
-}
-
-// Allocations returns the allocation records f selects, newest first.
-func (c *Client) Allocations(f store.AllocationFilter) ([]store.Allocation, error) {
-	q := url.Values{}
-	addCommon(q, f.DeviceID, f.Since, f.Limit)
-	if f.Active {
-		q.Set("active", "true")
+// Snapshot reads the Snapshot q selects. Its Source names the client's
+// socket path. An unknown q.DeviceID is an error wrapping ErrRequest and
+// store.ErrUnknownDevice whose message lists the valid ids.
+func (c *Client) Snapshot(ctx context.Context, q Query) (Snapshot, error) {
+	v := url.Values{}
+	if q.DeviceID != "" {
+		v.Set("device", q.DeviceID)
 	}
-	var out []store.Allocation
-	return out, c.do(http.MethodGet, "/v1/allocations", q, nil, &out)
+	if !q.Since.IsZero() {
+		v.Set("since", q.Since.Format(time.RFC3339Nano))
+	}
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	if q.Active {
+		v.Set("active", "true")
+	}
+	if q.DevicesOnly {
+		v.Set("devicesOnly", "true")
+	}
+	var out Snapshot
+	err := c.do(ctx, http.MethodGet, "/v1/snapshot", v, nil, &out)
+	out.Source = SourceInfo{Type: SourcePlugin, Path: c.socket}
+	return out, err
 }
 
-// HealthEvents returns the health events f selects, newest first.
-func (c *Client) HealthEvents(f store.EventFilter) ([]store.HealthEvent, error) {
-	q := url.Values{}
-	addCommon(q, f.DeviceID, f.Since, f.Limit)
-	var out []store.HealthEvent
-	return out, c.do(http.MethodGet, "/v1/events", q, nil, &out)
-}
-
-// SetHealth changes a device's health and returns the stored device.
-func (c *Client) SetHealth(id string, healthy bool, reason string) (store.Device, error) {
-	var out store.Device
+// SetHealth changes a device's health in the running plugin and returns a
+// devices-only Snapshot of that device. A reason is only for
+// healthy=false. An unknown device is an error wrapping ErrRequest and
+// store.ErrUnknownDevice whose message lists the valid ids.
+func (c *Client) SetHealth(ctx context.Context, id string, healthy bool, reason string) (Snapshot, error) {
+	var out Snapshot
 	body := healthRequest{Healthy: &healthy, Reason: reason}
-	return out, c.do(http.MethodPut, "/v1/devices/"+url.PathEscape(id)+"/health", nil, body, &out)
+	err := c.do(ctx, http.MethodPut, "/v1/devices/"+url.PathEscape(id)+"/health", nil, body, &out)
+	out.Source = SourceInfo{Type: SourcePlugin, Path: c.socket}
+	return out, err
 }
 
-func addCommon(q url.Values, device string, since time.Time, limit int) {
-	if device != "" {
-		q.Set("device", device)
-	}
-	if !since.IsZero() {
-		q.Set("since", since.Format(time.RFC3339Nano))
-	}
-	if limit > 0 {
-		q.Set("limit", strconv.Itoa(limit))
-	}
+// requestError is a non-200 answer: its message is the plugin's.
+type requestError struct {
+	status int
+	msg    string
 }
 
-func (c *Client) do(method, path string, q url.Values, body, out any) error {
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+func (e *requestError) Error() string { return e.msg }
+
+// Is makes every requestError match ErrRequest, and a 404 match
+// store.ErrUnknownDevice too.
+func (e *requestError) Is(target error) bool {
+	return target == ErrRequest || e.status == http.StatusNotFound && target == store.ErrUnknownDevice
+}
+
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, body, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	var rd io.Reader
 	if body != nil {
@@ -107,22 +116,34 @@ func (c *Client) do(method, path string, q url.Values, body, out any) error {
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		var opErr *net.OpError
-		if errors.As(err, &opErr) && opErr.Op == "dial" {
-			return fmt.Errorf("%s: %w: %w", c.socket, ErrNoPlugin, opErr.Err)
-		}
-		return fmt.Errorf("admin socket %s: %w", c.socket, err)
+		return c.connError(err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		var e errorBody
 		if json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&e) != nil || e.Error == "" {
-			e.Error = resp.Status
+			e.Error = "admin " + method + " " + path + ": " + resp.Status
 		}
-		return fmt.Errorf("%w: %s", ErrRequest, e.Error)
+		return &requestError{status: resp.StatusCode, msg: e.Error}
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		return fmt.Errorf("admin %s %s: decode answer: %w", method, path, err)
 	}
 	return nil
+}
+
+// connError tells apart, for a failed call: no plugin (no socket file,
+// nothing listening), no permission, and anything else (a timeout, a
+// plugin that closed the connection).
+func (c *Client) connError(err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		switch {
+		case errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ENOTDIR):
+			return fmt.Errorf("%s: %w: %w", c.socket, ErrNoPlugin, op.Err)
+		case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):
+			return fmt.Errorf("%s: %w: %w", c.socket, ErrPermission, op.Err)
+		}
+	}
+	return fmt.Errorf("admin socket %s: %w", c.socket, err)
 }

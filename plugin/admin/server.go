@@ -5,152 +5,300 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
+	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 )
 
-// Server serves the admin API on a unix socket. Build it with NewServer and
-// call Run once; it is safe for concurrent use.
-type Server struct {
-	socket string
-	source Source
-	health HealthFunc
-	log    zerolog.Logger
+// ServerConfig configures a Server.
+type ServerConfig struct {
+	// Socket is the absolute path of the unix socket to listen on; needed
+	// by Listen and Run, not by Handler.
+	Socket string
+	// Source is read for every answer: the plugin's open store. Required.
+	Source Source
+	// Health changes a device's health in the running plugin. Required for
+	// PUT /v1/devices/{id}/health.
+	Health HealthFunc
+	// Reported returns the devices as the kubelet was last told them; only
+	// their NUMA nodes are used. Nil: the reported NUMA nodes are unknown.
+	Reported func() []plugin.Device
+	// ProbeTimeout is how long Listen waits for an answer on an existing
+	// socket before it takes it for stale (default
+	// plugin.DefaultSocketProbeTimeout).
+	ProbeTimeout time.Duration
+	// Logger logs the server's start and what it handles itself; the zero
+	// value discards.
+	Logger zerolog.Logger
 }
 
-// NewServer returns a Server for socket (an absolute path) reading from
-// source and changing health through health.
-func NewServer(socket string, source Source, health HealthFunc, log zerolog.Logger) *Server {
-	return &Server{socket: socket, source: source, health: health, log: log}
+// Server serves the admin API on a unix socket. Build it with NewServer,
+// optionally Listen (to fail before starting anything else), then Run once.
+// It is safe for concurrent use.
+type Server struct {
+	cfg ServerConfig
+	log zerolog.Logger
+
+	mu     sync.Mutex
+	lis    net.Listener
+	ours   fs.FileInfo // the socket file Listen created
+	closed bool
+}
+
+// NewServer returns a Server for cfg. It does nothing yet.
+func NewServer(cfg ServerConfig) *Server {
+	return &Server{cfg: cfg, log: cfg.Logger} // a zero Logger discards
 }
 
 // Handler is the HTTP API, without the socket.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/devices", s.devices)
-	mux.HandleFunc("GET /v1/allocations", s.allocations)
-	mux.HandleFunc("GET /v1/events", s.events)
+	mux.HandleFunc("GET /v1/snapshot", s.snapshot)
 	mux.HandleFunc("PUT /v1/devices/{id}/health", s.setHealth)
 	return mux
 }
 
-// Run listens on the socket (replacing a stale socket, refusing any other
-// file), restricts it to its owner (0600), serves until ctx ends, and
-// removes the socket.
-func (s *Server) Run(ctx context.Context) error {
-	if fi, err := os.Lstat(s.socket); err == nil {
-		if fi.Mode().Type() != fs.ModeSocket {
-			return fmt.Errorf("admin socket %s: exists and is not a unix socket", s.socket)
-		}
-		if err := os.Remove(s.socket); err != nil {
-			return fmt.Errorf("admin socket: remove stale %s: %w", s.socket, err)
-		}
+// Listen claims the socket path with plugin.ClaimSocket — a stale socket
+// is replaced; a socket on which any process answers (another plugin, the
+// kubelet, any program) is left alone and is an error wrapping
+// plugin.ErrSocketInUse; any other file is an error wrapping
+// plugin.ErrNotSocket — then listens and restricts the socket to its owner
+// (0600). Calling it again is a no-op. After Listen the caller must Run or
+// Close.
+func (s *Server) Listen() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		return fmt.Errorf("admin API on %s: %w", s.cfg.Socket, net.ErrClosed)
+	case s.lis != nil:
+		return nil
+	case s.cfg.Socket == "":
+		return errors.New("admin API: no socket path")
 	}
-	lis, err := net.Listen("unix", s.socket)
+	if err := plugin.ClaimSocket(s.cfg.Socket, s.cfg.ProbeTimeout); err != nil {
+		return fmt.Errorf("admin API: %w", err)
+	}
+	lis, err := net.Listen("unix", s.cfg.Socket)
 	if err != nil {
-		return fmt.Errorf("admin socket: %w", err)
+		return fmt.Errorf("admin API: %w", err)
 	}
-	if err := os.Chmod(s.socket, 0o600); err != nil {
-		lis.Close()
-		return fmt.Errorf("admin socket: %w", err)
+	// Close must not unlink the path blindly: by then it may be another
+	// process's socket. Close removes it only if it is still ours.
+	lis.(*net.UnixListener).SetUnlinkOnClose(false)
+	fi, err := os.Lstat(s.cfg.Socket)
+	if err == nil {
+		err = os.Chmod(s.cfg.Socket, 0o600)
 	}
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	if err != nil {
+		_ = lis.Close()
+		_ = os.Remove(s.cfg.Socket) // just created by this process
+		return fmt.Errorf("admin API: socket %s: %w", s.cfg.Socket, err)
+	}
+	s.lis, s.ours = lis, fi
+	return nil
+}
+
+// Run listens (if Listen was not called), serves until ctx ends or Close
+// is called, and then closes: it removes the socket only if the file at
+// the path is still the one it created.
+func (s *Server) Run(ctx context.Context) error {
+	if err := s.Listen(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	lis := s.lis
+	s.mu.Unlock()
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lis) }()
-	s.log.Info().Str("socket", s.socket).Msg("admin API listening")
+	s.log.Info().Str("socket", s.cfg.Socket).Msg("admin API listening")
 	select {
 	case err := <-errc:
-		return fmt.Errorf("admin socket %s: %w", s.socket, err)
+		s.mu.Lock()
+		closed := s.closed
+		s.mu.Unlock()
+		if closed {
+			return nil
+		}
+		if cerr := s.Close(); cerr != nil {
+			return fmt.Errorf("admin API on %s: %w; %w", s.cfg.Socket, err, cerr)
+		}
+		return fmt.Errorf("admin API on %s: %w", s.cfg.Socket, err)
 	case <-ctx.Done():
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_ = srv.Shutdown(sctx) // closes the listener, which removes the socket
+	_ = srv.Shutdown(sctx) // a request still running after 1 s is cut off
 	<-errc
+	return s.Close()
+}
+
+// Close stops listening and removes the socket if the file at its path is
+// still the one Listen created. It is safe to call more than once and
+// while Run serves (Run then returns nil).
+func (s *Server) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if s.lis == nil {
+		return nil
+	}
+	_ = s.lis.Close() // already closed when Run shut the server down
+	cur, err := os.Lstat(s.cfg.Socket)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("admin API: socket %s: %w", s.cfg.Socket, err)
+	case !os.SameFile(s.ours, cur):
+		return nil // replaced by someone else meanwhile: theirs now
+	}
+	if err := os.Remove(s.cfg.Socket); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("admin API: remove socket: %w", err)
+	}
 	return nil
 }
 
-func (s *Server) devices(w http.ResponseWriter, _ *http.Request) {
-	devs, err := s.source.Devices()
-	reply(w, devs, err)
+// reported maps device ids to the NUMA node the kubelet was told; nil when
+// unknown.
+func (s *Server) reported() map[string]int {
+	if s.cfg.Reported == nil {
+		return nil
+	}
+	devs := s.cfg.Reported()
+	m := make(map[string]int, len(devs))
+	for _, d := range devs {
+		m[d.ID] = d.NUMA
+	}
+	return m
 }
 
-func (s *Server) allocations(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	var f store.AllocationFilter
-	var err error
-	f.DeviceID = q.Get("device")
-	if f.Since, err = parseSince(q.Get("since")); err == nil {
-		if f.Limit, err = parseLimit(q.Get("limit")); err == nil {
-			f.Active, err = parseBool("active", q.Get("active"))
-		}
-	}
+func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) {
+	q, err := parseQuery(r.URL.Query())
 	if err != nil {
 		fail(w, http.StatusBadRequest, err)
 		return
 	}
-	allocs, err := s.source.Allocations(f)
-	reply(w, allocs, err)
-}
-
-func (s *Server) events(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	var f store.EventFilter
-	var err error
-	f.DeviceID = q.Get("device")
-	if f.Since, err = parseSince(q.Get("since")); err == nil {
-		f.Limit, err = parseLimit(q.Get("limit"))
-	}
-	if err != nil {
-		fail(w, http.StatusBadRequest, err)
+	snap, err := Read(s.cfg.Source, q, s.reported())
+	switch {
+	case errors.Is(err, store.ErrUnknownDevice):
+		fail(w, http.StatusNotFound, err)
+		return
+	case err != nil:
+		fail(w, http.StatusInternalServerError, err)
 		return
 	}
-	events, err := s.source.HealthEvents(f)
-	reply(w, events, err)
+	snap.Source = SourceInfo{Type: SourcePlugin, Path: s.cfg.Socket}
+	reply(w, snap)
 }
 
 func (s *Server) setHealth(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	var req healthRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		fail(w, http.StatusBadRequest, fmt.Errorf("health request: %w", err))
+	req, err := decodeHealthRequest(w, r)
+	if err != nil {
+		fail(w, http.StatusBadRequest, err)
 		return
 	}
-	if req.Healthy == nil {
-		fail(w, http.StatusBadRequest, errors.New(`health request: "healthy" is required`))
-		return
-	}
-	if err := s.health(id, *req.Healthy, req.Reason); err != nil {
-		if errors.Is(err, store.ErrUnknownDevice) {
-			fail(w, http.StatusNotFound, fmt.Errorf("unknown device %q", id))
-			return
-		}
-		s.log.Error().Err(err).Str("device", id).Msg("admin health change failed")
-		fail(w, http.StatusInternalServerError, err)
-		return
-	}
-	devs, err := s.source.Devices()
+	devs, err := s.cfg.Source.Devices()
 	if err != nil {
 		fail(w, http.StatusInternalServerError, err)
 		return
 	}
-	for _, d := range devs {
-		if d.ID == id {
-			reply(w, d, nil)
+	i := slices.IndexFunc(devs, func(d store.Device) bool { return d.ID == id })
+	switch {
+	case i < 0:
+		fail(w, http.StatusNotFound, unknownDevice(id, deviceIDs(devs, false)))
+		return
+	case devs[i].Removed:
+		fail(w, http.StatusNotFound, fmt.Errorf("%w %q: removed from the configuration (devices: %s)",
+			store.ErrUnknownDevice, Clip(id), ShortList(deviceIDs(devs, false))))
+		return
+	}
+	if err := s.cfg.Health(id, *req.Healthy, req.Reason); err != nil {
+		if errors.Is(err, store.ErrUnknownDevice) {
+			fail(w, http.StatusNotFound, unknownDevice(id, deviceIDs(devs, false)))
 			return
 		}
+		fail(w, http.StatusInternalServerError, err)
+		return
 	}
-	fail(w, http.StatusNotFound, fmt.Errorf("unknown device %q", id))
+	// The change is made: from here on the answer is a success.
+	reported := s.reported()
+	snap := Snapshot{APIVersion: APIVersion, Kind: KindSnapshot, Source: SourceInfo{Type: SourcePlugin, Path: s.cfg.Socket}}
+	full, err := Read(s.cfg.Source, Query{DevicesOnly: true}, reported)
+	if j := slices.IndexFunc(full.Devices, func(d Device) bool { return d.ID == id }); err == nil && j >= 0 {
+		snap.Devices = []Device{full.Devices[j]}
+	} else {
+		s.log.Warn().Err(err).Str("device", id).Msg("health changed, but reading the device back failed; answering with what is known")
+		d := deviceOf(devs[i], nil, reported)
+		d.Healthy, d.Reason, d.Since = *req.Healthy, req.Reason, time.Time{}
+		snap.Devices = []Device{d}
+	}
+	reply(w, snap)
+}
+
+// maxBody bounds a request body.
+const maxBody = 64 << 10
+
+// decodeHealthRequest reads exactly one JSON object with known fields.
+func decodeHealthRequest(w http.ResponseWriter, r *http.Request) (healthRequest, error) {
+	var req healthRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return req, fmt.Errorf("health request: %w", err)
+	}
+	if err := dec.Decode(new(json.RawMessage)); !errors.Is(err, io.EOF) {
+		return req, errors.New("health request: unexpected data after the JSON object")
+	}
+	switch {
+	case req.Healthy == nil:
+		return req, errors.New(`health request: "healthy" is required`)
+	case *req.Healthy && req.Reason != "":
+		return req, errors.New(`health request: "reason" is only for "healthy": false`)
+	}
+	return req, nil
+}
+
+// queryParams are the parameters GET /v1/snapshot takes.
+var queryParams = []string{"device", "since", "limit", "active", "devicesOnly"}
+
+func parseQuery(v url.Values) (Query, error) {
+	var q Query
+	for k := range v {
+		if !slices.Contains(queryParams, k) {
+			return q, fmt.Errorf("unknown parameter %q (parameters: %s)", Clip(k), ShortList(queryParams))
+		}
+	}
+	var err error
+	q.DeviceID = v.Get("device")
+	if q.Since, err = parseSince(v.Get("since")); err != nil {
+		return q, err
+	}
+	if q.Limit, err = parseLimit(v.Get("limit")); err != nil {
+		return q, err
+	}
+	if q.Active, err = parseBool("active", v.Get("active")); err != nil {
+		return q, err
+	}
+	q.DevicesOnly, err = parseBool("devicesOnly", v.Get("devicesOnly"))
+	return q, err
 }
 
 func parseSince(v string) (time.Time, error) {
@@ -159,7 +307,7 @@ func parseSince(v string) (time.Time, error) {
 	}
 	t, err := time.Parse(time.RFC3339Nano, v)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("since %q: want an RFC 3339 time", v)
+		return time.Time{}, fmt.Errorf("since %q: want an RFC 3339 time", Clip(v))
 	}
 	return t, nil
 }
@@ -170,7 +318,7 @@ func parseLimit(v string) (int, error) {
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 {
-		return 0, fmt.Errorf("limit %q: want a non-negative integer", v)
+		return 0, fmt.Errorf("limit %q: want a non-negative integer", Clip(v))
 	}
 	return n, nil
 }
@@ -181,18 +329,14 @@ func parseBool(name, v string) (bool, error) {
 	}
 	b, err := strconv.ParseBool(v)
 	if err != nil {
-		return false, fmt.Errorf("%s %q: want true or false", name, v)
+		return false, fmt.Errorf("%s %q: want true or false", name, Clip(v))
 	}
 	return b, nil
 }
 
-func reply(w http.ResponseWriter, v any, err error) {
-	if err != nil {
-		fail(w, http.StatusInternalServerError, err)
-		return
-	}
+func reply(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(v) // the client sees a short body
+	_ = json.NewEncoder(w).Encode(v) // a failed write: the client sees a short body
 }
 
 func fail(w http.ResponseWriter, code int, err error) {

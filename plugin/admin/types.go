@@ -1,0 +1,291 @@
+package admin
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/unicore/virtual-gpu-device-plugin/store"
+)
+
+// APIVersion and Kind identify a Snapshot document, Kubernetes style.
+const (
+	APIVersion   = "virtual-gpu.unicore.mcyou.cc/v1"
+	KindSnapshot = "Snapshot"
+)
+
+// Where a Snapshot was read: SourceInfo.Type.
+const (
+	// SourcePlugin is the running plugin, over its admin socket.
+	SourcePlugin = "plugin"
+	// SourceFile is the state file, opened read-only while no plugin runs.
+	SourceFile = "file"
+)
+
+// Snapshot is the one document of the admin API and of `dump -o json|yaml`
+// and `health list|set -o json|yaml`: the devices, and (for dump) the
+// history and the damaged records. Its JSON form (camelCase keys, RFC 3339
+// times) is stable: fields are only ever added. Devices are in index order;
+// allocations and health events newest first.
+type Snapshot struct {
+	// APIVersion is always APIVersion.
+	APIVersion string `json:"apiVersion"`
+	// Kind is always KindSnapshot.
+	Kind string `json:"kind"`
+	// Source says where the snapshot was read.
+	Source SourceInfo `json:"source"`
+	// Devices are every stored device, removed ones flagged.
+	Devices []Device `json:"devices"`
+	// Allocations are the allocation records the query selected; absent in
+	// a devices-only snapshot (health list, health set).
+	Allocations []Allocation `json:"allocations,omitzero"`
+	// HealthEvents are the health events the query selected; absent in a
+	// devices-only snapshot.
+	HealthEvents []HealthEvent `json:"healthEvents,omitzero"`
+	// DamagedRecords are records of the state file the store could not read
+	// and set aside; absent in a devices-only snapshot, empty when none.
+	DamagedRecords []DamagedRecord `json:"damagedRecords,omitzero"`
+}
+
+// SourceInfo says where a Snapshot was read.
+type SourceInfo struct {
+	// Type is SourcePlugin or SourceFile.
+	Type string `json:"type"`
+	// Path is the admin socket (plugin) or the state file (file).
+	Path string `json:"path"`
+}
+
+// Device is one device of a Snapshot.
+type Device struct {
+	// ID is the device id the kubelet sees, e.g. "fake-0".
+	ID string `json:"id"`
+	// Index is the device's position in the topology.
+	Index int `json:"index"`
+	// NUMANode is the topology's NUMA node of the device; -1 none.
+	NUMANode int `json:"numaNode"`
+	// ReportedNUMANode is the NUMA node the kubelet was told in
+	// ListAndWatch; -1 none (-numa-report=never, or auto on a host without
+	// that node). Nil (absent) when unknown: the snapshot was read from the
+	// state file while no plugin runs, or the device is removed.
+	ReportedNUMANode *int `json:"reportedNUMANode,omitempty"`
+	// Healthy is the device's health.
+	Healthy bool `json:"healthy"`
+	// Reason says why the device is unhealthy; empty when healthy.
+	Reason string `json:"reason,omitempty"`
+	// Since is when Healthy or Reason last changed; zero (absent) only when
+	// unknown.
+	Since time.Time `json:"since,omitzero"`
+	// Removed devices are no longer configured; their history is kept.
+	Removed bool `json:"removed,omitempty"`
+	// RemovedAt is when the device was removed; zero (absent) unless
+	// Removed.
+	RemovedAt time.Time `json:"removedAt,omitzero"`
+	// Holder is the newest active allocation of the device; nil (absent)
+	// when the device is free.
+	Holder *Holder `json:"holder,omitempty"`
+}
+
+// Holder is the allocation that holds a device.
+type Holder struct {
+	// Seq is the allocation record's sequence number.
+	Seq uint64 `json:"seq"`
+	// State is "allocated" or "held".
+	State string `json:"state"`
+	// Namespace, Pod and Container name the holder once the lifecycle
+	// tracker has seen it (state "held"); empty before.
+	Namespace string `json:"namespace,omitempty"`
+	Pod       string `json:"pod,omitempty"`
+	Container string `json:"container,omitempty"`
+}
+
+// Allocation is one answer given to the kubelet's Allocate, with what was
+// later learned about who held the devices.
+type Allocation struct {
+	// Seq numbers the records: increasing, never reused.
+	Seq uint64 `json:"seq"`
+	// Time is when Allocate answered.
+	Time time.Time `json:"time"`
+	// DeviceIDs are the allocated devices, in device order.
+	DeviceIDs []string `json:"deviceIDs"`
+	// Envs is the environment handed to the container.
+	Envs map[string]string `json:"envs,omitempty"`
+	// Annotations are the annotations handed to the runtime.
+	Annotations map[string]string `json:"annotations,omitempty"`
+	// State is allocated, held, released or abandoned.
+	State string `json:"state"`
+	// Namespace, Pod and Container name the holder, once known.
+	Namespace string `json:"namespace,omitempty"`
+	Pod       string `json:"pod,omitempty"`
+	Container string `json:"container,omitempty"`
+	// HeldSince is when a container was first seen using the devices.
+	HeldSince time.Time `json:"heldSince,omitzero"`
+	// ReleasedAt is when the devices were seen released, or the record
+	// abandoned.
+	ReleasedAt time.Time `json:"releasedAt,omitzero"`
+}
+
+// HealthEvent is one recorded health change.
+type HealthEvent struct {
+	// Seq numbers the events: increasing, never reused.
+	Seq uint64 `json:"seq"`
+	// Time is when the health changed.
+	Time time.Time `json:"time"`
+	// DeviceID is the device whose health changed.
+	DeviceID string `json:"deviceID"`
+	// Healthy is the new health.
+	Healthy bool `json:"healthy"`
+	// Reason says why, when unhealthy.
+	Reason string `json:"reason,omitempty"`
+	// Cause says who changed it: admin, fault-injection, reconcile, ….
+	Cause string `json:"cause,omitempty"`
+}
+
+// DamagedRecord is a record of the state file that could not be read and
+// was set aside (quarantined) rather than dropped.
+type DamagedRecord struct {
+	// Bucket is the bbolt bucket the record was in.
+	Bucket string `json:"bucket"`
+	// Key is the record's key, printable (as the store renders it).
+	Key string `json:"key"`
+	// Reason says what was wrong with it.
+	Reason string `json:"reason"`
+}
+
+// Query selects what a Snapshot holds. The zero value selects every
+// device, every record and every event.
+type Query struct {
+	// DeviceID selects the history of one device; "" all. The device list
+	// is never filtered.
+	DeviceID string
+	// Since selects history at or after this time; zero all.
+	Since time.Time
+	// Limit keeps the newest Limit records of each kind; 0 all.
+	Limit int
+	// Active selects only allocations that still hold their devices.
+	Active bool
+	// DevicesOnly leaves out the history and the damaged records.
+	DevicesOnly bool
+}
+
+// Read builds a Snapshot from src: the devices with their holders and the
+// history q selects. reported maps device ids to the NUMA node the kubelet
+// was told (negative: none); nil means unknown. Source is left for the
+// caller. An unknown q.DeviceID is an error wrapping store.ErrUnknownDevice
+// that lists the known ids.
+func Read(src Source, q Query, reported map[string]int) (Snapshot, error) {
+	snap := Snapshot{APIVersion: APIVersion, Kind: KindSnapshot}
+	devs, err := src.Devices()
+	if err != nil {
+		return snap, err
+	}
+	if q.DeviceID != "" && !slices.ContainsFunc(devs, func(d store.Device) bool { return d.ID == q.DeviceID }) {
+		return snap, unknownDevice(q.DeviceID, deviceIDs(devs, true))
+	}
+	active, err := src.Allocations(store.AllocationFilter{Active: true})
+	if err != nil {
+		return snap, err
+	}
+	snap.Devices = make([]Device, len(devs))
+	for i, d := range devs {
+		snap.Devices[i] = deviceOf(d, active, reported)
+	}
+	if q.DevicesOnly {
+		return snap, nil
+	}
+	allocs, err := src.Allocations(store.AllocationFilter{DeviceID: q.DeviceID, Since: q.Since, Limit: q.Limit, Active: q.Active})
+	if err != nil {
+		return snap, err
+	}
+	events, err := src.HealthEvents(store.EventFilter{DeviceID: q.DeviceID, Since: q.Since, Limit: q.Limit})
+	if err != nil {
+		return snap, err
+	}
+	damaged, err := src.DamagedRecords()
+	if err != nil {
+		return snap, err
+	}
+	snap.Allocations = make([]Allocation, len(allocs))
+	for i, a := range allocs {
+		snap.Allocations[i] = allocationOf(a)
+	}
+	snap.HealthEvents = make([]HealthEvent, len(events))
+	for i, e := range events {
+		snap.HealthEvents[i] = HealthEvent{Seq: e.Seq, Time: e.Time, DeviceID: e.DeviceID, Healthy: e.Healthy, Reason: e.Reason, Cause: e.Cause}
+	}
+	snap.DamagedRecords = append([]DamagedRecord{}, damaged...)
+	return snap, nil
+}
+
+// deviceOf converts a stored device, with its newest active allocation
+// (active is newest first) and its reported NUMA node.
+func deviceOf(d store.Device, active []store.Allocation, reported map[string]int) Device {
+	out := Device{ID: d.ID, Index: d.Index, NUMANode: max(d.NUMA, -1), Healthy: d.Healthy, Reason: d.Reason,
+		Since: d.Since, Removed: d.Removed, RemovedAt: d.RemovedAt}
+	if n, ok := reported[d.ID]; ok && !d.Removed {
+		n = max(n, -1)
+		out.ReportedNUMANode = &n
+	}
+	for _, a := range active {
+		if slices.Contains(a.DeviceIDs, d.ID) {
+			out.Holder = &Holder{Seq: a.Seq, State: a.State, Namespace: a.Namespace, Pod: a.Pod, Container: a.Container}
+			break
+		}
+	}
+	return out
+}
+
+func allocationOf(a store.Allocation) Allocation {
+	return Allocation{Seq: a.Seq, Time: a.Time, DeviceIDs: a.DeviceIDs, Envs: a.Envs, Annotations: a.Annotations,
+		State: a.State, Namespace: a.Namespace, Pod: a.Pod, Container: a.Container, HeldSince: a.HeldSince, ReleasedAt: a.ReleasedAt}
+}
+
+// deviceIDs lists the ids of devs, removed ones only if withRemoved.
+func deviceIDs(devs []store.Device, withRemoved bool) []string {
+	ids := make([]string, 0, len(devs))
+	for _, d := range devs {
+		if withRemoved || !d.Removed {
+			ids = append(ids, d.ID)
+		}
+	}
+	return ids
+}
+
+// MaxEchoBytes bounds a value (a device id, a query parameter) echoed back
+// in an error message; Clip shortens longer ones.
+const MaxEchoBytes = 64
+
+// Clip returns s cut to at most MaxEchoBytes bytes, at a character
+// boundary, with "…" appended when it was cut.
+func Clip(s string) string {
+	if len(s) <= MaxEchoBytes {
+		return s
+	}
+	cut := MaxEchoBytes
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// maxListedIDs bounds the ids ShortList names.
+const maxListedIDs = 8
+
+// ShortList joins ids with ", "; a list longer than 8 names its first 8
+// and how many more there are.
+func ShortList(ids []string) string {
+	if len(ids) == 0 {
+		return "none"
+	}
+	if len(ids) <= maxListedIDs {
+		return strings.Join(ids, ", ")
+	}
+	return fmt.Sprintf("%s, … and %d more", strings.Join(ids[:maxListedIDs], ", "), len(ids)-maxListedIDs)
+}
+
+// unknownDevice is the error for an id that names no device: it wraps
+// store.ErrUnknownDevice and lists the valid ids.
+func unknownDevice(id string, valid []string) error {
+	return fmt.Errorf("%w %q (devices: %s)", store.ErrUnknownDevice, Clip(id), ShortList(valid))
+}
