@@ -18,7 +18,9 @@ func TestBinary_Lifecycle_AllocateStartsFastPolling(t *testing.T) {
 	p.logs.waitLine(t, "lifecycle tracking is on") // the first poll is done; the next slow one is an hour away
 	allocate(t, reg, "fake-0")
 	pr.SetPod("default", "short", "unicore.mcyou.cc/gpu", plugintest.Container{Name: "c", IDs: []string{"fake-0"}})
-	doc := n.waitDump(t, "held", func(d admin.Snapshot) bool { return len(d.Allocations) == 1 && d.Allocations[0].State == store.StateHeld })
+	doc := n.waitDump(t, "held", func(d admin.Snapshot) bool {
+		return len(d.Allocations) == 1 && d.Allocations[0].State == store.StateHeld
+	})
 	if a := doc.Allocations[0]; a.Pod != "short" {
 		t.Errorf("held record = %+v", a)
 	}
