@@ -12,8 +12,11 @@ import (
 )
 
 // DefaultSocketProbeTimeout is how long ClaimSocket waits for a process to
-// answer on an existing socket before it takes the socket for stale.
-const DefaultSocketProbeTimeout = time.Second
+// answer on an existing socket before it takes the socket for stale. A live
+// process answers within milliseconds; the margin is for loaded nodes,
+// where taking a live socket for stale would delete it. Only a socket whose
+// owner is stopped costs the whole wait.
+const DefaultSocketProbeTimeout = 3 * time.Second
 
 // probeRequest is what ClaimSocket sends on an existing socket: a complete
 // HTTP/1.1 request, which the admin API answers and any HTTP server answers.
