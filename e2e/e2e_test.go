@@ -54,7 +54,7 @@ func testMain(m *testing.M) int {
 		return m.Run()
 	}
 	if d := testDeadline(); d > 0 && d < 20*time.Minute {
-		fmt.Fprintf(os.Stderr, "e2e: note: -timeout %s; a first run builds the kubelet and kube-apiserver (several minutes): use -timeout 30m\n", d)
+		fmt.Fprintf(os.Stderr, "e2e: note: -timeout %s; a first run builds the Kubernetes binaries (several minutes): use -timeout 30m\n", d)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
