@@ -174,8 +174,10 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}()
 	// Under the registry's lock: no other cluster of this cache dir runs, so a rule left by an
 	// interrupted run is stale.
-	if err := removeServiceProxy(); err != nil {
+	if removed, err := removeServiceProxy(); err != nil {
 		return c, err
+	} else if removed {
+		log.Logf("removed the iptables chain %s of an earlier run", serviceChain)
 	}
 	log.Logf("starting cluster in %s (kubernetes %s, %d node(s))", dir, bins.Version, len(c.Nodes))
 	if err := os.MkdirAll(c.LogDir, 0o755); err != nil {
@@ -524,7 +526,7 @@ func (c *Cluster) Stop() {
 		}
 	}
 	if c.serviceProxy {
-		if err := removeServiceProxy(); err != nil {
+		if _, err := removeServiceProxy(); err != nil {
 			c.log.Logf("%v", err)
 		}
 	}

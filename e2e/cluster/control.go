@@ -117,18 +117,19 @@ func (c *Cluster) startServiceProxy(ctx context.Context) error {
 	})
 }
 
-// removeServiceProxy removes the harness's nat chain and the OUTPUT rule jumping to it, if present.
-func removeServiceProxy() error {
+// removeServiceProxy removes the harness's nat chain and the OUTPUT rule jumping to it, if present,
+// and reports whether it was.
+func removeServiceProxy() (bool, error) {
 	if _, err := exec.LookPath("iptables"); err != nil {
-		return fmt.Errorf("iptables (Debian package iptables): %w", err)
+		return false, fmt.Errorf("iptables (Debian package iptables): %w", err)
 	}
 	// Listing a missing chain fails with a misleading message under iptables-nft: list the table.
 	out, err := iptables("-S")
 	if err != nil {
-		return fmt.Errorf("list the nat table: %w", err)
+		return false, fmt.Errorf("list the nat table: %w", err)
 	}
 	if !slices.Contains(strings.Split(out, "\n"), "-N "+serviceChain) {
-		return nil
+		return false, nil
 	}
 	// -D removes one rule per call; a rule added twice (it never is) would need a second call.
 	for range 10 {
@@ -143,9 +144,9 @@ func removeServiceProxy() error {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("remove the DNAT rule of the kubernetes Service: %w", err)
+		return true, fmt.Errorf("remove the DNAT rule of the kubernetes Service: %w", err)
 	}
-	return nil
+	return true, nil
 }
 
 // iptables runs `iptables -w -t nat args...` and returns its output.
