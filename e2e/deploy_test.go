@@ -34,11 +34,12 @@ const metricsPort = 9400
 // that keeps the state file (history and the running pod's record), as does a plugin pod deleted and
 // gone (dump reads the file on the host side of the hostPath).
 //
-// Differences from a DaemonSet on a real node, all forced by this cluster: there is no scheduler or
-// DaemonSet controller, so the test creates the template's pod itself with spec.nodeName; there is no
-// CNI, so the pod uses hostNetwork (the probes reach :9400 on the node's address); the hostPaths resolve
-// in the kubelet's and containerd's mount namespace, where /var/lib/kubelet/device-plugins,
-// /var/lib/kubelet/pod-resources and /var/lib/virtual-gpu are bind mounts of the cluster's temp dirs.
+// Differences from a DaemonSet on a real node: the test creates the template's pod itself, bound to the
+// first node with spec.nodeName (the cluster has a DaemonSet controller and a scheduler, but this test
+// is about the pod template on one node; TestInClusterAPI runs a real DaemonSet); there is no CNI, so
+// the pod uses hostNetwork (the probes reach :9400 on the node's address); the hostPaths resolve in the
+// node's kubelet's and containerd's mount namespace, where /var/lib/kubelet/device-plugins,
+// /var/lib/kubelet/pod-resources and /var/lib/virtual-gpu are bind mounts of the node's temp dirs.
 func TestDaemonSetPod(t *testing.T) {
 	c := needCluster(t)
 	if pluginErr != nil {

@@ -22,6 +22,11 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/e2e/cluster"
 )
 
+// suiteNodes is the number of nodes of the suite's cluster. Single-node scenarios use the first
+// (c.Node, whose methods the cluster promotes) and bind their pods to it; the others see a second
+// kubelet idle beside it.
+const suiteNodes = 2
+
 // The suite shares one cluster, started in TestMain; each test starts its own plugin process.
 var (
 	testCluster *cluster.Cluster
@@ -49,7 +54,7 @@ func testMain(m *testing.M) int {
 		return m.Run()
 	}
 	if d := testDeadline(); d > 0 && d < 20*time.Minute {
-		fmt.Fprintf(os.Stderr, "e2e: note: -timeout %s; a first run builds the kubelet and kube-apiserver (several minutes): use -timeout 30m\n", d)
+		fmt.Fprintf(os.Stderr, "e2e: note: -timeout %s; a first run builds the Kubernetes binaries (several minutes): use -timeout 30m\n", d)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -69,7 +74,7 @@ func testMain(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "e2e: %v\n", pluginErr)
 	}
 	start := time.Now()
-	testCluster, err = cluster.Start(ctx, cluster.Options{ModuleDir: moduleDir})
+	testCluster, err = cluster.Start(ctx, cluster.Options{ModuleDir: moduleDir, Nodes: make([]cluster.NodeOptions, suiteNodes)})
 	if errors.Is(err, cluster.ErrUnsupported) {
 		skipReason = err.Error()
 		return m.Run()
@@ -132,12 +137,18 @@ func startPlugin(t *testing.T, c *cluster.Cluster, opts cluster.PluginOptions) *
 // startPluginN is startPlugin for a plugin that advertises n devices.
 func startPluginN(t *testing.T, c *cluster.Cluster, opts cluster.PluginOptions, n int64) *cluster.Plugin {
 	t.Helper()
+	return startNodePlugin(t, c, c.Node, opts, n)
+}
+
+// startNodePlugin is startPluginN for the plugin of a given node.
+func startNodePlugin(t *testing.T, c *cluster.Cluster, node *cluster.Node, opts cluster.PluginOptions, n int64) *cluster.Plugin {
+	t.Helper()
 	if pluginErr != nil {
 		t.Fatalf("plugin binary: %v", pluginErr)
 	}
 	opts.Binary = pluginBin
 	start := time.Now()
-	p, err := c.StartPlugin(t.Context(), opts)
+	p, err := node.StartPlugin(t.Context(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,10 +156,12 @@ func startPluginN(t *testing.T, c *cluster.Cluster, opts cluster.PluginOptions, 
 	if _, err := c.WaitPluginReady(t.Context(), p, 30*time.Second, n); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("timing: plugin start -> node allocatable %d: %s", n, time.Since(start).Round(time.Millisecond))
+	t.Logf("timing: plugin start -> node %s allocatable %d: %s", node.Name, n, time.Since(start).Round(time.Millisecond))
 	return p
 }
 
+// stopPlugin stops p with SIGTERM (it must exit 0) unless it already exited, and waits until its
+// node's allocatable is 0.
 func stopPlugin(t *testing.T, c *cluster.Cluster, p *cluster.Plugin) {
 	t.Helper()
 	if p.Exited() {
@@ -159,7 +172,7 @@ func stopPlugin(t *testing.T, c *cluster.Cluster, p *cluster.Plugin) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := c.WaitNodeAllocatable(ctx, 20*time.Second, 0); err != nil {
+	if _, err := p.Node.WaitNodeAllocatable(ctx, 20*time.Second, 0); err != nil {
 		t.Errorf("after the plugin stopped: %v", err)
 	}
 }
@@ -202,14 +215,19 @@ func createPod(t *testing.T, c *cluster.Cluster, pod *corev1.Pod) *corev1.Pod {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
-		defer cancel()
-		if err := c.DeletePod(ctx, 40*time.Second, created.Namespace, created.Name); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
+	t.Cleanup(func() { deletePodAtCleanup(t, c, created) })
 	return created
+}
+
+// deletePodAtCleanup deletes pod and waits until it is gone, with a context of its own (the test's is
+// cancelled at cleanup).
+func deletePodAtCleanup(t *testing.T, c *cluster.Cluster, pod *corev1.Pod) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	if err := c.DeletePod(ctx, 40*time.Second, pod.Namespace, pod.Name); err != nil {
+		t.Errorf("cleanup: %v", err)
+	}
 }
 
 // Lines of the kubelet's log (v1.36, -v=2): the device manager got a Register call, and got a device
@@ -229,8 +247,8 @@ func gpuPod(name string, n int64) *corev1.Pod {
 var validID = regexp.MustCompile(`^fake-(0|[1-9][0-9]*)$`)
 
 // podDevices returns a running pod's device ids twice: as printed by the container (from the env the
-// plugin injected) and as reported by the kubelet's PodResources API; it checks they are the same n
-// distinct valid ids and returns them sorted.
+// plugin injected) and as reported by the PodResources API of the kubelet of the pod's node; it checks
+// they are the same n distinct valid ids and returns them sorted.
 func podDevices(t *testing.T, c *cluster.Cluster, pod *corev1.Pod, n int) []string {
 	t.Helper()
 	ctr := pod.Spec.Containers[0].Name
@@ -251,7 +269,11 @@ func podDevices(t *testing.T, c *cluster.Cluster, pod *corev1.Pod, n int) []stri
 			t.Errorf("pod %s: invalid device id %q in %v", pod.Name, id, fromEnv)
 		}
 	}
-	fromKubelet, err := c.ContainerDeviceIDs(t.Context(), pod.Namespace, pod.Name, ctr)
+	node := c.NodeNamed(pod.Spec.NodeName)
+	if node == nil {
+		t.Fatalf("pod %s: on node %q, not one of %v", pod.Name, pod.Spec.NodeName, c.NodeNames())
+	}
+	fromKubelet, err := node.ContainerDeviceIDs(t.Context(), pod.Namespace, pod.Name, ctr)
 	if err != nil {
 		t.Fatal(err)
 	}

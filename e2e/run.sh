@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs the end-to-end suite against a real one-node cluster (etcd, kube-apiserver, containerd + runc,
-# kubelet). Needs root on Linux, the Go module proxy and Debian apt.
+# Runs the end-to-end suite against a real two-node cluster (etcd, kube-apiserver, kube-scheduler,
+# kube-controller-manager; per node containerd + runc and a kubelet). Needs root on Linux, the Go module
+# proxy and Debian apt.
 #
 #   e2e/run.sh [go test flags...]      e.g. e2e/run.sh -run TestDemo
 #
@@ -11,9 +12,9 @@
 #                    (default /var/cache/virtual-gpu-e2e; survives between runs and fresh clones)
 #   VGPU_E2E_KEEP=1  keep the cluster's temp dir (all process logs) after the run
 #
-# The first run builds the kubelet and kube-apiserver from the Go module proxy (measured 13.3 min on
-# 2 cores with empty Go caches, 10-15 min expected);
-# later runs reuse them from the cache.
+# The first run builds the kubelet, kube-apiserver, kube-scheduler and kube-controller-manager from the
+# Go module proxy (measured 13.3 min on 2 cores with empty Go caches for the first two, 10-15 min
+# expected; the other two add about 1 min); later runs reuse them from the cache.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -22,7 +23,7 @@ if [[ $(id -u) -ne 0 ]]; then
 	exit 1
 fi
 
-# Install missing Debian packages and build (or reuse) the kubelet and kube-apiserver before the tests,
+# Install missing Debian packages and build (or reuse) the Kubernetes binaries before the tests,
 # so that go test's timeout covers the tests only.
 go run ./cmd/prepare
 

@@ -54,10 +54,12 @@ func CacheDir() string {
 // Binaries are the paths of the Kubernetes binaries the cluster runs.
 type Binaries struct {
 	// Version is the Kubernetes version they were built from, e.g. "v1.36.3".
-	Version    string
-	Kubelet    string
-	APIServer  string
-	BuildTaken time.Duration // zero when both came from the cache
+	Version           string
+	Kubelet           string
+	APIServer         string
+	Scheduler         string
+	ControllerManager string
+	BuildTaken        time.Duration // zero when all came from the cache
 }
 
 // ModuleDir returns the directory of the e2e Go module: the nearest directory at or above the working
@@ -91,9 +93,9 @@ func KubernetesVersion(moduleDir string) (string, error) {
 	return string(m[1]), nil
 }
 
-// EnsureKubeBinaries returns the kubelet and kube-apiserver of the version pinned in moduleDir's
-// go.mod, building them with the go command into <cacheDir>/bin/<version>-<go version>-<arch>/ when
-// they are not there yet. The build downloads modules from the Go module proxy (GOFLAGS=-mod=mod) and
+// EnsureKubeBinaries returns the kubelet, kube-apiserver, kube-scheduler and kube-controller-manager of
+// the version pinned in moduleDir's go.mod, building each one that is not there yet with the go command
+// into <cacheDir>/bin/<version>-<go version>-<arch>/. The build downloads modules from the Go module proxy (GOFLAGS=-mod=mod) and
 // stamps the version into the binaries.
 func EnsureKubeBinaries(ctx context.Context, moduleDir, cacheDir string, log Logger) (Binaries, error) {
 	version, err := KubernetesVersion(moduleDir)
@@ -106,9 +108,11 @@ func EnsureKubeBinaries(ctx context.Context, moduleDir, cacheDir string, log Log
 	}
 	binDir := filepath.Join(cacheDir, "bin", fmt.Sprintf("%s-%s-%s", version, strings.TrimSpace(string(goVersion)), runtime.GOARCH))
 	bins := Binaries{
-		Version:   version,
-		Kubelet:   filepath.Join(binDir, "kubelet"),
-		APIServer: filepath.Join(binDir, "kube-apiserver"),
+		Version:           version,
+		Kubelet:           filepath.Join(binDir, "kubelet"),
+		APIServer:         filepath.Join(binDir, "kube-apiserver"),
+		Scheduler:         filepath.Join(binDir, "kube-scheduler"),
+		ControllerManager: filepath.Join(binDir, "kube-controller-manager"),
 	}
 	if err := os.MkdirAll(binDir, 0o755); err != nil {
 		return Binaries{}, fmt.Errorf("create %s: %w", binDir, err)
@@ -127,6 +131,9 @@ func EnsureKubeBinaries(ctx context.Context, moduleDir, cacheDir string, log Log
 	for _, b := range []struct{ pkg, out string }{
 		{"k8s.io/kubernetes/cmd/kubelet", bins.Kubelet},
 		{"k8s.io/kubernetes/cmd/kube-apiserver", bins.APIServer},
+		// These two share most packages with the first two: they link in seconds to minutes after them.
+		{"k8s.io/kubernetes/cmd/kube-scheduler", bins.Scheduler},
+		{"k8s.io/kubernetes/cmd/kube-controller-manager", bins.ControllerManager},
 	} {
 		if fi, err := os.Stat(b.out); err == nil && fi.Mode().IsRegular() && fi.Size() > 0 {
 			continue
@@ -161,6 +168,7 @@ var HostPackages = map[string]string{
 	"busybox":    "busybox-static",
 	"unshare":    "util-linux",
 	"nsenter":    "util-linux",
+	"iptables":   "iptables",
 }
 
 // EnsureHostPackages installs the missing HostPackages with apt-get (one `apt-get update`, one
@@ -249,6 +257,20 @@ func ResolvePluginBinary(ctx context.Context, moduleDir, outDir, p string, log L
 	b, err := cmd.CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("build plugin: %w: %s", err, lastLines(string(b), 30))
+	}
+	return out, nil
+}
+
+// BuildStatic builds the package pkg of the e2e module (e.g. "./cmd/inclusterprobe") as a static
+// executable (CGO_ENABLED=0) into outDir and returns its path, for an image made with
+// Cluster.ImportBinaryImage.
+func BuildStatic(ctx context.Context, moduleDir, pkg, outDir string) (string, error) {
+	out := filepath.Join(outDir, filepath.Base(pkg))
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, pkg)
+	cmd.Dir = moduleDir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build %s: %w: %s", pkg, err, lastLines(string(b), 30))
 	}
 	return out, nil
 }

@@ -1,10 +1,10 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/pem"
@@ -14,7 +14,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -22,23 +21,21 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	criv1 "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// Options configure Start. The zero value is usable.
+// Options configure Start. The zero value is usable: a one-node cluster.
 type Options struct {
 	// CacheDir holds built binaries and the process registry. Default: CacheDir().
 	CacheDir string
 	// ModuleDir is the e2e module's directory. Default: ModuleDir().
 	ModuleDir string
-	// NodeName is the kubelet's node name. Default: "vgpu-e2e-node".
-	NodeName string
+	// Nodes are the cluster's nodes, one kubelet (with its own containerd and mount namespace) each.
+	// Default: one node named DefaultNodeName. make([]NodeOptions, n) gives n nodes with default names.
+	Nodes []NodeOptions
 	// Keep keeps the temporary directory after Stop. Default: $VGPU_E2E_KEEP == "1".
 	Keep bool
 	// SkipPackageInstall skips EnsureHostPackages.
@@ -47,61 +44,68 @@ type Options struct {
 	Log Logger
 }
 
-// Cluster is a running one-node cluster. Create it with Start and release it with Stop.
+// Cluster is a running cluster: etcd, a kube-apiserver, kube-scheduler and kube-controller-manager
+// shared by one or more nodes. Create it with Start and release it with Stop.
+//
+// The first node is embedded: its fields and methods are the single-node API of the cluster, so
+// c.DevicePluginDir, c.StartPlugin, c.CreatePod, c.RestartKubelet and c.WaitNodeAllocatable all mean
+// Nodes[0] (c.Dir, though, is the cluster's directory, not the node's).
 type Cluster struct {
+	*Node
+	// Nodes are the cluster's nodes, in the order of Options.Nodes.
+	Nodes []*Node
 	// Dir is the temporary directory holding all state, configs and logs.
 	Dir string
 	// LogDir holds one log file per started process.
 	LogDir string
-	// NodeName is the name of the kubelet's Node.
+	// NodeName is the first node's name.
 	NodeName string
-	// DevicePluginDir is bind-mounted on /var/lib/kubelet/device-plugins in the kubelet's mount
-	// namespace: device plugins outside that namespace put their sockets here.
-	DevicePluginDir string
-	// KubeletRootDir is the kubelet's --root-dir (the same path inside and outside the mount namespace).
-	KubeletRootDir string
-	// PodResourcesSocket is the kubelet's PodResources API socket, <KubeletRootDir>/pod-resources/
-	// kubelet.sock. Its directory is also bind-mounted on /var/lib/kubelet/pod-resources in the mount
-	// namespace, where a containerized plugin's hostPath finds it.
-	PodResourcesSocket string
-	// VirtualGPUDir is bind-mounted on /var/lib/virtual-gpu in the mount namespace: the host side of the
-	// DaemonSet's state hostPath.
-	VirtualGPUDir string
-	// Kubeconfig is a kubeconfig file for the API server (token auth, TLS verification off).
+	// Kubeconfig is a kubeconfig file for the API server (the admin token; the server verified with
+	// CAFile).
 	Kubeconfig string
+	// CAFile is the PEM file of the CA that signed the API server's serving certificate. Pods get the
+	// same CA as ca.crt in their service-account volume (the kube-root-ca.crt ConfigMap).
+	CAFile string
+	// ServiceHost and ServicePort are where in-cluster clients find the API server: the ClusterIP and
+	// port of the default kubernetes Service, which the kubelet puts into every container's
+	// KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT. The harness makes that address reach the API
+	// server with one DNAT rule (see startServiceProxy).
+	ServiceHost string
+	ServicePort int
 	// RESTConfig and Client talk to the API server.
 	RESTConfig *rest.Config
 	Client     kubernetes.Interface
 	// Binaries are the Kubernetes binaries in use.
 	Binaries Binaries
 
-	moduleDir      string
-	log            Logger
-	keep           bool
-	reg            *registry
-	token          string
-	containerdSock string
-	kubeletConfig  string
-	kubeletWorkDir string
-	kubeletCA      string // CA of the API server's client certificate for the kubelet
-	nodeIP         string
-	ports          struct{ etcdClient, etcdPeer, apiserver, kubelet, kubeletHealthz, containerdStream int }
+	moduleDir   string
+	log         Logger
+	keep        bool
+	reg         *registry
+	token       string
+	kubeletCA   string // CA of the API server's client certificate for the kubelets
+	saKey       string // the service-account signing key (API server and controller manager)
+	servingCert string
+	servingKey  string
+	hostIP      string
+	ports       struct{ etcdClient, etcdPeer, apiserver, scheduler, controllerManager int }
 
-	mu            sync.Mutex
-	holder        *Process // owns the private mount namespace
-	etcd          *Process
-	apiserver     *Process
-	containerd    *Process
-	kubelet       *Process
-	kubeletStarts int
-	plugins       []*Plugin
-	pluginStarts  int
-	stopped       bool
+	mu                sync.Mutex
+	etcd              *Process
+	apiserver         *Process
+	scheduler         *Process
+	controllerManager *Process
+	serviceProxy      bool // the DNAT rule is installed
+	plugins           []*Plugin
+	pluginStarts      int
+	stopped           bool
 }
 
 // Start brings up the cluster: it installs missing Debian packages, builds or reuses the Kubernetes
-// binaries, starts etcd, the API server, containerd and the kubelet, imports the local images and waits
-// for the Node to be Ready. On error everything started so far is stopped again.
+// binaries, starts etcd, the API server, the in-cluster route to it, kube-scheduler,
+// kube-controller-manager and every node (mount namespace, containerd, local images, kubelet), and
+// waits until every Node is Ready without the not-ready taint and the default ServiceAccounts and
+// kube-root-ca.crt ConfigMaps exist. On error everything started so far is stopped again.
 func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if runtime.GOOS != "linux" || os.Geteuid() != 0 {
 		return nil, ErrUnsupported
@@ -112,9 +116,6 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if opts.CacheDir == "" {
 		opts.CacheDir = CacheDir()
 	}
-	if opts.NodeName == "" {
-		opts.NodeName = "vgpu-e2e-node"
-	}
 	if !opts.Keep {
 		opts.Keep = os.Getenv(EnvKeep) == "1"
 	}
@@ -122,6 +123,10 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		if opts.ModuleDir, err = ModuleDir(); err != nil {
 			return nil, err
 		}
+	}
+	nodeOpts, err := defaultNodes(opts.Nodes)
+	if err != nil {
+		return nil, err
 	}
 	log := opts.Log
 	begin := time.Now()
@@ -145,23 +150,20 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		return nil, err
 	}
 	c = &Cluster{
-		Dir:                dir,
-		LogDir:             filepath.Join(dir, "logs"),
-		NodeName:           opts.NodeName,
-		DevicePluginDir:    filepath.Join(dir, "device-plugins"),
-		KubeletRootDir:     filepath.Join(dir, "kubelet"),
-		PodResourcesSocket: filepath.Join(dir, "kubelet", "pod-resources", "kubelet.sock"),
-		VirtualGPUDir:      filepath.Join(dir, "virtual-gpu"),
-		Kubeconfig:         filepath.Join(dir, "kubeconfig"),
-		Binaries:           bins,
-		moduleDir:          opts.ModuleDir,
-		log:                log,
-		keep:               opts.Keep,
-		reg:                reg,
-		containerdSock:     filepath.Join(dir, "containerd", "containerd.sock"),
-		kubeletConfig:      filepath.Join(dir, "kubelet-config.yaml"),
-		kubeletWorkDir:     filepath.Join(dir, "kubelet-wd"),
+		Dir:         dir,
+		LogDir:      filepath.Join(dir, "logs"),
+		Kubeconfig:  filepath.Join(dir, "kubeconfig"),
+		ServicePort: kubernetesServicePort,
+		Binaries:    bins,
+		moduleDir:   opts.ModuleDir,
+		log:         log,
+		keep:        opts.Keep,
+		reg:         reg,
 	}
+	for i, o := range nodeOpts {
+		c.Nodes = append(c.Nodes, newNode(c, i, o))
+	}
+	c.Node, c.NodeName = c.Nodes[0], c.Nodes[0].Name
 	defer func() {
 		if err != nil {
 			c.log.Logf("cluster start failed: %v", err)
@@ -170,33 +172,43 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 			c = nil
 		}
 	}()
-	log.Logf("starting cluster in %s (kubernetes %s)", dir, bins.Version)
-	for _, d := range []string{c.LogDir, c.DevicePluginDir, c.KubeletRootDir, filepath.Dir(c.PodResourcesSocket), c.VirtualGPUDir, c.kubeletWorkDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return c, fmt.Errorf("create %s: %w", d, err)
-		}
+	// Under the registry's lock: no other cluster of this cache dir runs, so a rule left by an
+	// interrupted run is stale.
+	if removed, err := removeServiceProxy(); err != nil {
+		return c, err
+	} else if removed {
+		log.Logf("removed the iptables chain %s of an earlier run", serviceChain)
+	}
+	log.Logf("starting cluster in %s (kubernetes %s, %d node(s))", dir, bins.Version, len(c.Nodes))
+	if err := os.MkdirAll(c.LogDir, 0o755); err != nil {
+		return c, fmt.Errorf("create %s: %w", c.LogDir, err)
 	}
 	ip, err := hostIP()
 	if err != nil {
 		return c, err
 	}
-	c.nodeIP = ip.String()
-	ports, err := freePorts(6)
+	c.hostIP = ip.String()
+	ports, err := freePorts(5 + 3*len(c.Nodes))
 	if err != nil {
 		return c, err
 	}
 	c.ports.etcdClient, c.ports.etcdPeer, c.ports.apiserver = ports[0], ports[1], ports[2]
-	c.ports.kubelet, c.ports.kubeletHealthz, c.ports.containerdStream = ports[3], ports[4], ports[5]
+	c.ports.scheduler, c.ports.controllerManager = ports[3], ports[4]
+	for i, n := range c.Nodes {
+		p := ports[5+3*i:]
+		n.ports.kubelet, n.ports.kubeletHealthz, n.ports.containerdStream = p[0], p[1], p[2]
+	}
 	steps := []struct {
 		name string
 		fn   func(context.Context) error
 	}{
-		{"mount namespace", c.startNamespace},
 		{"etcd", c.startEtcd},
 		{"kube-apiserver", c.startAPIServer},
-		{"containerd", c.startContainerd},
-		{"images", c.importImages},
-		{"kubelet", c.startKubeletAndWait},
+		{"route to the kubernetes Service", c.startServiceProxy},
+		{"kube-scheduler", c.startScheduler},
+		{"kube-controller-manager", c.startControllerManager},
+		{"nodes", c.startNodes},
+		{"cluster settled", c.waitSettled},
 	}
 	for _, s := range steps {
 		t := time.Now()
@@ -205,8 +217,77 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		}
 		log.Logf("%s up in %s", s.name, time.Since(t).Round(time.Millisecond))
 	}
-	log.Logf("cluster ready in %s (node %s)", time.Since(begin).Round(time.Millisecond), c.NodeName)
+	log.Logf("cluster ready in %s (nodes %s)", time.Since(begin).Round(time.Millisecond), strings.Join(c.NodeNames(), ", "))
 	return c, nil
+}
+
+// NodeNames returns the names of the cluster's nodes in order.
+func (c *Cluster) NodeNames() []string {
+	names := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		names[i] = n.Name
+	}
+	return names
+}
+
+// NodeNamed returns the node called name, or nil.
+func (c *Cluster) NodeNamed(name string) *Node {
+	for _, n := range c.Nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// startNodes starts every node concurrently and waits until each is Ready.
+func (c *Cluster) startNodes(ctx context.Context) error {
+	errs := make([]error, len(c.Nodes))
+	var wg sync.WaitGroup
+	for i, n := range c.Nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.Now()
+			if err := n.start(ctx); err != nil {
+				errs[i] = fmt.Errorf("node %s: %w", n.Name, err)
+				return
+			}
+			c.log.Logf("node %s Ready in %s", n.Name, time.Since(t).Round(time.Millisecond))
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// waitSettled waits until what pods need is in place: every Node without the
+// node.kubernetes.io/not-ready taint (the controller manager's node lifecycle controller lifts it once
+// the node is Ready, and the scheduler does not place pods on a node that has it), and in the default
+// and kube-system namespaces the default ServiceAccount (the ServiceAccount admission plugin refuses
+// pods without it) and the kube-root-ca.crt ConfigMap (every pod's service-account volume needs it).
+func (c *Cluster) waitSettled(ctx context.Context) error {
+	return poll(ctx, 2*time.Minute, 100*time.Millisecond, func() (bool, string, error) {
+		for _, n := range c.Nodes {
+			node, err := c.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error(), nil
+			}
+			for _, t := range node.Spec.Taints {
+				if t.Key == corev1.TaintNodeNotReady {
+					return false, fmt.Sprintf("node %s has taint %s", n.Name, t.ToString()), nil
+				}
+			}
+		}
+		for _, ns := range []string{metav1.NamespaceDefault, metav1.NamespaceSystem} {
+			if _, err := c.Client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{}); err != nil {
+				return false, err.Error(), nil
+			}
+			if _, err := c.Client.CoreV1().ConfigMaps(ns).Get(ctx, "kube-root-ca.crt", metav1.GetOptions{}); err != nil {
+				return false, err.Error(), nil
+			}
+		}
+		return true, "", nil
+	})
 }
 
 // freePorts returns n distinct TCP ports that are free on all addresses, chosen at random below the
@@ -248,69 +329,6 @@ func freePorts(n int) ([]int, error) {
 }
 
 func (c *Cluster) logPath(name string) string { return filepath.Join(c.LogDir, name+".log") }
-
-// startNamespace starts the process that holds the private mount namespace and mounts, inside it,
-// overlays on /var/lib, /var/log and /run (upper layers in the temp dir), and binds DevicePluginDir on
-// /var/lib/kubelet/device-plugins (hard-coded in the kubelet), the kubelet's PodResources directory on
-// /var/lib/kubelet/pod-resources and VirtualGPUDir on /var/lib/virtual-gpu (the DaemonSet's hostPaths,
-// which containerd resolves in this namespace).
-func (c *Cluster) startNamespace(ctx context.Context) error {
-	p, err := c.reg.start(processSpec{
-		name:    "mount-namespace",
-		argv:    []string{"unshare", "--mount", "--propagation", "private", "--", "sleep", "infinity"},
-		dir:     c.Dir,
-		logPath: c.logPath("mount-namespace"),
-	})
-	if err != nil {
-		return err
-	}
-	c.holder = p
-	hostNS, err := os.Readlink("/proc/self/ns/mnt")
-	if err != nil {
-		return fmt.Errorf("read own mount namespace: %w", err)
-	}
-	// Never mount anything before the holder is really in a namespace of its own.
-	err = poll(ctx, 10*time.Second, 5*time.Millisecond, func() (bool, string, error) {
-		if p.Exited() {
-			return false, "", fmt.Errorf("unshare exited: %w", p.ExitErr())
-		}
-		ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", p.PID()))
-		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", p.PID()))
-		return err == nil && ns != hostNS && filepath.Base(exe) == "sleep", "holder namespace " + ns, nil
-	})
-	if err != nil {
-		return err
-	}
-	var script strings.Builder
-	fmt.Fprintf(&script, "set -eu\n[ \"$(readlink /proc/self/ns/mnt)\" != %q ] || { echo 'in the host mount namespace: refusing to mount'; exit 1; }\n", hostNS)
-	for _, d := range []string{"/var/lib", "/var/log", "/run"} {
-		base := filepath.Join(c.Dir, "ns", strings.ReplaceAll(strings.TrimPrefix(d, "/"), "/", "-"))
-		upper, work := filepath.Join(base, "upper"), filepath.Join(base, "work")
-		if err := os.MkdirAll(upper, 0o755); err != nil {
-			return err
-		}
-		if err := os.MkdirAll(work, 0o755); err != nil {
-			return err
-		}
-		fmt.Fprintf(&script, "mount -t overlay overlay -o lowerdir=%s,upperdir=%s,workdir=%s %s\n", d, upper, work, d)
-	}
-	for _, b := range []struct{ src, dst string }{
-		{c.DevicePluginDir, "/var/lib/kubelet/device-plugins"},
-		{filepath.Dir(c.PodResourcesSocket), "/var/lib/kubelet/pod-resources"},
-		{c.VirtualGPUDir, "/var/lib/virtual-gpu"},
-	} {
-		fmt.Fprintf(&script, "mkdir -p %[2]s\nmount --bind %[1]s %[2]s\n", b.src, b.dst)
-	}
-	if out, err := run(c.Dir, nil, "nsenter", "-t", strconv.Itoa(p.PID()), "-m", "--", "sh", "-c", script.String()); err != nil {
-		return fmt.Errorf("mount in namespace: %w: %s", err, out)
-	}
-	return nil
-}
-
-// inNamespace prefixes argv so that it runs in the cluster's mount namespace with working dir wd.
-func (c *Cluster) inNamespace(wd string, argv ...string) []string {
-	return append([]string{"nsenter", "-t", strconv.Itoa(c.holder.PID()), "-m", "--wd=" + wd, "--"}, argv...)
-}
 
 func (c *Cluster) startEtcd(ctx context.Context) error {
 	client := fmt.Sprintf("http://127.0.0.1:%d", c.ports.etcdClient)
@@ -360,28 +378,37 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		return fmt.Errorf("kubelet client certificates: %w", err)
 	}
 	c.kubeletCA = ca
+	c.ServiceHost = KubernetesServiceIP
+	var caPEM []byte
+	c.CAFile, c.servingCert, c.servingKey, caPEM, err = servingCerts(dir,
+		[]net.IP{net.ParseIP(c.hostIP), net.ParseIP("127.0.0.1"), net.ParseIP(c.ServiceHost)},
+		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"})
+	if err != nil {
+		return fmt.Errorf("serving certificate: %w", err)
+	}
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		return err
 	}
-	keyFile := filepath.Join(dir, "sa.key")
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600); err != nil {
+	c.saKey = filepath.Join(dir, "sa.key")
+	if err := os.WriteFile(c.saKey, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600); err != nil {
 		return err
 	}
+	// The API server listens on the host's address and advertises it, so the endpoint of the default
+	// kubernetes Service is <host IP>:<port>, which hostNetwork pods reach (startServiceProxy routes
+	// the Service's ClusterIP there).
 	p, err := c.reg.start(processSpec{
 		name: "kube-apiserver",
 		argv: []string{c.Binaries.APIServer,
 			fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", c.ports.etcdClient),
-			"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+			"--bind-address=" + c.hostIP, "--advertise-address=" + c.hostIP,
 			fmt.Sprintf("--secure-port=%d", c.ports.apiserver),
-			"--cert-dir=" + filepath.Join(dir, "certs"),
+			"--tls-cert-file=" + c.servingCert, "--tls-private-key-file=" + c.servingKey,
 			"--token-auth-file=" + tokens,
 			"--authorization-mode=AlwaysAllow", "--anonymous-auth=false",
 			"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-			"--service-account-key-file=" + keyFile, "--service-account-signing-key-file=" + keyFile,
-			"--service-cluster-ip-range=10.0.0.0/24",
-			"--disable-admission-plugins=ServiceAccount",
-			"--endpoint-reconciler-type=none",
+			"--service-account-key-file=" + c.saKey, "--service-account-signing-key-file=" + c.saKey,
+			"--service-cluster-ip-range=" + ServiceCIDR,
 			"--enable-priority-and-fairness=false",
 			"--profiling=false",
 			"--allow-privileged=true",
@@ -396,9 +423,9 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 	}
 	c.apiserver = p
 	c.RESTConfig = &rest.Config{
-		Host:            fmt.Sprintf("https://127.0.0.1:%d", c.ports.apiserver),
+		Host:            "https://" + net.JoinHostPort(c.hostIP, strconv.Itoa(c.ports.apiserver)),
 		BearerToken:     c.token,
-		TLSClientConfig: rest.TLSClientConfig{Insecure: true},
+		TLSClientConfig: rest.TLSClientConfig{CAData: caPEM},
 		QPS:             100,
 		Burst:           200,
 	}
@@ -411,7 +438,7 @@ clusters:
 - name: vgpu-e2e
   cluster:
     server: %s
-    insecure-skip-tls-verify: true
+    certificate-authority: %s
 users:
 - name: vgpu-e2e-admin
   user:
@@ -420,7 +447,7 @@ contexts:
 - name: vgpu-e2e
   context: {cluster: vgpu-e2e, user: vgpu-e2e-admin}
 current-context: vgpu-e2e
-`, c.RESTConfig.Host, c.token)
+`, c.RESTConfig.Host, c.CAFile, c.token)
 	if err := os.WriteFile(c.Kubeconfig, []byte(kubeconfig), 0o600); err != nil {
 		return err
 	}
@@ -449,139 +476,10 @@ current-context: vgpu-e2e
 	})
 }
 
-func (c *Cluster) startContainerd(ctx context.Context) error {
-	dir := filepath.Join(c.Dir, "containerd")
-	cniConf := filepath.Join(dir, "cni", "conf")
-	for _, d := range []string{dir, cniConf, filepath.Join(dir, "cni", "bin")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return err
-		}
-	}
-	// Pods use hostNetwork, so no CNI plugin ever runs; this config only makes the CRI report the
-	// network as ready, so the Node becomes Ready.
-	if err := os.WriteFile(filepath.Join(cniConf, "10-vgpu-e2e.conflist"), []byte(`{"cniVersion":"0.4.0","name":"vgpu-e2e-host-network-only","plugins":[{"type":"loopback"}]}`), 0o644); err != nil {
-		return err
-	}
-	config := fmt.Sprintf(`version = 2
-root = %[1]q
-state = %[2]q
-disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs"]
-
-[grpc]
-  address = %[3]q
-
-[ttrpc]
-  address = %[4]q
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = %[5]q
-
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = %[6]q
-  # Without CAP_SYS_RESOURCE every sandbox fails with "can't get final child's PID from pipe: EOF".
-  restrict_oom_score_adj = true
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "%[9]d"
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = %[7]q
-    conf_dir = %[8]q
-`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), c.containerdSock, c.containerdSock+".ttrpc",
-		filepath.Join(dir, "opt"), PauseImage, filepath.Join(dir, "cni", "bin"), cniConf, c.ports.containerdStream)
-	configFile := filepath.Join(dir, "config.toml")
-	if err := os.WriteFile(configFile, []byte(config), 0o644); err != nil {
-		return err
-	}
-	p, err := c.reg.start(processSpec{
-		name:    "containerd",
-		argv:    c.inNamespace(dir, "containerd", "--config", configFile),
-		dir:     dir,
-		logPath: c.logPath("containerd"),
-	})
-	if err != nil {
-		return err
-	}
-	c.containerd = p
-	return poll(ctx, 30*time.Second, 50*time.Millisecond, func() (bool, string, error) {
-		if p.Exited() {
-			return false, "", fmt.Errorf("containerd exited: %w", p.ExitErr())
-		}
-		out, err := run(dir, nil, "ctr", "--address", c.containerdSock, "version")
-		return err == nil, out, nil
-	})
-}
-
-func (c *Cluster) importImages(ctx context.Context) error {
-	busybox, err := exec.LookPath("busybox")
-	if err != nil {
-		return fmt.Errorf("busybox-static: %w", err)
-	}
-	if !isStatic(busybox) {
-		return fmt.Errorf("%s is not statically linked: install busybox-static", busybox)
-	}
-	for _, spec := range []imageSpec{
-		{name: ShellImage, cmd: []string{"sh"}},
-		{name: PauseImage, entrypoint: []string{"/bin/sleep", "infinity"}},
-	} {
-		var archive bytes.Buffer
-		if err := writeBusyboxImage(&archive, busybox, spec); err != nil {
-			return fmt.Errorf("build image %s: %w", spec.name, err)
-		}
-		if err := c.importArchive(spec.name, archive.Bytes()); err != nil {
-			return err
-		}
-	}
-	out, err := run(c.Dir, nil, "ctr", "--address", c.containerdSock, "-n", "k8s.io", "images", "ls", "-q")
-	if err != nil {
-		return err
-	}
-	for _, want := range []string{ShellImage, PauseImage} {
-		if !strings.Contains(out, want) {
-			return fmt.Errorf("image %s missing after import; containerd has: %s", want, out)
-		}
-	}
-	return nil
-}
-
-// importArchive writes an OCI archive of image name into the temp dir and imports it into containerd's
-// k8s.io namespace.
-func (c *Cluster) importArchive(name string, archive []byte) error {
-	file := filepath.Join(c.Dir, "images", strings.NewReplacer("/", "_", ":", "_").Replace(name)+".tar")
-	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(file, archive, 0o644); err != nil {
-		return err
-	}
-	if out, err := run(c.Dir, nil, "ctr", "--address", c.containerdSock, "-n", "k8s.io", "images", "import", file); err != nil {
-		return fmt.Errorf("import %s: %w: %s", name, err, out)
-	}
-	return nil
-}
-
-// ImportBinaryImage builds a single-layer image named name holding the static executable hostBinary at
-// pathInImage (plus /bin, /dev, /etc, /proc, /sys, /tmp, /var, /root) with the given entrypoint, and
-// imports it into containerd, where pods can use it with imagePullPolicy Never or IfNotPresent.
-func (c *Cluster) ImportBinaryImage(name, hostBinary, pathInImage string, entrypoint []string) error {
-	if !isStatic(hostBinary) {
-		return fmt.Errorf("image %s: %s is not a static executable", name, hostBinary)
-	}
-	var archive bytes.Buffer
-	if err := writeBinaryImage(&archive, hostBinary, pathInImage, imageSpec{name: name, entrypoint: entrypoint}); err != nil {
-		return fmt.Errorf("build image %s: %w", name, err)
-	}
-	return c.importArchive(name, archive.Bytes())
-}
-
-// Stop stops every process the cluster started (plugins, kubelet, the pods' containers, containerd,
-// the API server, etcd, the namespace holder), by process id, and removes the temporary directory
-// unless Keep was set. It is safe to call more than once and on a partially started cluster.
+// Stop stops every process the cluster started (plugins, kube-scheduler and kube-controller-manager,
+// the kubelets, the pods' containers, the containerds, the API server, etcd, the namespace holders),
+// by process id, removes the DNAT rule and the temporary directory unless Keep was set. It is safe to
+// call more than once and on a partially started cluster.
 func (c *Cluster) Stop() {
 	c.mu.Lock()
 	if c.stopped {
@@ -596,15 +494,18 @@ func (c *Cluster) Stop() {
 			_ = p.Stop(5 * time.Second)
 		}
 	}
-	if k := c.Kubelet(); k != nil {
-		_ = k.Stop(15 * time.Second)
-	}
-	if c.containerd != nil && !c.containerd.Exited() {
-		if err := c.removeAllSandboxes(); err != nil {
-			c.log.Logf("removing pod sandboxes: %v", err)
+	// The controllers first: nothing should react to the nodes going away.
+	for _, p := range []*Process{c.controllerManager, c.scheduler} {
+		if p != nil && !p.Exited() {
+			_ = p.Stop(10 * time.Second)
 		}
-		_ = c.containerd.Stop(15 * time.Second)
 	}
+	parallel(c.Nodes, func(n *Node) {
+		if k := n.Kubelet(); k != nil {
+			_ = k.Stop(15 * time.Second)
+		}
+	})
+	parallel(c.Nodes, func(n *Node) { n.stopContainerd() })
 	if c.apiserver != nil {
 		_ = c.apiserver.Stop(15 * time.Second)
 	}
@@ -615,10 +516,19 @@ func (c *Cluster) Stop() {
 	// children. After a clean sandbox removal there are none left.
 	if n := killProcessesNaming(c.Dir); n > 0 {
 		c.log.Logf("killed %d leftover processes (shims, containers) naming %s", n, c.Dir)
-		removeContainerCgroups(filepath.Join(c.Dir, "containerd", "state"))
+		for _, n := range c.Nodes {
+			removeContainerCgroups(n.containerdStateDir())
+		}
 	}
-	if c.holder != nil {
-		c.holder.Kill()
+	for _, n := range c.Nodes {
+		if n.holder != nil {
+			n.holder.Kill()
+		}
+	}
+	if c.serviceProxy {
+		if _, err := removeServiceProxy(); err != nil {
+			c.log.Logf("%v", err)
+		}
 	}
 	if c.keep {
 		c.log.Logf("keeping %s (logs in %s)", c.Dir, c.LogDir)
@@ -628,32 +538,22 @@ func (c *Cluster) Stop() {
 	c.reg.close()
 }
 
-// removeAllSandboxes stops and removes every pod sandbox through the CRI, which kills the pods'
-// containers.
-func (c *Cluster) removeAllSandboxes() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	conn, err := grpc.NewClient("unix://"+c.containerdSock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return fmt.Errorf("dial containerd: %w", err)
+// parallel calls fn for every node concurrently and waits for all.
+func parallel(nodes []*Node, fn func(*Node)) {
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(n)
+		}()
 	}
-	defer conn.Close()
-	rt := criv1.NewRuntimeServiceClient(conn)
-	list, err := rt.ListPodSandbox(ctx, &criv1.ListPodSandboxRequest{})
-	if err != nil {
-		return fmt.Errorf("list pod sandboxes: %w", err)
-	}
-	var errs []error
-	for _, s := range list.Items {
-		if _, err := rt.StopPodSandbox(ctx, &criv1.StopPodSandboxRequest{PodSandboxId: s.Id}); err != nil {
-			errs = append(errs, fmt.Errorf("stop sandbox %s: %w", s.Metadata.GetName(), err))
-		}
-		if _, err := rt.RemovePodSandbox(ctx, &criv1.RemovePodSandboxRequest{PodSandboxId: s.Id}); err != nil {
-			errs = append(errs, fmt.Errorf("remove sandbox %s: %w", s.Metadata.GetName(), err))
-		}
-	}
-	return errors.Join(errs...)
+	wg.Wait()
 }
+
+// httpsProbe probes the health endpoints of kube-scheduler and kube-controller-manager, whose serving
+// certificates are self-signed.
+var httpsProbe = &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 
 // dumpLogTails logs the last lines of every process log (used when the start fails).
 func (c *Cluster) dumpLogTails() {
@@ -675,6 +575,12 @@ func (c *Cluster) DumpLogTails(log Logger, n int) {
 			log.Logf("--- last %d lines of %s:\n%s", n, e.Name(), lastLines(string(b), n))
 		}
 	}
+}
+
+// Poll calls cond every interval until it reports done, returns an error, or timeout (or ctx) runs
+// out; on timeout the error includes cond's last description of what it saw. For tests' own waits.
+func Poll(ctx context.Context, timeout, interval time.Duration, cond func() (done bool, seen string, err error)) error {
+	return poll(ctx, timeout, interval, cond)
 }
 
 // poll calls cond every interval until it reports done, returns an error, or timeout (or ctx) runs

@@ -3,8 +3,11 @@ package cluster
 import (
 	"archive/tar"
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -172,5 +175,83 @@ func TestWriteBinaryImage(t *testing.T) {
 	}
 	if !slices.Equal(config.Config.Entrypoint, spec.entrypoint) {
 		t.Errorf("entrypoint %q, want %q", config.Config.Entrypoint, spec.entrypoint)
+	}
+}
+
+func TestDefaultNodes(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		in      []NodeOptions
+		want    []string
+		wantErr string
+	}{
+		{"none is one node", nil, []string{DefaultNodeName}, ""},
+		{"defaults by index", make([]NodeOptions, 3), []string{DefaultNodeName, DefaultNodeName + "-1", DefaultNodeName + "-2"}, ""},
+		{"named and default", []NodeOptions{{Name: "gpu-a"}, {}}, []string{"gpu-a", DefaultNodeName + "-1"}, ""},
+		{"duplicate", []NodeOptions{{Name: "x"}, {Name: "x"}}, nil, `"x" used twice`},
+		{"bad name", []NodeOptions{{Name: "Node_A"}}, nil, `name "Node_A"`},
+		{"bad label key", []NodeOptions{{Labels: map[string]string{"a b": "c"}}}, nil, `label key "a b"`},
+		{"bad label value", []NodeOptions{{Labels: map[string]string{"gpu": "a b"}}}, nil, `value "a b"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var before []string
+			for _, o := range tc.in {
+				before = append(before, o.Name)
+			}
+			got, err := defaultNodes(tc.in)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("defaultNodes(%+v) error %v, want one containing %q", tc.in, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, o := range got {
+				names = append(names, o.Name)
+			}
+			if !slices.Equal(names, tc.want) {
+				t.Errorf("names %q, want %q", names, tc.want)
+			}
+			for i, o := range tc.in {
+				if o.Name != before[i] {
+					t.Errorf("defaultNodes changed its argument: node %d named %q, was %q", i, o.Name, before[i])
+				}
+			}
+		})
+	}
+}
+
+func TestServingCerts(t *testing.T) {
+	dir := t.TempDir()
+	ips := []net.IP{net.ParseIP("192.0.2.2"), net.ParseIP("127.0.0.1"), net.ParseIP(KubernetesServiceIP)}
+	caFile, certFile, keyFile, caPEM, err := servingCerts(dir, ips, []string{"kubernetes.default.svc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(caFile); err != nil || !bytes.Equal(b, caPEM) {
+		t.Fatalf("CA file %s does not hold the returned CA (err %v)", caFile, err)
+	}
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		t.Fatal("CA PEM does not parse")
+	}
+	for _, name := range []string{"192.0.2.2", "127.0.0.1", KubernetesServiceIP, "kubernetes.default.svc"} {
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: name}); err != nil {
+			t.Errorf("serving cert for %s: %v", name, err)
+		}
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: "198.18.0.2"}); err == nil {
+		t.Error("serving cert verifies for an address it was not made for")
 	}
 }

@@ -13,3 +13,6 @@ var ErrStopTimeout = errors.New("process did not exit after SIGTERM: killed")
 // ErrPodPhase is returned by WaitPodPhase when the pod reached a terminal phase other than the one
 // waited for.
 var ErrPodPhase = errors.New("pod reached another terminal phase")
+
+// ErrPodScheduled is returned by WaitPodUnschedulable when the pod was bound to a node.
+var ErrPodScheduled = errors.New("pod was scheduled")

@@ -21,11 +21,20 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// NodeResource returns the Node's capacity and allocatable quantity of resource name (0 if absent).
-func (c *Cluster) NodeResource(ctx context.Context, name corev1.ResourceName) (capacity, allocatable int64, err error) {
-	node, err := c.Client.CoreV1().Nodes().Get(ctx, c.NodeName, metav1.GetOptions{})
+// Get returns the node's Node object.
+func (n *Node) Get(ctx context.Context) (*corev1.Node, error) {
+	node, err := n.c.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 	if err != nil {
-		return 0, 0, fmt.Errorf("get node: %w", err)
+		return nil, fmt.Errorf("get node %s: %w", n.Name, err)
+	}
+	return node, nil
+}
+
+// NodeResource returns the Node's capacity and allocatable quantity of resource name (0 if absent).
+func (n *Node) NodeResource(ctx context.Context, name corev1.ResourceName) (capacity, allocatable int64, err error) {
+	node, err := n.Get(ctx)
+	if err != nil {
+		return 0, 0, err
 	}
 	capQ, allocQ := node.Status.Capacity[name], node.Status.Allocatable[name]
 	return capQ.Value(), allocQ.Value(), nil
@@ -33,16 +42,16 @@ func (c *Cluster) NodeResource(ctx context.Context, name corev1.ResourceName) (c
 
 // WaitNodeAllocatable polls the Node (every 50 ms) until its allocatable ResourceName equals want, or
 // until timeout. It returns when it saw the value.
-func (c *Cluster) WaitNodeAllocatable(ctx context.Context, timeout time.Duration, want int64) (time.Time, error) {
-	return c.WaitNodeResource(ctx, timeout, ResourceName, -1, want)
+func (n *Node) WaitNodeAllocatable(ctx context.Context, timeout time.Duration, want int64) (time.Time, error) {
+	return n.WaitNodeResource(ctx, timeout, ResourceName, -1, want)
 }
 
 // WaitNodeResource polls the Node (every 50 ms) until its capacity (unless wantCapacity < 0) and
 // allocatable of name equal the wanted values, or until timeout. It returns when it saw them.
-func (c *Cluster) WaitNodeResource(ctx context.Context, timeout time.Duration, name corev1.ResourceName, wantCapacity, wantAllocatable int64) (time.Time, error) {
+func (n *Node) WaitNodeResource(ctx context.Context, timeout time.Duration, name corev1.ResourceName, wantCapacity, wantAllocatable int64) (time.Time, error) {
 	var seenAt time.Time
 	err := poll(ctx, timeout, 50*time.Millisecond, func() (bool, string, error) {
-		capacity, alloc, err := c.NodeResource(ctx, name)
+		capacity, alloc, err := n.NodeResource(ctx, name)
 		if err != nil {
 			return false, err.Error(), nil
 		}
@@ -51,7 +60,7 @@ func (c *Cluster) WaitNodeResource(ctx context.Context, timeout time.Duration, n
 			fmt.Sprintf("%s capacity %d allocatable %d", name, capacity, alloc), nil
 	})
 	if err != nil {
-		return time.Time{}, fmt.Errorf("wait for node %s allocatable %d: %w", name, wantAllocatable, err)
+		return time.Time{}, fmt.Errorf("wait for node %s %s allocatable %d: %w", n.Name, name, wantAllocatable, err)
 	}
 	return seenAt, nil
 }
@@ -69,7 +78,7 @@ func LoadPod(path string) (*corev1.Pod, error) {
 	return &pod, nil
 }
 
-// NewPod returns a pod on the harness's node running ShellImage with `sh -c script`, asking for gpus
+// NewPod returns a pod (no node chosen) running ShellImage with `sh -c script`, asking for gpus
 // devices of ResourceName (none if 0), with host networking (there is no CNI) and a 1 s termination
 // grace period.
 func NewPod(name string, gpus int64, script string) *corev1.Pod {
@@ -98,19 +107,77 @@ func NewPod(name string, gpus int64, script string) *corev1.Pod {
 	}
 }
 
-// CreatePod creates pod, binding it to the harness's node (there is no scheduler) and defaulting the
-// namespace to "default".
-func (c *Cluster) CreatePod(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
+// CreatePod creates pod bound to this node (spec.nodeName: the scheduler is bypassed, the kubelet
+// admits or rejects it), defaulting the namespace to "default".
+func (n *Node) CreatePod(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
+	pod = pod.DeepCopy()
+	pod.Spec.NodeName = n.Name
+	return n.c.SubmitPod(ctx, pod)
+}
+
+// SubmitPod creates pod as it is, defaulting the namespace to "default": without spec.nodeName the
+// scheduler chooses its node (see WaitPodScheduled and WaitPodUnschedulable).
+func (c *Cluster) SubmitPod(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
 	pod = pod.DeepCopy()
 	if pod.Namespace == "" {
 		pod.Namespace = metav1.NamespaceDefault
 	}
-	pod.Spec.NodeName = c.NodeName
 	created, err := c.Client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("create pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	return created, nil
+}
+
+// PodScheduled returns the pod's PodScheduled condition (nil if it has none yet).
+func PodScheduled(pod *corev1.Pod) *corev1.PodCondition {
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == corev1.PodScheduled {
+			return &pod.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// WaitPodScheduled waits until the pod is bound to a node (spec.nodeName set: by the scheduler, or at
+// creation) and returns the pod and that node. A pod the scheduler reports unschedulable keeps it
+// waiting: the scheduler retries when the cluster changes.
+func (c *Cluster) WaitPodScheduled(ctx context.Context, timeout time.Duration, namespace, name string) (*corev1.Pod, *Node, error) {
+	pod, err := c.WaitPod(ctx, timeout, namespace, name, func(p *corev1.Pod) (bool, error) {
+		return p.Spec.NodeName != "", nil
+	})
+	if err != nil {
+		if pod != nil {
+			if cond := PodScheduled(pod); cond != nil && cond.Status == corev1.ConditionFalse {
+				err = fmt.Errorf("%w (scheduler: %s: %s)", err, cond.Reason, cond.Message)
+			}
+		}
+		return pod, nil, err
+	}
+	node := c.NodeNamed(pod.Spec.NodeName)
+	if node == nil {
+		return pod, nil, fmt.Errorf("pod %s/%s bound to %q, not a node of this cluster", namespace, name, pod.Spec.NodeName)
+	}
+	return pod, node, nil
+}
+
+// WaitPodUnschedulable waits until the scheduler has given up on placing the pod for now (its
+// PodScheduled condition is False with reason Unschedulable) and returns that condition, whose message
+// is the scheduler's reason, e.g. "0/2 nodes are available: 2 Insufficient unicore.mcyou.cc/gpu. ...".
+// A pod that gets bound meanwhile is an error.
+func (c *Cluster) WaitPodUnschedulable(ctx context.Context, timeout time.Duration, namespace, name string) (corev1.PodCondition, error) {
+	var cond corev1.PodCondition
+	_, err := c.WaitPod(ctx, timeout, namespace, name, func(p *corev1.Pod) (bool, error) {
+		if p.Spec.NodeName != "" {
+			return false, fmt.Errorf("%w: pod %s/%s was bound to node %s", ErrPodScheduled, namespace, name, p.Spec.NodeName)
+		}
+		if sc := PodScheduled(p); sc != nil && sc.Status == corev1.ConditionFalse && sc.Reason == corev1.PodReasonUnschedulable {
+			cond = *sc
+			return true, nil
+		}
+		return false, nil
+	})
+	return cond, err
 }
 
 // WaitPod polls the pod until cond returns true, an error, or timeout.
@@ -147,6 +214,11 @@ func (c *Cluster) WaitPodPhase(ctx context.Context, timeout time.Duration, names
 
 func describePod(p *corev1.Pod) string {
 	s := fmt.Sprintf("phase %s", p.Status.Phase)
+	if p.Spec.NodeName != "" {
+		s += " on " + p.Spec.NodeName
+	} else if cond := PodScheduled(p); cond != nil && cond.Status == corev1.ConditionFalse {
+		s += fmt.Sprintf(" not scheduled (%s: %s)", cond.Reason, cond.Message)
+	}
 	if p.Status.Reason != "" {
 		s += fmt.Sprintf(" reason %s: %s", p.Status.Reason, p.Status.Message)
 	}
@@ -210,6 +282,75 @@ func (c *Cluster) DeletePod(ctx context.Context, timeout time.Duration, namespac
 	})
 }
 
+// WaitDaemonSetReady waits until the DaemonSet's status says it wants a pod on exactly want nodes and
+// all of them are ready and up to date, and returns its pods (one per node).
+func (c *Cluster) WaitDaemonSetReady(ctx context.Context, timeout time.Duration, namespace, name string, want int) ([]corev1.Pod, error) {
+	var pods []corev1.Pod
+	err := poll(ctx, timeout, 200*time.Millisecond, func() (bool, string, error) {
+		ds, err := c.Client.AppsV1().DaemonSets(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		st := ds.Status
+		seen := fmt.Sprintf("generation %d observed %d, desired %d, scheduled %d, ready %d, updated %d", ds.Generation,
+			st.ObservedGeneration, st.DesiredNumberScheduled, st.CurrentNumberScheduled, st.NumberReady, st.UpdatedNumberScheduled)
+		if st.ObservedGeneration < ds.Generation || int(st.DesiredNumberScheduled) != want || int(st.NumberReady) != want || int(st.UpdatedNumberScheduled) != want {
+			return false, seen, nil
+		}
+		list, err := c.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: metav1.FormatLabelSelector(ds.Spec.Selector)})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		pods = pods[:0]
+		for _, p := range list.Items {
+			if p.DeletionTimestamp == nil && metav1.IsControlledBy(&p, ds) {
+				pods = append(pods, p)
+			}
+		}
+		return len(pods) == want, fmt.Sprintf("%s; %d pods", seen, len(pods)), nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("wait for daemonset %s/%s ready on %d nodes: %w", namespace, name, want, err)
+	}
+	return pods, nil
+}
+
+// DeleteDaemonSet deletes the DaemonSet with background propagation (as kubectl does: the garbage
+// collector deletes its pods) and waits until the pods it selected are gone from the API server.
+// A DaemonSet that does not exist is not an error.
+func (c *Cluster) DeleteDaemonSet(ctx context.Context, timeout time.Duration, namespace, name string) error {
+	ds, err := c.Client.AppsV1().DaemonSets(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("get daemonset %s/%s: %w", namespace, name, err)
+	}
+	background := metav1.DeletePropagationBackground
+	err = c.Client.AppsV1().DaemonSets(namespace).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &background})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete daemonset %s/%s: %w", namespace, name, err)
+	}
+	selector := metav1.FormatLabelSelector(ds.Spec.Selector)
+	err = poll(ctx, timeout, 200*time.Millisecond, func() (bool, string, error) {
+		list, err := c.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		var left []string
+		for _, p := range list.Items {
+			if metav1.IsControlledBy(&p, ds) {
+				left = append(left, p.Name+" ("+describePod(&p)+")")
+			}
+		}
+		return len(left) == 0, strings.Join(left, ", "), nil
+	})
+	if err != nil {
+		return fmt.Errorf("pods of deleted daemonset %s/%s: %w", namespace, name, err)
+	}
+	return nil
+}
+
 // ContainerDevices is what the kubelet's PodResources API reports for one container.
 type ContainerDevices struct {
 	Namespace, Pod, Container string
@@ -217,10 +358,10 @@ type ContainerDevices struct {
 	Devices map[string][]string
 }
 
-// PodResources calls List on the kubelet's PodResources API and returns every container that holds
-// devices.
-func (c *Cluster) PodResources(ctx context.Context) ([]ContainerDevices, error) {
-	conn, err := grpc.NewClient("unix://"+c.PodResourcesSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// PodResources calls List on the node's kubelet's PodResources API and returns every container that
+// holds devices.
+func (n *Node) PodResources(ctx context.Context) ([]ContainerDevices, error) {
+	conn, err := grpc.NewClient("unix://"+n.PodResourcesSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, fmt.Errorf("dial pod resources: %w", err)
 	}
@@ -248,10 +389,10 @@ func (c *Cluster) PodResources(ctx context.Context) ([]ContainerDevices, error) 
 	return out, nil
 }
 
-// ContainerDeviceIDs returns the sorted ResourceName device ids the PodResources API reports for a
-// container (nil if none).
-func (c *Cluster) ContainerDeviceIDs(ctx context.Context, namespace, pod, container string) ([]string, error) {
-	all, err := c.PodResources(ctx)
+// ContainerDeviceIDs returns the sorted ResourceName device ids the node's PodResources API reports for
+// a container (nil if none).
+func (n *Node) ContainerDeviceIDs(ctx context.Context, namespace, pod, container string) ([]string, error) {
+	all, err := n.PodResources(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -272,15 +413,15 @@ func mkdirFor(path string) error {
 
 // NodeAllocatableStays polls the Node for the duration d and fails as soon as its allocatable
 // ResourceName differs from want.
-func (c *Cluster) NodeAllocatableStays(ctx context.Context, d time.Duration, want int64) error {
+func (n *Node) NodeAllocatableStays(ctx context.Context, d time.Duration, want int64) error {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
-		_, alloc, err := c.NodeResource(ctx, ResourceName)
+		_, alloc, err := n.NodeResource(ctx, ResourceName)
 		if err != nil {
 			return err
 		}
 		if alloc != want {
-			return fmt.Errorf("node %s allocatable changed to %d (want %d)", ResourceName, alloc, want)
+			return fmt.Errorf("node %s: %s allocatable changed to %d (want %d)", n.Name, ResourceName, alloc, want)
 		}
 		select {
 		case <-ctx.Done():
@@ -291,10 +432,10 @@ func (c *Cluster) NodeAllocatableStays(ctx context.Context, d time.Duration, wan
 	return nil
 }
 
-// HeldDeviceIDs returns every ResourceName device id the kubelet's PodResources API reports as held by
+// HeldDeviceIDs returns every ResourceName device id the node's PodResources API reports as held by
 // some container, sorted.
-func (c *Cluster) HeldDeviceIDs(ctx context.Context) ([]string, error) {
-	all, err := c.PodResources(ctx)
+func (n *Node) HeldDeviceIDs(ctx context.Context) ([]string, error) {
+	all, err := n.PodResources(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -307,7 +448,7 @@ func (c *Cluster) HeldDeviceIDs(ctx context.Context) ([]string, error) {
 }
 
 // SetNodeLabel sets (value != "") or removes (value == "") a label of the Node.
-func (c *Cluster) SetNodeLabel(ctx context.Context, key, value string) error {
+func (n *Node) SetNodeLabel(ctx context.Context, key, value string) error {
 	v := "null"
 	if value != "" {
 		b, _ := json.Marshal(value)
@@ -315,8 +456,8 @@ func (c *Cluster) SetNodeLabel(ctx context.Context, key, value string) error {
 	}
 	k, _ := json.Marshal(key)
 	patch := fmt.Sprintf(`{"metadata":{"labels":{%s:%s}}}`, k, v)
-	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, c.NodeName, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("label node %s %s=%q: %w", c.NodeName, key, value, err)
+	if _, err := n.c.Client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("label node %s %s=%q: %w", n.Name, key, value, err)
 	}
 	return nil
 }
@@ -330,18 +471,6 @@ func ContainerID(pod *corev1.Pod, container string) string {
 		}
 	}
 	return ""
-}
-
-// KillContainer sends SIGKILL to a container's task through containerd (as `crictl stop` with no grace
-// would); the kubelet then sees it exit and applies the pod's restart policy.
-func (c *Cluster) KillContainer(ctx context.Context, id string) error {
-	if id == "" {
-		return fmt.Errorf("kill container: no id")
-	}
-	if out, err := run(c.Dir, nil, "ctr", "--address", c.containerdSock, "-n", "k8s.io", "tasks", "kill", "--signal", "SIGKILL", id); err != nil {
-		return fmt.Errorf("kill container %s: %w: %s", id, err, out)
-	}
-	return nil
 }
 
 // PodReady reports the pod's Ready condition.
@@ -367,10 +496,10 @@ func FreePort() (int, error) {
 // ResourceName have equalled the wanted values without interruption for stable, or until timeout. It
 // returns when that last uninterrupted run began. Use it where a stale value from before a change may
 // still be showing (the kubelet posts node status on its own schedule).
-func (c *Cluster) WaitNodeResourceStable(ctx context.Context, timeout, stable time.Duration, wantCapacity, wantAllocatable int64) (time.Time, error) {
+func (n *Node) WaitNodeResourceStable(ctx context.Context, timeout, stable time.Duration, wantCapacity, wantAllocatable int64) (time.Time, error) {
 	var since time.Time
 	err := poll(ctx, timeout, 50*time.Millisecond, func() (bool, string, error) {
-		capacity, alloc, err := c.NodeResource(ctx, ResourceName)
+		capacity, alloc, err := n.NodeResource(ctx, ResourceName)
 		if err != nil {
 			return false, err.Error(), nil
 		}
@@ -384,7 +513,7 @@ func (c *Cluster) WaitNodeResourceStable(ctx context.Context, timeout, stable ti
 		return time.Since(since) >= stable, fmt.Sprintf("capacity %d allocatable %d for %s", capacity, alloc, time.Since(since).Round(time.Millisecond)), nil
 	})
 	if err != nil {
-		return time.Time{}, fmt.Errorf("wait for node %s capacity %d allocatable %d for %s: %w", ResourceName, wantCapacity, wantAllocatable, stable, err)
+		return time.Time{}, fmt.Errorf("wait for node %s %s capacity %d allocatable %d for %s: %w", n.Name, ResourceName, wantCapacity, wantAllocatable, stable, err)
 	}
 	return since, nil
 }

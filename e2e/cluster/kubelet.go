@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,7 +19,7 @@ import (
 // KubeletSocket is the name of the kubelet's Registration socket in the device-plugin directory.
 const KubeletSocket = "kubelet.sock"
 
-func (c *Cluster) writeKubeletConfig() error {
+func (n *Node) writeKubeletConfig() error {
 	config := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 # The API server reaches the kubelet (logs, exec) at the node's InternalIP, which must not be loopback.
@@ -56,34 +57,37 @@ evictionHard:
   imagefs.available: 1%%
   nodefs.inodesFree: 1%%
 serializeImagePulls: false
-`, c.nodeIP, c.ports.kubelet, c.ports.kubeletHealthz, c.kubeletCA, c.containerdSock,
-		filepath.Join(c.Dir, "static-pods"), filepath.Join(c.Dir, "pod-logs"), filepath.Join(c.Dir, "volume-plugins"))
+# Leave the host's iptables alone (the harness adds only its own DNAT chain): no KUBE-FIREWALL,
+# KUBE-IPTABLES-HINT or KUBE-KUBELET-CANARY chains.
+makeIPTablesUtilChains: false
+`, n.c.hostIP, n.ports.kubelet, n.ports.kubeletHealthz, n.c.kubeletCA, n.containerdSock,
+		n.StaticPodDir(), filepath.Join(n.Dir, "pod-logs"), filepath.Join(n.Dir, "volume-plugins"))
 	for _, d := range []string{"static-pods", "pod-logs", "volume-plugins"} {
-		if err := os.MkdirAll(filepath.Join(c.Dir, d), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(n.Dir, d), 0o755); err != nil {
 			return err
 		}
 	}
-	if err := os.WriteFile(c.kubeletConfig, []byte(config), 0o644); err != nil {
+	if err := os.WriteFile(n.kubeletConfig, []byte(config), 0o644); err != nil {
 		return fmt.Errorf("write kubelet config: %w", err)
 	}
 	return nil
 }
 
-// StaticPodDir is the kubelet's staticPodPath.
-func (c *Cluster) StaticPodDir() string { return filepath.Join(c.Dir, "static-pods") }
+// StaticPodDir is the node's kubelet's staticPodPath.
+func (n *Node) StaticPodDir() string { return filepath.Join(n.Dir, "static-pods") }
 
-func (c *Cluster) startKubeletAndWait(ctx context.Context) error {
-	if err := c.writeKubeletConfig(); err != nil {
+func (n *Node) startKubeletAndWait(ctx context.Context) error {
+	if err := n.writeKubeletConfig(); err != nil {
 		return err
 	}
-	if err := c.StartKubelet(ctx); err != nil {
+	if err := n.StartKubelet(ctx); err != nil {
 		return err
 	}
 	return poll(ctx, 2*time.Minute, 200*time.Millisecond, func() (bool, string, error) {
-		if k := c.Kubelet(); k == nil || k.Exited() {
+		if k := n.Kubelet(); k == nil || k.Exited() {
 			return false, "", errors.New("kubelet exited")
 		}
-		node, err := c.Client.CoreV1().Nodes().Get(ctx, c.NodeName, metav1.GetOptions{})
+		node, err := n.c.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error(), nil
 		}
@@ -92,45 +96,54 @@ func (c *Cluster) startKubeletAndWait(ctx context.Context) error {
 	})
 }
 
-// Kubelet returns the current kubelet process (nil if it is stopped).
-func (c *Cluster) Kubelet() *Process {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.kubelet
+// Kubelet returns the node's current kubelet process (nil if it is stopped).
+func (n *Node) Kubelet() *Process {
+	n.c.mu.Lock()
+	defer n.c.mu.Unlock()
+	return n.kubelet
 }
 
-// StartKubelet starts the kubelet in the cluster's mount namespace and its own empty working directory
-// (the kubelet may delete files in its working directory) and waits until its healthz answers. Its log
-// goes to logs/kubelet.<n>.log, n counting starts from 1.
-func (c *Cluster) StartKubelet(ctx context.Context) error {
-	c.mu.Lock()
-	if c.kubelet != nil && !c.kubelet.Exited() {
-		c.mu.Unlock()
-		return errors.New("kubelet already running")
+// StartKubelet starts the node's kubelet in the node's mount namespace and its own empty working
+// directory (the kubelet may delete files in its working directory) and waits until its healthz
+// answers. Its log goes to logs/node-<index>.kubelet.<n>.log, n counting starts from 1.
+func (n *Node) StartKubelet(ctx context.Context) error {
+	n.c.mu.Lock()
+	if n.kubelet != nil && !n.kubelet.Exited() {
+		n.c.mu.Unlock()
+		return fmt.Errorf("node %s: kubelet already running", n.Name)
 	}
-	c.kubeletStarts++
-	n := c.kubeletStarts
-	c.mu.Unlock()
-	p, err := c.reg.start(processSpec{
-		name: "kubelet",
-		argv: c.inNamespace(c.kubeletWorkDir, c.Binaries.Kubelet,
-			"--config="+c.kubeletConfig,
-			"--kubeconfig="+c.Kubeconfig,
-			"--root-dir="+c.KubeletRootDir,
-			"--cert-dir="+filepath.Join(c.KubeletRootDir, "pki"),
-			"--hostname-override="+c.NodeName,
-			"--node-ip="+c.nodeIP,
-			"-v=2"),
-		dir:     c.kubeletWorkDir,
-		logPath: c.logPath(fmt.Sprintf("kubelet.%d", n)),
+	n.kubeletStarts++
+	starts := n.kubeletStarts
+	n.c.mu.Unlock()
+	argv := []string{n.c.Binaries.Kubelet,
+		"--config=" + n.kubeletConfig,
+		"--kubeconfig=" + n.c.Kubeconfig,
+		"--root-dir=" + n.KubeletRootDir,
+		"--cert-dir=" + filepath.Join(n.KubeletRootDir, "pki"),
+		"--hostname-override=" + n.Name,
+		"--node-ip=" + n.c.hostIP,
+		"-v=2"}
+	if len(n.Labels) > 0 {
+		var labels []string
+		for k, v := range n.Labels {
+			labels = append(labels, k+"="+v)
+		}
+		slices.Sort(labels)
+		argv = append(argv, "--node-labels="+strings.Join(labels, ","))
+	}
+	p, err := n.c.reg.start(processSpec{
+		name:    "kubelet " + n.Name,
+		argv:    n.inNamespace(n.kubeletWorkDir, argv...),
+		dir:     n.kubeletWorkDir,
+		logPath: n.logPath(fmt.Sprintf("kubelet.%d", starts)),
 	})
 	if err != nil {
 		return err
 	}
-	c.mu.Lock()
-	c.kubelet = p
-	c.mu.Unlock()
-	healthz := fmt.Sprintf("http://127.0.0.1:%d/healthz", c.ports.kubeletHealthz)
+	n.c.mu.Lock()
+	n.kubelet = p
+	n.c.mu.Unlock()
+	healthz := fmt.Sprintf("http://127.0.0.1:%d/healthz", n.ports.kubeletHealthz)
 	return poll(ctx, 60*time.Second, 50*time.Millisecond, func() (bool, string, error) {
 		if p.Exited() {
 			return false, "", fmt.Errorf("kubelet exited: %w (log %s)", p.ExitErr(), p.LogPath)
@@ -144,12 +157,12 @@ func (c *Cluster) StartKubelet(ctx context.Context) error {
 	})
 }
 
-// StopKubelet stops the kubelet with SIGTERM (SIGKILL after 15 s). Its containers keep running.
-func (c *Cluster) StopKubelet() error {
-	c.mu.Lock()
-	k := c.kubelet
-	c.kubelet = nil
-	c.mu.Unlock()
+// StopKubelet stops the node's kubelet with SIGTERM (SIGKILL after 15 s). Its containers keep running.
+func (n *Node) StopKubelet() error {
+	n.c.mu.Lock()
+	k := n.kubelet
+	n.kubelet = nil
+	n.c.mu.Unlock()
 	if k == nil {
 		return nil
 	}
@@ -169,19 +182,19 @@ type KubeletRestart struct {
 	LogPath string
 }
 
-// RestartKubelet stops the kubelet, starts a new one and waits until the new kubelet.sock exists in
-// DevicePluginDir (at most 30 s).
-func (c *Cluster) RestartKubelet(ctx context.Context) (KubeletRestart, error) {
+// RestartKubelet stops the node's kubelet, starts a new one and waits until the new kubelet.sock
+// exists in DevicePluginDir (at most 30 s).
+func (n *Node) RestartKubelet(ctx context.Context) (KubeletRestart, error) {
 	var r KubeletRestart
-	sock := filepath.Join(c.DevicePluginDir, KubeletSocket)
-	if err := c.StopKubelet(); err != nil {
+	sock := filepath.Join(n.DevicePluginDir, KubeletSocket)
+	if err := n.StopKubelet(); err != nil {
 		return r, err
 	}
 	r.Stopped = time.Now()
-	if err := c.StartKubelet(ctx); err != nil {
+	if err := n.StartKubelet(ctx); err != nil {
 		return r, err
 	}
-	k := c.Kubelet()
+	k := n.Kubelet()
 	r.Started, r.LogPath = k.Started, k.LogPath
 	err := poll(ctx, 30*time.Second, 10*time.Millisecond, func() (bool, string, error) {
 		fi, err := os.Stat(sock)
@@ -206,11 +219,11 @@ type KubeletLogLine struct {
 
 var klogHeader = regexp.MustCompile(`^[IWEF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})\.(\d{6})\s`)
 
-// FindKubeletLog returns the klog lines of the current kubelet's log that contain substr.
-func (c *Cluster) FindKubeletLog(substr string) ([]KubeletLogLine, error) {
-	k := c.Kubelet()
+// FindKubeletLog returns the klog lines of the node's current kubelet's log that contain substr.
+func (n *Node) FindKubeletLog(substr string) ([]KubeletLogLine, error) {
+	k := n.Kubelet()
 	if k == nil {
-		return nil, errors.New("kubelet not running")
+		return nil, fmt.Errorf("node %s: kubelet not running", n.Name)
 	}
 	return findKlog(k.LogPath, substr)
 }
@@ -240,13 +253,13 @@ func findKlog(path, substr string) ([]KubeletLogLine, error) {
 	return out, nil
 }
 
-// WaitKubeletLog waits until the current kubelet's log has a line containing substr stamped at or
-// after since, and returns the first such line.
-func (c *Cluster) WaitKubeletLog(ctx context.Context, timeout time.Duration, substr string, since time.Time) (KubeletLogLine, error) {
+// WaitKubeletLog waits until the node's current kubelet's log has a line containing substr stamped at
+// or after since, and returns the first such line.
+func (n *Node) WaitKubeletLog(ctx context.Context, timeout time.Duration, substr string, since time.Time) (KubeletLogLine, error) {
 	var found KubeletLogLine
 	since = since.Truncate(time.Microsecond) // klog's resolution
 	err := poll(ctx, timeout, 20*time.Millisecond, func() (bool, string, error) {
-		lines, err := c.FindKubeletLog(substr)
+		lines, err := n.FindKubeletLog(substr)
 		if err != nil {
 			return false, "", err
 		}

@@ -31,8 +31,9 @@ type PluginOptions struct {
 	Devices int
 	// Topology is the -topology flag (a preset name or a file); empty: not passed.
 	Topology string
-	// StatePath is the -state flag. Default: <cluster dir>/plugin-<n>/state.db, a fresh one per start;
-	// pass the previous Plugin's StatePath to keep the state across a restart.
+	// StatePath is the -state flag. Default: <cluster dir>/plugin-<n>/state.db (n counts the
+	// cluster's plugin starts), a fresh one per start; pass the previous Plugin's StatePath to keep
+	// the state across a restart.
 	StatePath string
 	// AdminSocket is the -admin-socket flag. Default: admin.sock next to StatePath.
 	AdminSocket string
@@ -43,6 +44,8 @@ type PluginOptions struct {
 // Plugin is a running (or exited) device plugin process started by StartPlugin.
 type Plugin struct {
 	*Process
+	// Node is the node whose kubelet the plugin serves.
+	Node *Node
 	// Binary is the plugin executable.
 	Binary string
 	// StatePath is the plugin's state file.
@@ -51,32 +54,33 @@ type Plugin struct {
 	AdminSocket string
 }
 
-// StartPlugin starts the plugin binary outside the kubelet's mount namespace with
+// StartPlugin starts the plugin binary for this node, outside the node's mount namespace, with
 // -device-plugin-path=DevicePluginDir, the default resource and socket names, JSON logs, the state file
-// and admin socket under the cluster's temp dir and the kubelet's real PodResources socket; the
+// and admin socket under the cluster's temp dir and the node's kubelet's real PodResources socket; the
 // environment is the harness's minus VGPU_* variables. It does not wait for the registration: use
 // WaitPluginReady or Plugin.WaitLog. The cluster stops it on Stop.
-func (c *Cluster) StartPlugin(ctx context.Context, opts PluginOptions) (*Plugin, error) {
+func (n *Node) StartPlugin(ctx context.Context, opts PluginOptions) (*Plugin, error) {
 	if opts.Binary == "" {
 		return nil, errors.New("start plugin: no binary")
 	}
+	c := n.c
 	c.mu.Lock()
 	c.pluginStarts++
-	n := c.pluginStarts
+	num := c.pluginStarts
 	c.mu.Unlock()
 	if opts.StatePath == "" {
-		opts.StatePath = filepath.Join(c.Dir, fmt.Sprintf("plugin-%d", n), "state.db")
+		opts.StatePath = filepath.Join(c.Dir, fmt.Sprintf("plugin-%d", num), "state.db")
 	}
 	if opts.AdminSocket == "" {
 		opts.AdminSocket = filepath.Join(filepath.Dir(opts.StatePath), "admin.sock")
 	}
 	argv := []string{opts.Binary,
-		"-device-plugin-path=" + c.DevicePluginDir,
+		"-device-plugin-path=" + n.DevicePluginDir,
 		"-socket-name=" + PluginSocket,
 		"-resource-name=" + ResourceName,
 		"-state=" + opts.StatePath,
 		"-admin-socket=" + opts.AdminSocket,
-		"-pod-resources-socket=" + c.PodResourcesSocket,
+		"-pod-resources-socket=" + n.PodResourcesSocket,
 		"-log-format=json",
 		"-log-level=info",
 	}
@@ -94,16 +98,16 @@ func (c *Cluster) StartPlugin(ctx context.Context, opts PluginOptions) (*Plugin,
 		return nil, err
 	}
 	p, err := c.reg.start(processSpec{
-		name:    "plugin",
+		name:    "plugin " + n.Name,
 		argv:    argv,
 		dir:     filepath.Dir(opts.StatePath),
 		env:     pluginEnv(),
-		logPath: c.logPath(fmt.Sprintf("plugin.%d", n)),
+		logPath: c.logPath(fmt.Sprintf("plugin.%d", num)),
 	})
 	if err != nil {
 		return nil, err
 	}
-	pl := &Plugin{Process: p, Binary: opts.Binary, StatePath: opts.StatePath, AdminSocket: opts.AdminSocket}
+	pl := &Plugin{Process: p, Node: n, Binary: opts.Binary, StatePath: opts.StatePath, AdminSocket: opts.AdminSocket}
 	c.mu.Lock()
 	c.plugins = append(c.plugins, pl)
 	c.mu.Unlock()
@@ -235,15 +239,16 @@ func AssignedIDs(log string) ([]string, error) {
 	return nil, fmt.Errorf("no %q line in log %q", AssignedPrefix, log)
 }
 
-// WaitPluginReady waits until the Node shows devices in both capacity and allocatable of
+// WaitPluginReady waits until the plugin's Node shows devices in both capacity and allocatable of
 // ResourceName; it fails at once if the plugin process exits meanwhile.
 func (c *Cluster) WaitPluginReady(ctx context.Context, p *Plugin, timeout time.Duration, devices int64) (time.Time, error) {
+	n := p.Node
 	var seenAt time.Time
 	err := poll(ctx, timeout, 50*time.Millisecond, func() (bool, string, error) {
 		if p.Exited() {
 			return false, "", fmt.Errorf("plugin exited (%v); last log lines:\n%s", p.ExitErr(), p.Tail(10))
 		}
-		capacity, alloc, err := c.NodeResource(ctx, ResourceName)
+		capacity, alloc, err := n.NodeResource(ctx, ResourceName)
 		if err != nil {
 			return false, err.Error(), nil
 		}
@@ -251,7 +256,7 @@ func (c *Cluster) WaitPluginReady(ctx context.Context, p *Plugin, timeout time.D
 		return capacity == devices && alloc == devices, fmt.Sprintf("%s capacity %d allocatable %d", ResourceName, capacity, alloc), nil
 	})
 	if err != nil {
-		return time.Time{}, fmt.Errorf("wait for the plugin's %d devices on node %s (plugin log %s): %w", devices, c.NodeName, p.LogPath, err)
+		return time.Time{}, fmt.Errorf("wait for the plugin's %d devices on node %s (plugin log %s): %w", devices, n.Name, p.LogPath, err)
 	}
 	return seenAt, nil
 }

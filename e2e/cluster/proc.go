@@ -256,7 +256,10 @@ func (r *registry) cleanupPrevious(log Logger) {
 			log.Logf("killed %d leftover processes of an earlier run in %s", n, old.TmpDir)
 		}
 		waitGone(old.Procs, 5*time.Second)
-		removeContainerCgroups(filepath.Join(old.TmpDir, "containerd", "state"))
+		states, _ := filepath.Glob(filepath.Join(old.TmpDir, "node-*", "containerd", "state"))
+		for _, st := range states {
+			removeContainerCgroups(st)
+		}
 		if _, err := os.Stat(old.TmpDir); err == nil {
 			if err := removeTree(old.TmpDir); err != nil {
 				log.Logf("leaving %s of an earlier run: %v", old.TmpDir, err)

@@ -1,6 +1,7 @@
-// Command demo runs the seed's demo against a real one-node cluster: it starts etcd, a kube-apiserver,
-// containerd and a kubelet (building the Kubernetes binaries on first use), starts the virtual GPU
-// device plugin, waits until the Node shows unicore.mcyou.cc/gpu: "4" in capacity and allocatable,
+// Command demo runs the seed's demo against a real cluster (one node unless -nodes says more): it
+// starts etcd, a kube-apiserver, kube-scheduler, kube-controller-manager and per node containerd and a
+// kubelet (building the Kubernetes binaries on first use), starts the virtual GPU device plugin for the
+// first node, waits until the Node shows unicore.mcyou.cc/gpu: "4" in capacity and allocatable,
 // creates the vgpu-demo pod, prints its log line ("assigned virtual gpus: fake-X,fake-Y") and tears
 // everything down.
 //
@@ -35,6 +36,7 @@ func run() error {
 	podFile := flag.String("pod", "", "pod manifest (default <e2e>/testdata/vgpu-demo.yaml)")
 	keep := flag.Bool("keep", os.Getenv(cluster.EnvKeep) == "1", "keep the cluster's temp dir (logs) after the demo")
 	hold := flag.Bool("hold", false, "after the demo, keep the cluster running until interrupted (prints the kubeconfig)")
+	nodes := flag.Int("nodes", 1, "nodes in the cluster (the demo runs on the first; more are useful with -hold)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -64,7 +66,10 @@ func run() error {
 		return err
 	}
 
-	c, err := cluster.Start(ctx, cluster.Options{ModuleDir: moduleDir, Keep: *keep, Log: log})
+	if *nodes < 1 {
+		return fmt.Errorf("-nodes %d: want at least 1", *nodes)
+	}
+	c, err := cluster.Start(ctx, cluster.Options{ModuleDir: moduleDir, Keep: *keep, Log: log, Nodes: make([]cluster.NodeOptions, *nodes)})
 	if err != nil {
 		return err
 	}

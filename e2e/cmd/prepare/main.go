@@ -1,6 +1,6 @@
 // Command prepare installs the Debian packages the e2e cluster needs (when missing) and builds the
-// pinned kubelet and kube-apiserver into the cache directory (when not there yet), then prints their
-// paths. Run it as root from the e2e module: `go run ./cmd/prepare`.
+// pinned kubelet, kube-apiserver, kube-scheduler and kube-controller-manager into the cache directory
+// (those not there yet), then prints their paths. Run it as root from the e2e module: `go run ./cmd/prepare`.
 package main
 
 import (
@@ -41,6 +41,6 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	log.Logf("ready in %s: kubelet %s, kube-apiserver %s (%s)", time.Since(start).Round(time.Second), bins.Kubelet, bins.APIServer, bins.Version)
+	log.Logf("ready in %s: %s, %s, %s, %s (%s)", time.Since(start).Round(time.Second), bins.Kubelet, bins.APIServer, bins.Scheduler, bins.ControllerManager, bins.Version)
 	return nil
 }
