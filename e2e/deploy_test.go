@@ -123,8 +123,8 @@ func TestDaemonSetPod(t *testing.T) {
 		return d
 	}
 	d := dump()
-	if !strings.HasPrefix(d.Source, "plugin ") {
-		t.Errorf("dump through the hostPath's admin socket: source %q, want the running plugin", d.Source)
+	if d.Source.Type != "plugin" {
+		t.Errorf("dump through the hostPath's admin socket: source %+v, want the running plugin", d.Source)
 	}
 	rec := findAllocation(d, ids)
 	if rec == nil {
@@ -173,8 +173,8 @@ func TestDaemonSetPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	d = dump()
-	if !strings.HasPrefix(d.Source, "file ") {
-		t.Errorf("dump with no plugin running: source %q, want the state file", d.Source)
+	if d.Source.Type != "file" {
+		t.Errorf("dump with no plugin running: source %+v, want the state file", d.Source)
 	}
 	for _, want := range [][]string{ids, afterIDs} {
 		if findAllocation(d, want) == nil {

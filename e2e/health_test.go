@@ -62,8 +62,11 @@ func TestHealth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(doc.Source, "plugin ") {
-		t.Errorf("dump -o json: source %q, want the running plugin (\"plugin <admin socket>\")", doc.Source)
+	if doc.APIVersion != "virtual-gpu.unicore.mcyou.cc/v1" || doc.Kind != "Snapshot" {
+		t.Errorf("dump -o json: apiVersion %q kind %q, want virtual-gpu.unicore.mcyou.cc/v1 Snapshot", doc.APIVersion, doc.Kind)
+	}
+	if doc.Source.Type != "plugin" || doc.Source.Path != plugin.AdminSocket {
+		t.Errorf("dump -o json: source %+v, want the running plugin at %s", doc.Source, plugin.AdminSocket)
 	}
 	alloc := findAllocation(doc, ids)
 	if alloc == nil {

@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"context"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -66,8 +65,8 @@ func TestStateSurvivesKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(after.Source, "plugin ") {
-		t.Errorf("dump source %q, want the restarted plugin's admin socket", after.Source)
+	if after.Source.Type != "plugin" {
+		t.Errorf("dump source %+v, want the restarted plugin's admin socket", after.Source)
 	}
 	if d := after.Device("fake-3"); d == nil || d.Healthy || d.Reason != "e2e" {
 		t.Errorf("after the restart fake-3 is %+v, want unhealthy with reason e2e", d)

@@ -55,17 +55,26 @@ func DumpState(ctx context.Context, binary string, args ...string) (*DumpDoc, er
 // DumpDoc is the output of `dump -o json` (the plugin's README documents its shape; fields are only
 // ever added, so unknown ones are ignored here).
 type DumpDoc struct {
-	Source       string            `json:"source"`
+	APIVersion   string            `json:"apiVersion"`
+	Kind         string            `json:"kind"`
+	Source       DumpSource        `json:"source"`
 	Devices      []DumpDevice      `json:"devices"`
 	Allocations  []DumpAllocation  `json:"allocations"`
-	HealthEvents []DumpHealthEvent `json:"health_events"`
+	HealthEvents []DumpHealthEvent `json:"healthEvents"`
+}
+
+// DumpSource says where a dump was read: Type "plugin" (the running plugin's admin socket at Path) or
+// "file" (the state file at Path, read while no plugin runs).
+type DumpSource struct {
+	Type string `json:"type"`
+	Path string `json:"path"`
 }
 
 // DumpDevice is a device of DumpDoc.
 type DumpDevice struct {
 	ID      string      `json:"id"`
 	Index   int         `json:"index"`
-	NUMA    int         `json:"numa"`
+	NUMA    int         `json:"numaNode"`
 	Healthy bool        `json:"healthy"`
 	Reason  string      `json:"reason"`
 	Since   time.Time   `json:"since"`
@@ -85,21 +94,21 @@ type DumpHolder struct {
 type DumpAllocation struct {
 	Seq        uint64            `json:"seq"`
 	Time       time.Time         `json:"time"`
-	DeviceIDs  []string          `json:"device_ids"`
+	DeviceIDs  []string          `json:"deviceIDs"`
 	Envs       map[string]string `json:"envs"`
 	State      string            `json:"state"`
 	Namespace  string            `json:"namespace"`
 	Pod        string            `json:"pod"`
 	Container  string            `json:"container"`
-	HeldSince  time.Time         `json:"held_since"`
-	ReleasedAt time.Time         `json:"released_at"`
+	HeldSince  time.Time         `json:"heldSince"`
+	ReleasedAt time.Time         `json:"releasedAt"`
 }
 
 // DumpHealthEvent is one health event of DumpDoc.
 type DumpHealthEvent struct {
 	Seq      uint64    `json:"seq"`
 	Time     time.Time `json:"time"`
-	DeviceID string    `json:"device_id"`
+	DeviceID string    `json:"deviceID"`
 	Healthy  bool      `json:"healthy"`
 	Reason   string    `json:"reason"`
 	Cause    string    `json:"cause"`
