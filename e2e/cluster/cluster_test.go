@@ -255,3 +255,31 @@ func TestServingCerts(t *testing.T) {
 		t.Error("serving cert verifies for an address it was not made for")
 	}
 }
+
+func TestSumMetric(t *testing.T) {
+	text := `# HELP pod_resources_endpoint_requests_total Number of requests to the PodResource endpoint.
+# TYPE pod_resources_endpoint_requests_total counter
+pod_resources_endpoint_requests_total{server_api_version="v1"} 17
+pod_resources_endpoint_requests_total{server_api_version="v1alpha1"} 2
+pod_resources_endpoint_requests_list{server_api_version="v1"} 15
+pod_resources_endpoint_requests_total_other 99
+plain_metric 3.5
+`
+	for _, tc := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+		found  bool
+	}{
+		{"pod_resources_endpoint_requests_total", map[string]string{"server_api_version": "v1"}, 17, true},
+		{"pod_resources_endpoint_requests_total", nil, 19, true},
+		{"pod_resources_endpoint_requests_list", map[string]string{"server_api_version": "v1"}, 15, true},
+		{"plain_metric", nil, 3.5, true},
+		{"absent", nil, 0, false},
+		{"pod_resources_endpoint_requests_total", map[string]string{"server_api_version": "v2"}, 0, false},
+	} {
+		if got, found := sumMetric(text, tc.name, tc.labels); got != tc.want || found != tc.found {
+			t.Errorf("sumMetric(%s, %v) = %v, %v; want %v, %v", tc.name, tc.labels, got, found, tc.want, tc.found)
+		}
+	}
+}

@@ -435,3 +435,59 @@ func (c *Cluster) KillContainer(ctx context.Context, id string) error {
 }
 
 var containerIDPattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// ContainerCreatedAt returns when the node's container runtime created the container with this id
+// (CRI ContainerStatus, nanosecond precision; the pod status's times have whole seconds only).
+func (n *Node) ContainerCreatedAt(ctx context.Context, id string) (time.Time, error) {
+	conn, err := grpc.NewClient("unix://"+n.containerdSock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return time.Time{}, fmt.Errorf("dial containerd: %w", err)
+	}
+	defer conn.Close()
+	st, err := criv1.NewRuntimeServiceClient(conn).ContainerStatus(ctx, &criv1.ContainerStatusRequest{ContainerId: id})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("container %s status: %w", id, err)
+	}
+	return time.Unix(0, st.GetStatus().GetCreatedAt()), nil
+}
+
+// KubeletMetric returns the sum of the samples of a counter or gauge on the node's kubelet /metrics
+// (read through the API server's node proxy) whose labels include every labels pair; an error if there
+// is no such sample.
+func (n *Node) KubeletMetric(ctx context.Context, name string, labels map[string]string) (float64, error) {
+	raw, err := n.c.Client.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", n.Name, "proxy", "metrics").DoRaw(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("kubelet metrics of %s: %w", n.Name, err)
+	}
+	sum, ok := sumMetric(string(raw), name, labels)
+	if !ok {
+		return 0, fmt.Errorf("kubelet metrics of %s: no sample of %s%v", n.Name, name, labels)
+	}
+	return sum, nil
+}
+
+// sumMetric adds the values of the Prometheus text-format samples of name that carry every labels pair,
+// and reports whether there was one.
+func sumMetric(text, name string, labels map[string]string) (sum float64, found bool) {
+	for _, line := range strings.Split(text, "\n") {
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || rest == "" || (rest[0] != '{' && rest[0] != ' ') {
+			continue
+		}
+		match := true
+		for k, v := range labels {
+			if !strings.Contains(rest, k+`="`+v+`"`) {
+				match = false
+			}
+		}
+		fields := strings.Fields(rest[strings.LastIndexByte(rest, '}')+1:])
+		if !match || len(fields) == 0 {
+			continue
+		}
+		if v, err := strconv.ParseFloat(fields[0], 64); err == nil {
+			sum += v
+			found = true
+		}
+	}
+	return sum, found
+}
