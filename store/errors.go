@@ -37,6 +37,12 @@ var (
 	// changed sequence number.
 	ErrInvalid = errors.New("invalid argument")
 
+	// ErrNotRegularFile means the state path exists but is not a regular
+	// file (after following symlinks): a directory, a device such as
+	// /dev/null, a pipe or a socket. The message names the path, where a
+	// symlink points and what it found. Nothing was opened or created.
+	ErrNotRegularFile = errors.New("not a regular file")
+
 	// ErrReadOnly means a write was attempted on a Store opened with
 	// Options.ReadOnly.
 	ErrReadOnly = errors.New("store is read-only")

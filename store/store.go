@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -96,16 +97,16 @@ func Open(path string, opts Options) (*Store, error) {
 		return fmt.Errorf("open state %q: %w", path, err)
 	}
 
-	if opts.ReadOnly {
-		fi, err := os.Stat(path)
-		switch {
-		case err != nil:
-			return nil, fmt.Errorf("open state %q read-only: %w", path, err)
-		case !fi.Mode().IsRegular():
-			return nil, fmt.Errorf("open state %q read-only: not a regular file: %w", path, ErrInvalid)
+	exists, err := checkRegular(path)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("open state %q: %w", path, err)
+	case opts.ReadOnly && !exists:
+		return nil, fmt.Errorf("open state %q read-only: %w", path, fs.ErrNotExist)
+	case !opts.ReadOnly:
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, fmt.Errorf("open state %q: create directory: %w", path, err)
 		}
-	} else if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("open state %q: create directory: %w", path, err)
 	}
 
 	db, err := openBolt(path, timeout, opts.ReadOnly)
@@ -150,6 +151,14 @@ func openBolt(path string, timeout time.Duration, readOnly bool) (*bolt.DB, erro
 	release := func() {
 		unlockFile(file)
 		_ = file.Close()
+	}
+	// Open checked the path before; this catches a swap since.
+	if fi, err := file.Stat(); err != nil || !fi.Mode().IsRegular() {
+		_ = file.Close()
+		if err == nil {
+			err = notRegular(path, fi.Mode())
+		}
+		return nil, err
 	}
 	if err := lockFile(file, !readOnly, timeout); err != nil {
 		release()
@@ -319,13 +328,13 @@ var errRollback = errors.New("rollback")
 // Stats describe the content and size of a state file. The zero value means
 // an empty store.
 type Stats struct {
-	SchemaVersion  int   `json:"schema_version"`
-	Devices        int   `json:"devices"`         // all devices, removed ones included
-	RemovedDevices int   `json:"removed_devices"` // devices flagged removed
-	Allocations    int   `json:"allocations"`     // allocation records kept
-	HealthEvents   int   `json:"health_events"`   // health events kept
-	FileSize       int64 `json:"file_size"`       // bytes on disk; bbolt grows the file ahead of use
-	DataSize       int64 `json:"data_size"`       // bytes up to bbolt's high-water mark
+	SchemaVersion  int
+	Devices        int   // all devices, removed ones included
+	RemovedDevices int   // devices flagged removed
+	Allocations    int   // allocation records kept
+	HealthEvents   int   // health events kept
+	FileSize       int64 // bytes on disk; bbolt grows the file ahead of use
+	DataSize       int64 // bytes up to bbolt's high-water mark
 }
 
 // Stats counts the records and reports the file size.
