@@ -35,16 +35,16 @@ func ValidState(state string) bool {
 func Active(state string) bool { return state == StateAllocated || state == StateHeld }
 
 // Allocation is one answer given to the kubelet's Allocate, with what is
-// later learned about who holds the devices. Its JSON form (snake_case keys,
-// RFC 3339 times, holder fields omitted while unset) is what dump prints and
-// is stable. Values returned by the Store are copies the caller may modify.
+// later learned about who holds the devices. The JSON tags are the on-disk
+// format (see doc.go), not an output format: dump and the admin API have
+// their own types. Values returned by the Store are copies the caller may
+// modify.
 type Allocation struct {
-	Seq         uint64            `json:"seq"`  // assigned by RecordAllocation; increasing, never reused
-	Time        time.Time         `json:"time"` // when Allocate answered
-	DeviceIDs   []string          `json:"device_ids"`
-	Envs        map[string]string `json:"envs,omitempty"`        // environment handed to the container
-	Annotations map[string]string `json:"annotations,omitempty"` // annotations handed to the runtime
-	State       string            `json:"state"`                 // one of the State constants
+	Seq       uint64            `json:"seq"`  // assigned by RecordAllocation; increasing, never reused
+	Time      time.Time         `json:"time"` // when Allocate answered
+	DeviceIDs []string          `json:"device_ids"`
+	Envs      map[string]string `json:"envs,omitempty"` // environment handed to the container
+	State     string            `json:"state"`          // one of the State constants
 
 	Namespace  string    `json:"namespace,omitempty"` // holder, once known
 	Pod        string    `json:"pod,omitempty"`
@@ -60,7 +60,6 @@ func (a Allocation) Active() bool { return Active(a.State) }
 func (a Allocation) clone() Allocation {
 	a.DeviceIDs = slices.Clone(a.DeviceIDs)
 	a.Envs = maps.Clone(a.Envs)
-	a.Annotations = maps.Clone(a.Annotations)
 	return a
 }
 

@@ -18,8 +18,8 @@ const (
 	CauseReconcile      = "reconcile"       // Reconcile added the device
 )
 
-// Device is the stored state of one device. Its JSON form (snake_case keys,
-// RFC 3339 times) is what dump prints and is stable.
+// Device is the stored state of one device. The JSON tags are the on-disk
+// format (see doc.go), not an output format.
 type Device struct {
 	ID        string    `json:"id"`
 	Index     int       `json:"index"`
@@ -35,28 +35,28 @@ type Device struct {
 // across restarts and must be unique and non-empty; Index must be unique and
 // non-negative. NUMA is stored as given (callers may use -1 for "none").
 type DeviceSpec struct {
-	ID    string `json:"id"`
-	Index int    `json:"index"`
-	NUMA  int    `json:"numa"`
+	ID    string
+	Index int
+	NUMA  int
 }
 
 // DeviceChange is a configured device whose index or NUMA node differs from
 // the stored one.
 type DeviceChange struct {
-	ID       string `json:"id"`
-	OldIndex int    `json:"old_index"`
-	NewIndex int    `json:"new_index"`
-	OldNUMA  int    `json:"old_numa"`
-	NewNUMA  int    `json:"new_numa"`
+	ID       string
+	OldIndex int
+	NewIndex int
+	OldNUMA  int
+	NewNUMA  int
 }
 
 // ReconcileReport says what Reconcile changed; ids are sorted. The zero
 // value means nothing changed.
 type ReconcileReport struct {
-	Added    []string       `json:"added,omitempty"`    // new devices, stored healthy
-	Removed  []string       `json:"removed,omitempty"`  // no longer configured, flagged removed
-	Restored []string       `json:"restored,omitempty"` // configured again, health kept
-	Changed  []DeviceChange `json:"changed,omitempty"`  // index or NUMA node updated
+	Added    []string       // new devices, stored healthy
+	Removed  []string       // no longer configured, flagged removed
+	Restored []string       // configured again, health kept
+	Changed  []DeviceChange // index or NUMA node updated
 }
 
 // Empty reports whether the report records no change.
@@ -265,8 +265,8 @@ func (s *Store) SetHealth(id string, healthy bool, reason, cause string) (Device
 	return d, changed, nil
 }
 
-// HealthEvent is one recorded health change. Its JSON form is what dump
-// prints and is stable.
+// HealthEvent is one recorded health change. The JSON tags are the on-disk
+// format (see doc.go), not an output format.
 type HealthEvent struct {
 	Seq      uint64    `json:"seq"` // increasing, never reused, even after Prune
 	Time     time.Time `json:"time"`

@@ -39,7 +39,7 @@
 //
 //	meta            "schema_version" -> uint64 (8 bytes big-endian), = SchemaVersion
 //	devices         device id        -> Device       {"id","index","numa","healthy","reason","since","removed","removed_at"}
-//	allocations     seq (uint64)     -> Allocation   {"seq","time","device_ids","envs","annotations","state",
+//	allocations     seq (uint64)     -> Allocation   {"seq","time","device_ids","envs","state",
 //	                                                  "namespace","pod","container","held_since","released_at"}
 //	health_events   seq (uint64)     -> HealthEvent  {"seq","time","device_id","healthy","reason","cause"}
 //
@@ -50,8 +50,10 @@
 // "removed" by Reconcile, so history always resolves its ids. Allocation
 // "state" is one of allocated, held, released, abandoned.
 //
-// The JSON shapes of Device, Allocation, HealthEvent, ReconcileReport and
-// Stats are also the stable output format of the dump subcommand.
+// Records written by earlier builds may carry an "annotations" object in
+// allocations; readers ignore it and a rewrite drops it. The JSON tags of
+// Device, Allocation and HealthEvent describe this file format only; they are
+// nobody's output format.
 //
 // # Versions and migration
 //
