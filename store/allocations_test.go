@@ -249,7 +249,7 @@ func TestStats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := store.Stats{SchemaVersion: 1, Devices: 3, RemovedDevices: 1, Allocations: 1, HealthEvents: 4, FileSize: st.FileSize, DataSize: st.DataSize}
+	want := store.Stats{SchemaVersion: store.SchemaVersion, Devices: 3, RemovedDevices: 1, Allocations: 1, HealthEvents: 4, FileSize: st.FileSize, DataSize: st.DataSize}
 	if st != want || st.FileSize < st.DataSize || st.DataSize <= 0 {
 		t.Errorf("Stats() = %+v, want %+v", st, want)
 	}

@@ -31,7 +31,26 @@
 // good (bbolt keeps two and falls back, as after a crash during a commit);
 // a zeroed meta page fails bbolt's check and is damage.
 //
-// # Schema (version 1)
+// # Damaged records
+//
+// One bad record must not hide the rest. Open also checks every record
+// value (devices, allocations, health_events): it must be a JSON object that
+// decodes into its type and makes sense (a device's "id" and a record's
+// "seq" match the key, times are set, an allocation has device ids and a
+// known state, an event a device id). A read-write Open moves every value
+// that fails into the quarantine bucket, with its original bytes, the bucket
+// and key it came from, the reason and the time, deleting it from its bucket,
+// all in one transaction; a file without damage is not written. A read-only
+// Open writes nothing and remembers what it found. Store.Damaged lists both,
+// so that the plugin can log and dump can show them. Every reader decodes
+// with the same checks and skips (and reports through Damaged) a value
+// damaged after Open, instead of failing the whole list; the calls that ask
+// for one record return ErrDamaged for it; Reconcile, walking the devices,
+// quarantines one it meets. A quarantined device is no longer
+// known: Reconcile adds it again as new, healthy, and lists it in
+// ReconcileReport.Recreated. Quarantine entries are never pruned.
+//
+// # Schema (version 2)
 //
 // Top-level buckets; integers in keys are 8-byte big-endian, so byte order
 // is numeric order; values are JSON objects with snake_case keys and RFC 3339
@@ -42,13 +61,19 @@
 //	allocations     seq (uint64)     -> Allocation   {"seq","time","device_ids","envs","state",
 //	                                                  "namespace","pod","container","held_since","released_at"}
 //	health_events   seq (uint64)     -> HealthEvent  {"seq","time","device_id","healthy","reason","cause"}
+//	quarantine      seq (uint64)     -> entry        {"bucket","key","value","reason","time"}   (since version 2)
 //
 // Sequence numbers come from the bucket's NextSequence: they start at 1, only
 // grow and are never reused, even after Prune deletes the oldest records. The
 // key is authoritative; "seq" inside the value is a copy for readers of the
-// JSON. Devices are never deleted: a device no longer configured is flagged
-// "removed" by Reconcile, so history always resolves its ids. Allocation
-// "state" is one of allocated, held, released, abandoned.
+// JSON and must match it, as a device's "id" must match its key. Devices are
+// never deleted (a damaged one is moved to quarantine): a device no longer
+// configured is flagged "removed" by Reconcile, so history always resolves
+// its ids. Allocation
+// "state" is one of allocated, held, released, abandoned. A quarantine
+// entry holds a damaged record: "bucket" it came from, its "key" and "value"
+// bytes exactly as found (base64, as JSON encodes bytes), the "reason" it was
+// refused and the "time" it was moved.
 //
 // Records written by earlier builds may carry an "annotations" object in
 // allocations; readers ignore it and a rewrite drops it. The JSON tags of
@@ -64,8 +89,9 @@
 // nothing. Version 0 is a file without a meta bucket: one bbolt has just
 // created, or one from a pre-release build with the version-1 buckets and
 // values but no version; the 0→1 step creates the missing buckets and
-// refuses a file holding any other bucket (ErrCorrupt: not a state file). A
-// read-only Store reads an older file as it is. To change the layout, bump
+// refuses a file holding any other bucket (ErrCorrupt: not a state file).
+// The 1→2 step creates the quarantine bucket. A read-only Store reads an
+// older file as it is. To change the layout, bump
 // SchemaVersion and append a step; never edit a shipped step.
 //
 // # Retention

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -57,6 +58,9 @@ type Store struct {
 	now          func() time.Time
 	version      int // schema version of the file after Open
 	migratedFrom int // schema version found by Open
+
+	dmu   sync.Mutex
+	found map[string]damage // damaged records in place, by damage.id
 }
 
 // Open opens the state file at path, creating it (mode 0600) and its
@@ -119,6 +123,10 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fail(err)
 	}
 	if err := s.initSchema(); err != nil {
+		_ = db.Close()
+		return nil, fail(err)
+	}
+	if err := s.checkRecords(); err != nil {
 		_ = db.Close()
 		return nil, fail(err)
 	}
@@ -239,7 +247,7 @@ func (s *Store) initSchema() error {
 		if err != nil || version != SchemaVersion {
 			return err
 		}
-		for _, name := range append([][]byte{bucketMeta}, dataBuckets...) {
+		for _, name := range currentBuckets {
 			if tx.Bucket(name) == nil {
 				return fmt.Errorf("%w: bucket %q missing", ErrCorrupt, name)
 			}
@@ -333,20 +341,23 @@ type Stats struct {
 	RemovedDevices int   // devices flagged removed
 	Allocations    int   // allocation records kept
 	HealthEvents   int   // health events kept
+	Damaged        int   // damaged records: quarantined, and found in place (see Store.Damaged)
 	FileSize       int64 // bytes on disk; bbolt grows the file ahead of use
 	DataSize       int64 // bytes up to bbolt's high-water mark
 }
 
-// Stats counts the records and reports the file size.
+// Stats counts the records and reports the file size. Damaged device
+// records are not counted as devices.
 func (s *Store) Stats() (Stats, error) {
 	st := Stats{SchemaVersion: s.version}
 	err := s.db.View(func(tx *bolt.Tx) error {
 		st.DataSize = tx.Size()
 		if b := tx.Bucket(bucketDevices); b != nil {
-			err := b.ForEach(func(_, v []byte) error {
-				var d Device
-				if err := decode(v, &d); err != nil {
-					return err
+			err := b.ForEach(func(k, v []byte) error {
+				d, err := decodeDevice(k, v)
+				if err != nil {
+					s.noteDamaged(bucketDevices, k, v, err)
+					return nil
 				}
 				st.Devices++
 				if d.Removed {
@@ -360,11 +371,15 @@ func (s *Store) Stats() (Stats, error) {
 		}
 		st.Allocations = keyCount(tx.Bucket(bucketAllocations))
 		st.HealthEvents = keyCount(tx.Bucket(bucketEvents))
+		st.Damaged = keyCount(tx.Bucket(bucketQuarantine))
 		return nil
 	})
 	if err != nil {
 		return Stats{}, s.wrap("state stats", err)
 	}
+	s.dmu.Lock()
+	st.Damaged += len(s.found)
+	s.dmu.Unlock()
 	fi, err := os.Stat(s.path)
 	if err != nil {
 		return Stats{}, fmt.Errorf("state stats: %w", err)
