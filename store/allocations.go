@@ -106,7 +106,10 @@ func (s *Store) RecordAllocation(a Allocation) (Allocation, error) {
 		if a.Seq, err = b.NextSequence(); err != nil {
 			return fmt.Errorf("next allocation sequence: %w", err)
 		}
-		return putJSON(b, u64(a.Seq), a)
+		if err := putJSON(b, u64(a.Seq), a); err != nil {
+			return err
+		}
+		return indexAllocation(tx, nil, a)
 	})
 	if err != nil {
 		return Allocation{}, err
@@ -210,6 +213,7 @@ func (s *Store) UpdateAllocation(seq uint64, fn func(*Allocation) error) (Alloca
 		if a, err = s.getAllocation(b, seq); err != nil {
 			return err
 		}
+		old := a.clone()
 		if err := fn(&a); err != nil {
 			return err
 		}
@@ -223,7 +227,10 @@ func (s *Store) UpdateAllocation(seq uint64, fn func(*Allocation) error) (Alloca
 		if err := knownDevices(tx, a.DeviceIDs); err != nil {
 			return fmt.Errorf("record %d: %w", seq, err)
 		}
-		return putJSON(b, u64(seq), a)
+		if err := putJSON(b, u64(seq), a); err != nil {
+			return err
+		}
+		return indexAllocation(tx, &old, a)
 	})
 	if err != nil {
 		return Allocation{}, err

@@ -249,7 +249,16 @@ func TestStats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := store.Stats{SchemaVersion: store.SchemaVersion, Devices: 3, RemovedDevices: 1, Allocations: 1, HealthEvents: 4, FileSize: st.FileSize, DataSize: st.DataSize}
+	// HistoryBytes counts the keys (8 bytes) and JSON values of the history.
+	var history int64
+	as, _ := s.Allocations(store.AllocationFilter{})
+	evs, _ := s.HealthEvents(store.EventFilter{})
+	for _, v := range append([]any{as[0]}, evs[0], evs[1], evs[2], evs[3]) {
+		data, _ := json.Marshal(v)
+		history += 8 + int64(len(data))
+	}
+	want := store.Stats{SchemaVersion: store.SchemaVersion, Devices: 3, RemovedDevices: 1, Allocations: 1, HealthEvents: 4,
+		HistoryBytes: history, FileSize: st.FileSize, DataSize: st.DataSize}
 	if st != want || st.FileSize < st.DataSize || st.DataSize <= 0 {
 		t.Errorf("Stats() = %+v, want %+v", st, want)
 	}

@@ -113,3 +113,63 @@ func BenchmarkAllocations_Active(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPrune_100k prunes a history of 100,000 allocation records (the
+// default -history-max-records) and 1,000 health events, once by count
+// alone and once by count and bytes, to show what the byte accounting
+// costs: "at-limit" finds nothing to delete (the common case: Prune runs
+// after every Allocate, at most once a second), "one-over" deletes the one
+// record an Allocate added (its RecordAllocation is not timed).
+func BenchmarkPrune_100k(b *testing.B) {
+	const n = 100000
+	build := func(b *testing.B) *store.Store {
+		s, _ := mustDevices(b, 2)
+		store.SetNoSyncForTest(s)
+		as := make([]store.Allocation, n)
+		for i := range as {
+			as[i] = benchAllocation()
+			as[i].Namespace, as[i].Pod, as[i].Container = "default", "inference-7f9c6d5b8-xk2lp", "server"
+			if i%2 == 0 {
+				as[i].State = store.StateReleased
+			}
+		}
+		if err := store.RecordAllocationsForTest(s, as); err != nil {
+			b.Fatal(err)
+		}
+		for i := range 1000 {
+			if _, _, err := s.SetHealth("fake-1", i%2 == 0, "flap", store.CauseFaultInjection); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return s
+	}
+	for _, limit := range []string{"count", "count+bytes"} {
+		o := store.PruneOptions{MaxRecords: n}
+		if limit == "count+bytes" {
+			o.MaxBytes = 1 << 40 // never binding: the accounting alone is measured
+		}
+		b.Run(limit+"/at-limit", func(b *testing.B) {
+			s := build(b)
+			for b.Loop() {
+				if r, err := s.Prune(b.Context(), o); err != nil || r.Allocations != 0 {
+					b.Fatal(r, err)
+				}
+			}
+		})
+		b.Run(limit+"/one-over", func(b *testing.B) {
+			s := build(b)
+			a := benchAllocation()
+			a.State = store.StateReleased
+			for b.Loop() {
+				b.StopTimer()
+				if _, err := s.RecordAllocation(a); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				if r, err := s.Prune(b.Context(), o); err != nil || r.Allocations != 1 {
+					b.Fatal(r, err)
+				}
+			}
+		})
+	}
+}

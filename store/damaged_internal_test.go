@@ -107,3 +107,58 @@ func damagedNames(t *testing.T, s *Store) []string {
 	}
 	return out
 }
+
+// TestPrune_QuarantinesDamage: Prune walking over a damaged record moves it
+// into quarantine instead of deleting or tripping on it.
+func TestPrune_QuarantinesDamage(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "state.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Reconcile([]DeviceSpec{{ID: "a"}}); err != nil { // event 1
+		t.Fatal(err)
+	}
+	for range 6 {
+		a, err := s.RecordAllocation(Allocation{DeviceIDs: []string{"a"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Seq%2 == 1 {
+			if _, err := s.UpdateAllocation(a.Seq, func(a *Allocation) error { a.State = StateReleased; return nil }); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		if err := tx.Bucket(bucketAllocations).Put(u64(1), []byte("rot")); err != nil { // indexed as inactive
+			return err
+		}
+		if err := tx.Bucket(bucketAllocations).Put(u64(2), []byte("rot")); err != nil { // active
+			return err
+		}
+		return tx.Bucket(bucketEvents).Put(u64(1), []byte("rot"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Prune(t.Context(), PruneOptions{MaxRecords: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Six records, two kept: the inactive 1 (damaged), 3 and 5 go first,
+	// then the oldest active, 2 (damaged). The damaged event 1 is met on the
+	// way (the event count is within the limit, but events are walked).
+	if r.Quarantined != 3 || r.Allocations != 2 {
+		t.Errorf("Prune = %+v, want 3 quarantined", r)
+	}
+	kept, err := s.Allocations(AllocationFilter{})
+	if err != nil || len(kept) != 2 || kept[0].Seq != 6 || kept[1].Seq != 4 {
+		t.Errorf("kept %+v, %v; want 6 and 4", kept, err)
+	}
+	got := damagedNames(t, s)
+	want := []string{"allocations/1 quarantined", "health_events/1 quarantined", "allocations/2 quarantined"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Damaged() = %v, want %v", got, want)
+	}
+}

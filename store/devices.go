@@ -390,12 +390,3 @@ func putJSON(b *bolt.Bucket, key []byte, v any) error {
 	}
 	return nil
 }
-
-// decode unmarshals a stored value. json.Unmarshal copies strings out of
-// data, so the result stays valid after the transaction.
-func decode(data []byte, v any) error {
-	if err := json.Unmarshal(data, v); err != nil {
-		return fmt.Errorf("%w: decode record: %w", ErrCorrupt, err)
-	}
-	return nil
-}

@@ -45,8 +45,9 @@
 // so that the plugin can log and dump can show them. Every reader decodes
 // with the same checks and skips (and reports through Damaged) a value
 // damaged after Open, instead of failing the whole list; the calls that ask
-// for one record return ErrDamaged for it; Reconcile, walking the devices,
-// quarantines one it meets. A quarantined device is no longer
+// for one record return ErrDamaged for it; the write transactions that walk
+// records (Reconcile over the devices, Prune over the oldest history)
+// quarantine one they meet. A quarantined device is no longer
 // known: Reconcile adds it again as new, healthy, and lists it in
 // ReconcileReport.Recreated. Quarantine entries are never pruned.
 //
@@ -62,6 +63,7 @@
 //	                                                  "namespace","pod","container","held_since","released_at"}
 //	health_events   seq (uint64)     -> HealthEvent  {"seq","time","device_id","healthy","reason","cause"}
 //	quarantine      seq (uint64)     -> entry        {"bucket","key","value","reason","time"}   (since version 2)
+//	inactive_allocations  since (uint64) + seq (uint64) -> empty                                (since version 2)
 //
 // Sequence numbers come from the bucket's NextSequence: they start at 1, only
 // grow and are never reused, even after Prune deletes the oldest records. The
@@ -74,6 +76,15 @@
 // entry holds a damaged record: "bucket" it came from, its "key" and "value"
 // bytes exactly as found (base64, as JSON encodes bytes), the "reason" it was
 // refused and the "time" it was moved.
+//
+// inactive_allocations indexes the allocation records no longer active
+// (released or abandoned) by when they became so: the key is that time
+// (ReleasedAt, or Time when unset) in Unix nanoseconds with the sign bit
+// flipped, so that byte order is time order, followed by the record's seq.
+// Every write of an allocation record updates it in the same transaction; it
+// is derived data, and a read-write Open brings it back in step with the
+// records if it is not. Prune walks it to delete inactive records first
+// without decoding every record.
 //
 // Records written by earlier builds may carry an "annotations" object in
 // allocations; readers ignore it and a rewrite drops it. The JSON tags of
@@ -90,14 +101,26 @@
 // created, or one from a pre-release build with the version-1 buckets and
 // values but no version; the 0→1 step creates the missing buckets and
 // refuses a file holding any other bucket (ErrCorrupt: not a state file).
-// The 1→2 step creates the quarantine bucket. A read-only Store reads an
-// older file as it is. To change the layout, bump
+// The 1→2 step creates the quarantine bucket and builds the
+// inactive_allocations index. A read-only Store reads an older file as it
+// is. To change the layout, bump
 // SchemaVersion and append a step; never edit a shipped step.
 //
 // # Retention
 //
-// History grows with every Allocate and health change. Prune deletes the
-// oldest records beyond a count or older than an age, in small transactions;
-// bbolt reuses the freed pages, so with periodic pruning the file size
-// plateaus (it never shrinks).
+// History grows with every Allocate and health change. Prune deletes
+// records beyond a count per kind (PruneOptions.MaxRecords), beyond a byte
+// size of both kinds together (MaxBytes: keys plus JSON values, as
+// Stats.HistoryBytes reports; the file is about twice that, from bbolt's
+// page overhead and free pages) and inactive records older than an age
+// (MaxAge, counted from when they became inactive), in small transactions.
+// What is still active is kept: records of allocations in state allocated
+// or held go only after every inactive record (released or abandoned
+// allocations, health events) that a limit could take instead, oldest
+// first, and never for their age; only when nothing but active records is
+// left over a count or byte limit are the oldest of them deleted, so that
+// the file stays bounded when every record stays allocated (the lifecycle
+// tracker off). Counting bytes reads bbolt's page statistics, as counting
+// records does, not every record. bbolt reuses the freed pages, so with
+// periodic pruning the file size plateaus (it never shrinks).
 package store

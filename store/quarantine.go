@@ -150,11 +150,25 @@ func (s *Store) quarantine(tx *bolt.Tx, bucket []byte, k, v []byte, err error) e
 	return nil
 }
 
-// scanRecords checks every record of the record buckets in tx and returns
-// the damaged ones. A nested bucket where records belong is not a record
-// value but a layout no build writes: ErrCorrupt.
-func scanRecords(tx *bolt.Tx) ([]damage, error) {
-	var found []damage
+// recordScan is what checkRecords found: damaged records, and the
+// inactive_allocations entries to add and to delete so that the index
+// matches the records.
+type recordScan struct {
+	damaged       []damage
+	index, unused [][]byte
+}
+
+func (r recordScan) empty() bool {
+	return len(r.damaged) == 0 && len(r.index) == 0 && len(r.unused) == 0
+}
+
+// scanRecords checks every record of the record buckets in tx, and the
+// inactive_allocations index against the allocation records. A nested bucket
+// where records belong is not a record value but a layout no build writes:
+// ErrCorrupt.
+func scanRecords(tx *bolt.Tx) (recordScan, error) {
+	var r recordScan
+	want := map[string]bool{} // index keys the records call for
 	for _, name := range dataBuckets {
 		b := tx.Bucket(name)
 		if b == nil {
@@ -164,46 +178,83 @@ func scanRecords(tx *bolt.Tx) ([]damage, error) {
 			if v == nil {
 				return fmt.Errorf("%w: bucket %q holds a nested bucket %q: not a state file layout", ErrCorrupt, name, k)
 			}
-			if err := checkRecord(string(name), k, v); err != nil {
-				found = append(found, damage{bucket: string(name), key: bytes.Clone(k), value: bytes.Clone(v), reason: reasonOf(err)})
+			var err error
+			switch string(name) {
+			case string(bucketDevices):
+				_, err = decodeDevice(k, v)
+			case string(bucketAllocations):
+				var a Allocation
+				if a, err = decodeAllocation(k, v); err == nil && !a.Active() {
+					want[string(inactiveKey(a))] = true
+				}
+			case string(bucketEvents):
+				_, err = decodeEvent(k, v)
+			}
+			if err != nil {
+				r.damaged = append(r.damaged, damage{bucket: string(name), key: bytes.Clone(k), value: bytes.Clone(v), reason: reasonOf(err)})
 			}
 			return nil
 		})
 		if err != nil {
-			return nil, err
+			return recordScan{}, err
 		}
 	}
-	return found, nil
+	idx := tx.Bucket(bucketInactive)
+	if idx == nil { // an older file, read-only
+		return r, nil
+	}
+	err := idx.ForEach(func(k, _ []byte) error {
+		if want[string(k)] {
+			delete(want, string(k))
+		} else {
+			r.unused = append(r.unused, bytes.Clone(k))
+		}
+		return nil
+	})
+	for k := range want {
+		r.index = append(r.index, []byte(k))
+	}
+	return r, err
 }
 
 // checkRecords runs at Open. It checks every record; a read-only Store
 // remembers the damaged ones, a read-write Store moves them into the
-// quarantine bucket in one transaction. A file without damage is not
-// written.
+// quarantine bucket and brings the inactive_allocations index in step with
+// the records, in one transaction. A sound file is not written.
 func (s *Store) checkRecords() error {
-	var found []damage
+	var r recordScan
 	err := s.db.View(func(tx *bolt.Tx) error {
 		var err error
-		found, err = scanRecords(tx)
+		r, err = scanRecords(tx)
 		return err
 	})
-	if err != nil || len(found) == 0 {
+	if err != nil || r.empty() {
 		return err
 	}
 	if s.readOnly {
 		s.dmu.Lock()
-		s.found = make(map[string]damage, len(found))
-		for _, d := range found {
+		s.found = make(map[string]damage, len(r.damaged))
+		for _, d := range r.damaged {
 			s.found[d.id()] = d
 		}
 		s.dmu.Unlock()
 		return nil
 	}
-	return s.update("quarantine damaged records", func(tx *bolt.Tx) error {
-		for _, d := range found {
-			name := []byte(d.bucket)
-			if err := s.quarantine(tx, name, d.key, d.value, &errRecord{reason: d.reason}); err != nil {
+	return s.update("check records", func(tx *bolt.Tx) error {
+		for _, d := range r.damaged {
+			if err := s.quarantine(tx, []byte(d.bucket), d.key, d.value, &errRecord{reason: d.reason}); err != nil {
 				return err
+			}
+		}
+		idx := tx.Bucket(bucketInactive)
+		for _, k := range r.unused {
+			if err := idx.Delete(k); err != nil {
+				return fmt.Errorf("fix inactive allocations index: %w", err)
+			}
+		}
+		for _, k := range r.index {
+			if err := idx.Put(k, []byte{}); err != nil {
+				return fmt.Errorf("fix inactive allocations index: %w", err)
 			}
 		}
 		return nil

@@ -36,7 +36,8 @@ func reasonOf(err error) string {
 	return ""
 }
 
-// decodeObject unmarshals a stored JSON object into v.
+// decodeObject unmarshals a stored JSON object into v. json.Unmarshal
+// copies strings out of data, so the result outlives the transaction.
 func decodeObject(data []byte, v any) error {
 	if data == nil {
 		return damaged("a nested bucket, not a record")
@@ -129,21 +130,6 @@ func decodeEvent(k, v []byte) (HealthEvent, error) {
 		return HealthEvent{}, damaged("no device id")
 	}
 	return e, nil
-}
-
-// checkRecord validates the value v stored under k in the record bucket
-// named bucket, returning the refusal (an *errRecord) or nil.
-func checkRecord(bucket string, k, v []byte) error {
-	var err error
-	switch bucket {
-	case string(bucketDevices):
-		_, err = decodeDevice(k, v)
-	case string(bucketAllocations):
-		_, err = decodeAllocation(k, v)
-	case string(bucketEvents):
-		_, err = decodeEvent(k, v)
-	}
-	return err
 }
 
 // keyName renders a record key for people: a device id as it is, a

@@ -341,6 +341,7 @@ type Stats struct {
 	RemovedDevices int   // devices flagged removed
 	Allocations    int   // allocation records kept
 	HealthEvents   int   // health events kept
+	HistoryBytes   int64 // keys and values of the allocation records and health events, as PruneOptions.MaxBytes counts them
 	Damaged        int   // damaged records: quarantined, and found in place (see Store.Damaged)
 	FileSize       int64 // bytes on disk; bbolt grows the file ahead of use
 	DataSize       int64 // bytes up to bbolt's high-water mark
@@ -369,8 +370,16 @@ func (s *Store) Stats() (Stats, error) {
 				return err
 			}
 		}
-		st.Allocations = keyCount(tx.Bucket(bucketAllocations))
-		st.HealthEvents = keyCount(tx.Bucket(bucketEvents))
+		for _, kind := range []struct {
+			name []byte
+			n    *int
+		}{{bucketAllocations, &st.Allocations}, {bucketEvents, &st.HealthEvents}} {
+			if b := tx.Bucket(kind.name); b != nil {
+				n, size := kvStats(b)
+				*kind.n += n
+				st.HistoryBytes += size
+			}
+		}
 		st.Damaged = keyCount(tx.Bucket(bucketQuarantine))
 		return nil
 	})

@@ -274,12 +274,12 @@ func prune(ctx context.Context, st *store.Store, cfg config, kick <-chan struct{
 				return
 			}
 		}
-		n, err := st.Prune(ctx, store.PruneOptions{MaxRecords: cfg.historyMaxRecords, MaxAge: cfg.historyMaxAge})
+		r, err := st.Prune(ctx, store.PruneOptions{MaxRecords: cfg.historyMaxRecords, MaxAge: cfg.historyMaxAge})
 		switch {
 		case err != nil && ctx.Err() == nil:
 			log.Error().Err(err).Msg("prune history")
-		case n > 0:
-			log.Debug().Int("deleted", n).Msg("pruned history")
+		case r != store.PruneResult{}:
+			log.Debug().Int("allocations", r.Allocations).Int("health_events", r.HealthEvents).Msg("pruned history")
 		}
 	}
 }
