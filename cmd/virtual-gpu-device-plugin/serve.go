@@ -23,10 +23,6 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
-// pruneInterval is how often the history is pruned at the least; every
-// Allocate also asks for a prune (at most one a second).
-const pruneInterval = time.Minute
-
 // newLogger builds the root logger from the validated config.
 func newLogger(cfg config, w io.Writer) zerolog.Logger {
 	level, _ := zerolog.ParseLevel(cfg.logLevel) // validated
@@ -75,7 +71,13 @@ func serve(ctx context.Context, cfg config, logw io.Writer) error {
 	}
 
 	policy := allocator.Policies[cfg.allocationPolicy]
-	pruneKick := make(chan struct{}, 1)
+	// The history is pruned off the RPC path: at start, every minute, and
+	// after allocations (at most once a second).
+	pruner, err := store.NewPruner(st, store.PruneOptions{MaxRecords: cfg.historyMaxRecords, MaxAge: cfg.historyMaxAge},
+		store.PrunerConfig{Report: func(r store.PruneResult, err error) { logPrune(log, r, err) }})
+	if err != nil {
+		return err
+	}
 	var (
 		srv    *plugin.Server
 		runner *plugin.Runner
@@ -89,7 +91,7 @@ func serve(ctx context.Context, cfg config, logw io.Writer) error {
 			return policy(machine, available, mustInclude, size)
 		},
 		Env:      machine.ContainerEnv,
-		Recorder: recorder{st: st, kick: pruneKick},
+		Recorder: recorder{st: st, kick: pruner.Kick},
 		Health:   healthRecorder{st},
 		Observer: m,
 		Logger:   log,
@@ -141,10 +143,7 @@ func serve(ctx context.Context, cfg config, logw io.Writer) error {
 	g.Go(func() error { return runner.Run(ctx) })
 	g.Go(func() error { return adminSrv.Run(ctx) })
 	g.Go(func() error { return tracker.Run(ctx) })
-	g.Go(func() error {
-		prune(ctx, st, cfg, pruneKick, log)
-		return nil
-	})
+	g.Go(func() error { return pruner.Run(ctx) })
 	if metricsLis != nil {
 		live := func() error { _, err := st.Devices(); return err }
 		ready := func() error {
@@ -225,10 +224,11 @@ func pluginDevices(cfg config, machine *topology.Machine, st *store.Store, log z
 	return devices, nil
 }
 
-// recorder stores every allocation before Allocate answers it.
+// recorder stores every allocation before Allocate answers it, then asks
+// for a prune (kick, if set).
 type recorder struct {
 	st   *store.Store
-	kick chan<- struct{}
+	kick func()
 }
 
 var _ plugin.Recorder = recorder{}
@@ -238,9 +238,8 @@ func (r recorder) RecordAllocation(_ context.Context, ids []string, envs map[str
 	if err != nil {
 		return nil, err
 	}
-	select {
-	case r.kick <- struct{}{}:
-	default:
+	if r.kick != nil {
+		r.kick()
 	}
 	return a.Envs, nil
 }
@@ -255,31 +254,19 @@ func (h healthRecorder) RecordHealth(id string, healthy bool, reason, cause stri
 	return err
 }
 
-// prune keeps the history bounded, off the RPC path: after allocations (at
-// most once a second) and every pruneInterval.
-func prune(ctx context.Context, st *store.Store, cfg config, kick <-chan struct{}, log zerolog.Logger) {
-	tick := time.NewTicker(pruneInterval)
-	defer tick.Stop()
-	limit := time.NewTicker(time.Second)
-	defer limit.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		case <-kick:
-			select { // at most one prune a second
-			case <-limit.C:
-			case <-ctx.Done():
-				return
-			}
-		}
-		r, err := st.Prune(ctx, store.PruneOptions{MaxRecords: cfg.historyMaxRecords, MaxAge: cfg.historyMaxAge})
-		switch {
-		case err != nil && ctx.Err() == nil:
-			log.Error().Err(err).Msg("prune history")
-		case r != store.PruneResult{}:
-			log.Debug().Int("allocations", r.Allocations).Int("health_events", r.HealthEvents).Msg("pruned history")
-		}
+// logPrune logs what a prune did: errors, and the deletions that deserve
+// attention, at warn; the routine ones at debug.
+func logPrune(log zerolog.Logger, r store.PruneResult, err error) {
+	switch {
+	case err != nil:
+		log.Error().Err(err).Msg("prune history")
+	case r.ActiveAllocations > 0:
+		log.Warn().Int("active_allocations", r.ActiveAllocations).Int("allocations", r.Allocations).Int("health_events", r.HealthEvents).
+			Msg("pruned records of allocations still active: only those were left over -history-max-records or -history-max-bytes")
+	case r.Allocations > 0 || r.HealthEvents > 0:
+		log.Debug().Int("allocations", r.Allocations).Int("health_events", r.HealthEvents).Msg("pruned history")
+	}
+	if r.Quarantined > 0 {
+		log.Warn().Int("records", r.Quarantined).Msg("damaged records found while pruning were moved into quarantine (kept in the state file)")
 	}
 }
