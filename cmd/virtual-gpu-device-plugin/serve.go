@@ -73,7 +73,7 @@ func serve(ctx context.Context, cfg config, logw io.Writer) error {
 	policy := allocator.Policies[cfg.allocationPolicy]
 	// The history is pruned off the RPC path: at start, every minute, and
 	// after allocations (at most once a second).
-	pruner, err := store.NewPruner(st, store.PruneOptions{MaxRecords: cfg.historyMaxRecords, MaxAge: cfg.historyMaxAge},
+	pruner, err := store.NewPruner(st, store.PruneOptions{MaxRecords: cfg.historyMaxRecords, MaxBytes: int64(cfg.historyMaxBytes), MaxAge: cfg.historyMaxAge},
 		store.PrunerConfig{Report: func(r store.PruneResult, err error) { logPrune(log, r, err) }})
 	if err != nil {
 		return err
