@@ -15,6 +15,15 @@
 // committed and fsynced before it returns. Read methods return copies that
 // outlive their transaction.
 //
+// # Write failures
+//
+// A write whose commit fails (disk full, I/O error) changes nothing and
+// returns the error, which names the operation once and then the file, e.g.
+// "record allocation: write /var/lib/virtual-gpu/state.db: no space left on
+// device". Store.Writable reports such a failure for a readiness probe until
+// a write succeeds again, probing by itself at most once a second (see
+// probeWrite) so that it recovers without traffic.
+//
 // # Damage
 //
 // Open checks the file before trusting it. Holding the file lock, it first

@@ -33,3 +33,6 @@ func RecordAllocationsForTest(s *Store, as []Allocation) error {
 		return nil
 	})
 }
+
+// WritableProbeGap is the least time between two probe writes of Writable.
+const WritableProbeGap = writableProbeGap

@@ -41,8 +41,8 @@ type Options struct {
 	// move it aside and start fresh". Empty means DefaultRecoveryHint.
 	RecoveryHint string
 
-	// Now is the clock used to stamp records whose time is unset. Nil means
-	// time.Now.
+	// Now is the clock used to stamp records whose time is unset and to
+	// space Writable's probe writes. Nil means time.Now.
 	Now func() time.Time
 }
 
@@ -53,6 +53,7 @@ type Options struct {
 // only) until Close. The zero Store is not usable; get one from Open.
 type Store struct {
 	db           *bolt.DB
+	file         *os.File // db's file, owned by db
 	path         string
 	readOnly     bool
 	now          func() time.Time
@@ -61,6 +62,11 @@ type Store struct {
 
 	dmu   sync.Mutex
 	found map[string]damage // damaged records in place, by damage.id
+
+	wmu       sync.Mutex
+	writeErr  error     // error of the last failed commit, nil once one succeeds
+	lastProbe time.Time // of Writable
+	closed    bool
 }
 
 // Open opens the state file at path, creating it (mode 0600) and its
@@ -113,11 +119,11 @@ func Open(path string, opts Options) (*Store, error) {
 		}
 	}
 
-	db, err := openBolt(path, timeout, opts.ReadOnly)
+	db, file, err := openBolt(path, timeout, opts.ReadOnly)
 	if err != nil {
 		return nil, fail(err)
 	}
-	s := &Store{db: db, path: path, readOnly: opts.ReadOnly, now: now}
+	s := &Store{db: db, file: file, path: path, readOnly: opts.ReadOnly, now: now}
 	if err := guard(s.verify); err != nil {
 		_ = db.Close() // the verify error is the one worth reporting
 		return nil, fail(err)
@@ -145,16 +151,17 @@ func isCorruptOpen(err error) bool {
 
 // openBolt opens path with bbolt. It opens and locks the file itself first,
 // so that preflight reads a file no other process is writing, then hands the
-// locked file to bbolt (whose own flock on it succeeds at once). A panic or
-// memory fault inside bbolt becomes an error, and the file is released.
-func openBolt(path string, timeout time.Duration, readOnly bool) (*bolt.DB, error) {
+// locked file to bbolt (whose own flock on it succeeds at once), and returns
+// it too: bbolt owns it. A panic or memory fault inside bbolt becomes an
+// error, and the file is released.
+func openBolt(path string, timeout time.Duration, readOnly bool) (*bolt.DB, *os.File, error) {
 	flag := os.O_RDWR | os.O_CREATE
 	if readOnly {
 		flag = os.O_RDONLY
 	}
 	file, err := os.OpenFile(path, flag, 0o600)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	release := func() {
 		unlockFile(file)
@@ -166,15 +173,15 @@ func openBolt(path string, timeout time.Duration, readOnly bool) (*bolt.DB, erro
 		if err == nil {
 			err = notRegular(path, fi.Mode())
 		}
-		return nil, err
+		return nil, nil, err
 	}
 	if err := lockFile(file, !readOnly, timeout); err != nil {
 		release()
-		return nil, err
+		return nil, nil, err
 	}
 	if err := guard(func() error { return preflight(file, readOnly) }); err != nil {
 		release()
-		return nil, err
+		return nil, nil, err
 	}
 	bo := &bolt.Options{
 		Timeout:         timeout,
@@ -197,7 +204,7 @@ func openBolt(path string, timeout time.Duration, readOnly bool) (*bolt.DB, erro
 		// must not.
 		release()
 	}
-	return db, err
+	return db, file, err
 }
 
 // panicError is a panic or memory fault recovered from bbolt.
@@ -279,6 +286,9 @@ func (s *Store) initSchema() error {
 // Close releases the file and its lock. It waits for running transactions.
 // Calling Close again returns nil; any other method then returns ErrClosed.
 func (s *Store) Close() error {
+	s.wmu.Lock()
+	s.closed = true
+	s.wmu.Unlock()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("close state %q: %w", s.path, err)
 	}
@@ -419,12 +429,25 @@ func (s *Store) wrap(op string, err error) error {
 }
 
 // update runs fn in its own read-write transaction, committed (and fsynced)
-// before it returns.
+// before it returns. If fn fails, nothing is written. The outcome of the
+// commit, where the file is written, is what Writable reports.
 func (s *Store) update(op string, fn func(tx *bolt.Tx) error) error {
 	if s.readOnly {
 		return fmt.Errorf("%s: %w", op, ErrReadOnly)
 	}
-	return s.wrap(op, s.db.Update(fn))
+	tx, err := s.db.Begin(true)
+	if err != nil {
+		return s.wrap(op, err)
+	}
+	defer func() { _ = tx.Rollback() }() // after a commit: ErrTxClosed, nothing to do
+	if err := fn(tx); err != nil {
+		return s.wrap(op, err)
+	}
+	err = s.wrap(op, tx.Commit())
+	s.wmu.Lock()
+	s.writeErr = err
+	s.wmu.Unlock()
+	return err
 }
 
 // view runs fn in a read-only transaction.

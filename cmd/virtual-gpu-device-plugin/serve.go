@@ -146,9 +146,12 @@ func serve(ctx context.Context, cfg config, logw io.Writer) error {
 	g.Go(func() error { return pruner.Run(ctx) })
 	if metricsLis != nil {
 		live := func() error { _, err := st.Devices(); return err }
-		ready := func() error {
+		ready := func() error { // registered, and the state file takes writes (Allocate needs them)
 			if !runner.Registered() {
 				return errors.New("not registered with the kubelet")
+			}
+			if err := st.Writable(); err != nil {
+				return err
 			}
 			return live()
 		}
