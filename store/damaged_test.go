@@ -165,17 +165,12 @@ func TestOpen_DamagedRecords(t *testing.T) {
 // one Open, and every record still readable is returned.
 func TestOpen_ManyDamagedRecords(t *testing.T) {
 	path := historyFile(t)
-	rawUpdate(t, path, func(tx *bolt.Tx) error {
-		for _, r := range []struct {
-			bucket string
-			key    []byte
-		}{{"devices", []byte("fake-0")}, {"allocations", seqKey(1)}, {"allocations", seqKey(6)}, {"health_events", seqKey(5)}} {
-			if err := tx.Bucket([]byte(r.bucket)).Put(r.key, []byte("garbage")); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	for _, r := range []struct {
+		bucket string
+		key    []byte
+	}{{"devices", []byte("fake-0")}, {"allocations", storetest.SeqKey(1)}, {"allocations", storetest.SeqKey(6)}, {"health_events", storetest.SeqKey(5)}} {
+		storetest.Damage(t, path, r.bucket, r.key, []byte("garbage"))
+	}
 	s := storetest.MustOpenPath(t, path, store.Options{})
 	dmg, err := s.Damaged()
 	if err != nil {
