@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"errors"
 	"path/filepath"
 	"reflect"
@@ -160,5 +161,55 @@ func TestPrune_QuarantinesDamage(t *testing.T) {
 	want := []string{"allocations/1 quarantined", "health_events/1 quarantined", "allocations/2 quarantined"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Damaged() = %v, want %v", got, want)
+	}
+}
+
+// TestPrune_DropsStaleIndexEntries: index entries that point at no record,
+// or at an active one, are dropped by the prune that walks over them, even
+// when it deletes nothing.
+func TestPrune_DropsStaleIndexEntries(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "state.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Reconcile([]DeviceSpec{{ID: "a"}}); err != nil {
+		t.Fatal(err)
+	}
+	active, err := s.RecordAllocation(Allocation{DeviceIDs: []string{"a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	released, err := s.RecordAllocation(Allocation{DeviceIDs: []string{"a"}, State: StateReleased})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ghost := released // older, so that the walk from the oldest meets it
+	ghost.Seq, ghost.Time = 99, released.Time.Add(-time.Hour)
+	wrongly := active
+	wrongly.State = StateReleased // its key, as if it were inactive
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		for _, k := range [][]byte{inactiveKey(ghost), inactiveKey(wrongly)} {
+			if err := tx.Bucket(bucketInactive).Put(k, []byte{}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.Prune(t.Context(), PruneOptions{MaxRecords: 1000}); err != nil || r != (PruneResult{}) {
+		t.Fatalf("Prune = %+v, %v; want nothing deleted", r, err)
+	}
+	var keys [][]byte
+	_ = s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketInactive).ForEach(func(k, _ []byte) error {
+			keys = append(keys, bytes.Clone(k))
+			return nil
+		})
+	})
+	if len(keys) != 1 || !bytes.Equal(keys[0], inactiveKey(released)) {
+		t.Errorf("index after Prune = %x, want only record %d", keys, released.Seq)
 	}
 }

@@ -21,8 +21,12 @@
 // returns the error, which names the operation once and then the file, e.g.
 // "record allocation: write /var/lib/virtual-gpu/state.db: no space left on
 // device". Store.Writable reports such a failure for a readiness probe until
-// a write succeeds again, probing by itself at most once a second (see
-// probeWrite) so that it recovers without traffic.
+// a write succeeds again, probing by itself at most once a second so that it
+// recovers without traffic. The probe leaves the content as it was: on Linux
+// it reserves disk space for a few pages past the data (fallocate, keeping
+// the file size), then adds and deletes a record in one transaction, which
+// rewrites the pages a new allocation record touches. A small write alone
+// would pass on a full disk where a real one does not.
 //
 // # Damage
 //
@@ -34,11 +38,14 @@
 // Damage found at any step, and any panic or memory fault inside bbolt, is
 // returned as ErrCorrupt naming the file and ending with
 // Options.RecoveryHint. Open is built so that a damaged file does not panic,
-// hang or crash it (FuzzOpen exercises this). Nothing is ever repaired or deleted: MoveAside
-// renames the file to "<path>.corrupt-<UTC time>" and the next Open starts
-// fresh. A meta page with a bad checksum is not damage when the other one is
-// good (bbolt keeps two and falls back, as after a crash during a commit);
-// a zeroed meta page fails bbolt's check and is damage.
+// hang or crash it (FuzzOpen exercises this). A damaged file is never
+// repaired or deleted: MoveAside renames it to "<path>.corrupt-<UTC time>"
+// and the next Open starts fresh. A meta page with a bad checksum is not
+// damage when the other one is good (bbolt keeps two and falls back, as
+// after a crash during a commit); a zeroed meta page fails bbolt's check and
+// is damage. A path that is not a regular file (a directory, /dev/null
+// through a symlink) is refused before bbolt sees it, with
+// ErrNotRegularFile.
 //
 // # Damaged records
 //
@@ -66,13 +73,13 @@
 // is numeric order; values are JSON objects with snake_case keys and RFC 3339
 // times in UTC, omitting unset optional fields:
 //
-//	meta            "schema_version" -> uint64 (8 bytes big-endian), = SchemaVersion
-//	devices         device id        -> Device       {"id","index","numa","healthy","reason","since","removed","removed_at"}
-//	allocations     seq (uint64)     -> Allocation   {"seq","time","device_ids","envs","state",
-//	                                                  "namespace","pod","container","held_since","released_at"}
-//	health_events   seq (uint64)     -> HealthEvent  {"seq","time","device_id","healthy","reason","cause"}
-//	quarantine      seq (uint64)     -> entry        {"bucket","key","value","reason","time"}   (since version 2)
-//	inactive_allocations  since (uint64) + seq (uint64) -> empty                                (since version 2)
+//	meta                  "schema_version" -> uint64 (8 bytes big-endian), = SchemaVersion
+//	devices               device id        -> Device      {"id","index","numa","healthy","reason","since","removed","removed_at"}
+//	allocations           seq (uint64)     -> Allocation  {"seq","time","device_ids","envs","state",
+//	                                                       "namespace","pod","container","held_since","released_at"}
+//	health_events         seq (uint64)     -> HealthEvent {"seq","time","device_id","healthy","reason","cause"}
+//	quarantine            seq (uint64)     -> entry       {"bucket","key","value","reason","time"}      (version 2)
+//	inactive_allocations  since+seq        -> empty       (16-byte key, see below)                       (version 2)
 //
 // Sequence numbers come from the bucket's NextSequence: they start at 1, only
 // grow and are never reused, even after Prune deletes the oldest records. The
@@ -112,8 +119,8 @@
 // refuses a file holding any other bucket (ErrCorrupt: not a state file).
 // The 1→2 step creates the quarantine bucket and builds the
 // inactive_allocations index. A read-only Store reads an older file as it
-// is. To change the layout, bump
-// SchemaVersion and append a step; never edit a shipped step.
+// is. To change the layout, bump SchemaVersion and append a step; never edit
+// a shipped step.
 //
 // # Retention
 //
@@ -131,5 +138,7 @@
 // the file stays bounded when every record stays allocated (the lifecycle
 // tracker off). Counting bytes reads bbolt's page statistics, as counting
 // records does, not every record. bbolt reuses the freed pages, so with
-// periodic pruning the file size plateaus (it never shrinks).
+// periodic pruning the file size plateaus (it never shrinks). A Pruner runs
+// Prune off the caller's path: at start, every PrunerConfig.Interval, and
+// after Kick at most once per MinGap.
 package store

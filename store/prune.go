@@ -113,8 +113,8 @@ func (s *Store) Prune(ctx context.Context, o PruneOptions) (PruneResult, error) 
 				return err
 			}
 			r, ops = p.result, p.ops()
-			if ops == 0 {
-				return errRollback
+			if ops == 0 && len(p.delIndex) == 0 {
+				return errRollback // nothing to commit
 			}
 			return p.apply()
 		})
