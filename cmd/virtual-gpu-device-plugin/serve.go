@@ -65,6 +65,9 @@ func serve(ctx context.Context, cfg config, logw io.Writer) error {
 		log.Info().Strs("added", report.Added).Strs("removed", report.Removed).Strs("restored", report.Restored).
 			Int("changed", len(report.Changed)).Str("state", st.Path()).Msg("reconciled stored devices with the configured machine")
 	}
+	if err := logDamaged(log, st, report); err != nil {
+		return err
+	}
 	devices, err := pluginDevices(cfg, machine, st, log)
 	if err != nil {
 		return err
@@ -255,6 +258,30 @@ var _ plugin.HealthRecorder = healthRecorder{}
 func (h healthRecorder) RecordHealth(id string, healthy bool, reason, cause string) error {
 	_, _, err := h.st.SetHealth(id, healthy, reason, cause)
 	return err
+}
+
+// logDamaged warns about damaged records the store keeps in quarantine (at
+// most maxLogged, then their number) and the devices added again because
+// their record was among them.
+func logDamaged(log zerolog.Logger, st *store.Store, report store.ReconcileReport) error {
+	const maxLogged = 20
+	damaged, err := st.Damaged()
+	if err != nil {
+		return err
+	}
+	for i, d := range damaged {
+		if i == maxLogged {
+			log.Warn().Int("more", len(damaged)-maxLogged).Msg("more damaged state records")
+			break
+		}
+		log.Warn().Str("bucket", d.Bucket).Str("key", d.Key).Str("reason", d.Reason).Time("quarantined", d.Quarantined).
+			Str("state", st.Path()).Msg("damaged state record kept in quarantine; the rest of the file is in use")
+	}
+	if len(report.Recreated) > 0 {
+		log.Warn().Strs("devices", report.Recreated).
+			Msg("devices whose stored record was damaged were added again as new and healthy; their stored health is lost")
+	}
+	return nil
 }
 
 // logPrune logs what a prune did: errors, and the deletions that deserve
