@@ -35,16 +35,16 @@ func ValidState(state string) bool {
 func Active(state string) bool { return state == StateAllocated || state == StateHeld }
 
 // Allocation is one answer given to the kubelet's Allocate, with what is
-// later learned about who holds the devices. Its JSON form (snake_case keys,
-// RFC 3339 times, holder fields omitted while unset) is what dump prints and
-// is stable. Values returned by the Store are copies the caller may modify.
+// later learned about who holds the devices. The JSON tags are the on-disk
+// format (see doc.go), not an output format: dump and the admin API have
+// their own types. Values returned by the Store are copies the caller may
+// modify.
 type Allocation struct {
-	Seq         uint64            `json:"seq"`  // assigned by RecordAllocation; increasing, never reused
-	Time        time.Time         `json:"time"` // when Allocate answered
-	DeviceIDs   []string          `json:"device_ids"`
-	Envs        map[string]string `json:"envs,omitempty"`        // environment handed to the container
-	Annotations map[string]string `json:"annotations,omitempty"` // annotations handed to the runtime
-	State       string            `json:"state"`                 // one of the State constants
+	Seq       uint64            `json:"seq"`  // assigned by RecordAllocation; increasing, never reused
+	Time      time.Time         `json:"time"` // when Allocate answered
+	DeviceIDs []string          `json:"device_ids"`
+	Envs      map[string]string `json:"envs,omitempty"` // environment handed to the container
+	State     string            `json:"state"`          // one of the State constants
 
 	Namespace  string    `json:"namespace,omitempty"` // holder, once known
 	Pod        string    `json:"pod,omitempty"`
@@ -60,7 +60,6 @@ func (a Allocation) Active() bool { return Active(a.State) }
 func (a Allocation) clone() Allocation {
 	a.DeviceIDs = slices.Clone(a.DeviceIDs)
 	a.Envs = maps.Clone(a.Envs)
-	a.Annotations = maps.Clone(a.Annotations)
 	return a
 }
 
@@ -107,7 +106,10 @@ func (s *Store) RecordAllocation(a Allocation) (Allocation, error) {
 		if a.Seq, err = b.NextSequence(); err != nil {
 			return fmt.Errorf("next allocation sequence: %w", err)
 		}
-		return putJSON(b, u64(a.Seq), a)
+		if err := putJSON(b, u64(a.Seq), a); err != nil {
+			return err
+		}
+		return indexAllocation(tx, nil, a)
 	})
 	if err != nil {
 		return Allocation{}, err
@@ -146,27 +148,28 @@ func normalizeTimes(a *Allocation) {
 }
 
 // Allocation returns the record with sequence number seq, or an error
-// wrapping ErrNotFound.
+// wrapping ErrNotFound, or ErrDamaged if its stored value is damaged.
 func (s *Store) Allocation(seq uint64) (Allocation, error) {
 	var a Allocation
 	err := s.view("get allocation", func(tx *bolt.Tx) error {
 		var err error
-		a, err = getAllocation(tx.Bucket(bucketAllocations), seq)
+		a, err = s.getAllocation(tx.Bucket(bucketAllocations), seq)
 		return err
 	})
 	return a, err
 }
 
 // Allocations returns the records selected by f, newest (highest Seq) first.
+// Damaged records are skipped (see Damaged).
 func (s *Store) Allocations(f AllocationFilter) ([]Allocation, error) {
-	return listNewest(s, "list allocations", bucketAllocations, f.Limit,
-		func(a *Allocation) *uint64 { return &a.Seq }, func(a *Allocation) bool { return f.match(*a) })
+	return listNewest(s, "list allocations", bucketAllocations, f.Limit, decodeAllocation,
+		func(a *Allocation) bool { return f.match(*a) })
 }
 
 // listNewest decodes the records of a sequence-keyed bucket from the newest,
-// keeping those keep accepts, at most limit of them (0: all). seq points at
-// a record's Seq field, which the key fills in.
-func listNewest[T any](s *Store, op string, name []byte, limit int, seq func(*T) *uint64, keep func(*T) bool) ([]T, error) {
+// keeping those keep accepts, at most limit of them (0: all). A record
+// decode refuses is skipped and remembered for Damaged.
+func listNewest[T any](s *Store, op string, name []byte, limit int, decode func(k, v []byte) (T, error), keep func(*T) bool) ([]T, error) {
 	var out []T
 	err := s.view(op, func(tx *bolt.Tx) error {
 		b := tx.Bucket(name)
@@ -175,9 +178,10 @@ func listNewest[T any](s *Store, op string, name []byte, limit int, seq func(*T)
 		}
 		c := b.Cursor()
 		for k, v := c.Last(); k != nil && (limit <= 0 || len(out) < limit); k, v = c.Prev() {
-			var r T
-			if err := decodeSeq(k, v, &r, seq(&r)); err != nil {
-				return err
+			r, err := decode(k, v)
+			if err != nil {
+				s.noteDamaged(name, k, v, err)
+				continue
 			}
 			if keep(&r) {
 				out = append(out, r)
@@ -197,7 +201,8 @@ func listNewest[T any](s *Store, op string, name []byte, limit int, seq func(*T)
 // written and the error is returned (wrapped). fn must not change Seq, must
 // leave a valid State and known device ids (else ErrInvalid or
 // ErrUnknownDevice, and nothing is written) and must not call the Store (it runs inside the write
-// transaction and would deadlock). A missing record is ErrNotFound.
+// transaction and would deadlock). A missing record is ErrNotFound, a
+// damaged one ErrDamaged.
 func (s *Store) UpdateAllocation(seq uint64, fn func(*Allocation) error) (Allocation, error) {
 	var a Allocation
 	err := s.update("update allocation", func(tx *bolt.Tx) error {
@@ -205,9 +210,10 @@ func (s *Store) UpdateAllocation(seq uint64, fn func(*Allocation) error) (Alloca
 		if err != nil {
 			return err
 		}
-		if a, err = getAllocation(b, seq); err != nil {
+		if a, err = s.getAllocation(b, seq); err != nil {
 			return err
 		}
+		old := a.clone()
 		if err := fn(&a); err != nil {
 			return err
 		}
@@ -221,7 +227,10 @@ func (s *Store) UpdateAllocation(seq uint64, fn func(*Allocation) error) (Alloca
 		if err := knownDevices(tx, a.DeviceIDs); err != nil {
 			return fmt.Errorf("record %d: %w", seq, err)
 		}
-		return putJSON(b, u64(seq), a)
+		if err := putJSON(b, u64(seq), a); err != nil {
+			return err
+		}
+		return indexAllocation(tx, &old, a)
 	})
 	if err != nil {
 		return Allocation{}, err
@@ -229,7 +238,7 @@ func (s *Store) UpdateAllocation(seq uint64, fn func(*Allocation) error) (Alloca
 	return a.clone(), nil
 }
 
-func getAllocation(b *bolt.Bucket, seq uint64) (Allocation, error) {
+func (s *Store) getAllocation(b *bolt.Bucket, seq uint64) (Allocation, error) {
 	var v []byte
 	if b != nil {
 		v = b.Get(u64(seq))
@@ -237,9 +246,12 @@ func getAllocation(b *bolt.Bucket, seq uint64) (Allocation, error) {
 	if v == nil {
 		return Allocation{}, fmt.Errorf("record %d: %w", seq, ErrNotFound)
 	}
-	var a Allocation
-	err := decodeSeq(u64(seq), v, &a, &a.Seq)
-	return a, err
+	a, err := decodeAllocation(u64(seq), v)
+	if err != nil {
+		s.noteDamaged(bucketAllocations, u64(seq), v, err)
+		return Allocation{}, fmt.Errorf("record %d: %w: %w", seq, ErrDamaged, err)
+	}
+	return a, nil
 }
 
 // knownDevices returns ErrUnknownDevice for the first id not in the devices

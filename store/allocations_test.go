@@ -1,6 +1,8 @@
 package store_test
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"reflect"
@@ -8,15 +10,17 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/unicore/virtual-gpu-device-plugin/store"
+	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
 )
 
 func TestRecordAllocation(t *testing.T) {
 	s, _ := mustDevices(t, 4)
 	in := store.Allocation{
-		DeviceIDs:   []string{"fake-2", "fake-3"},
-		Envs:        map[string]string{"VIRTUAL_GPU_IDS": "fake-2,fake-3"},
-		Annotations: map[string]string{"unicore.mcyou.cc/numa": "1"},
+		DeviceIDs: []string{"fake-2", "fake-3"},
+		Envs:      map[string]string{"VIRTUAL_GPU_IDS": "fake-2,fake-3"},
 	}
 	got := mustRecord(t, s, in)
 	if got.Seq != 1 || got.State != store.StateAllocated || got.Time.IsZero() || got.Time.Location() != time.UTC {
@@ -29,7 +33,7 @@ func TestRecordAllocation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if back.Envs["VIRTUAL_GPU_IDS"] != "fake-2,fake-3" || back.DeviceIDs[0] != "fake-2" || back.Annotations["unicore.mcyou.cc/numa"] != "1" {
+	if back.Envs["VIRTUAL_GPU_IDS"] != "fake-2,fake-3" || back.DeviceIDs[0] != "fake-2" {
 		t.Errorf("read back %+v", back)
 	}
 
@@ -148,8 +152,8 @@ func TestUpdateAllocation(t *testing.T) {
 	}
 }
 
-// TestAllocation_JSON pins the dump format: snake_case keys, RFC 3339 times,
-// holder fields omitted while unset.
+// TestAllocation_JSON pins the on-disk format (doc.go): snake_case keys,
+// RFC 3339 times, holder fields omitted while unset.
 func TestAllocation_JSON(t *testing.T) {
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
@@ -245,8 +249,50 @@ func TestStats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := store.Stats{SchemaVersion: 1, Devices: 3, RemovedDevices: 1, Allocations: 1, HealthEvents: 4, FileSize: st.FileSize, DataSize: st.DataSize}
+	// HistoryBytes counts the keys (8 bytes) and JSON values of the history.
+	var history int64
+	as, _ := s.Allocations(store.AllocationFilter{})
+	evs, _ := s.HealthEvents(store.EventFilter{})
+	for _, v := range append([]any{as[0]}, evs[0], evs[1], evs[2], evs[3]) {
+		data, _ := json.Marshal(v)
+		history += 8 + int64(len(data))
+	}
+	want := store.Stats{SchemaVersion: store.SchemaVersion, Devices: 3, RemovedDevices: 1, Allocations: 1, HealthEvents: 4,
+		HistoryBytes: history, FileSize: st.FileSize, DataSize: st.DataSize}
 	if st != want || st.FileSize < st.DataSize || st.DataSize <= 0 {
 		t.Errorf("Stats() = %+v, want %+v", st, want)
 	}
+}
+
+// TestAllocation_OldAnnotations: records written when Allocation had an
+// Annotations field still decode, and a rewrite drops the field.
+func TestAllocation_OldAnnotations(t *testing.T) {
+	path := newFile(t)
+	rawUpdate(t, path, func(tx *bolt.Tx) error {
+		if err := tx.Bucket([]byte("devices")).Put([]byte("fake-0"),
+			[]byte(`{"id":"fake-0","index":0,"numa":0,"healthy":true,"since":"2026-01-01T00:00:00Z"}`)); err != nil {
+			return err
+		}
+		b := tx.Bucket([]byte("allocations"))
+		if err := b.SetSequence(1); err != nil {
+			return err
+		}
+		return b.Put(binary.BigEndian.AppendUint64(nil, 1), []byte(`{"seq":1,"time":"2026-01-01T00:00:00Z","device_ids":["fake-0"],`+
+			`"envs":{"VIRTUAL_GPU_IDS":"fake-0"},"annotations":{"unicore.mcyou.cc/numa":"0"},"state":"allocated"}`))
+	})
+	s := storetest.MustOpenPath(t, path, store.Options{})
+	a, err := s.Allocation(1)
+	if err != nil || a.Envs["VIRTUAL_GPU_IDS"] != "fake-0" || a.State != store.StateAllocated {
+		t.Fatalf("old record: %+v, %v", a, err)
+	}
+	if _, err := s.UpdateAllocation(1, func(a *store.Allocation) error { a.State = store.StateReleased; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	rawView(t, path, func(tx *bolt.Tx) error {
+		if v := tx.Bucket([]byte("allocations")).Get(binary.BigEndian.AppendUint64(nil, 1)); bytes.Contains(v, []byte("annotations")) {
+			t.Errorf("rewritten record still has annotations: %s", v)
+		}
+		return nil
+	})
 }

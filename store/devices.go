@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -18,8 +19,8 @@ const (
 	CauseReconcile      = "reconcile"       // Reconcile added the device
 )
 
-// Device is the stored state of one device. Its JSON form (snake_case keys,
-// RFC 3339 times) is what dump prints and is stable.
+// Device is the stored state of one device. The JSON tags are the on-disk
+// format (see doc.go), not an output format.
 type Device struct {
 	ID        string    `json:"id"`
 	Index     int       `json:"index"`
@@ -35,28 +36,32 @@ type Device struct {
 // across restarts and must be unique and non-empty; Index must be unique and
 // non-negative. NUMA is stored as given (callers may use -1 for "none").
 type DeviceSpec struct {
-	ID    string `json:"id"`
-	Index int    `json:"index"`
-	NUMA  int    `json:"numa"`
+	ID    string
+	Index int
+	NUMA  int
 }
 
 // DeviceChange is a configured device whose index or NUMA node differs from
 // the stored one.
 type DeviceChange struct {
-	ID       string `json:"id"`
-	OldIndex int    `json:"old_index"`
-	NewIndex int    `json:"new_index"`
-	OldNUMA  int    `json:"old_numa"`
-	NewNUMA  int    `json:"new_numa"`
+	ID       string
+	OldIndex int
+	NewIndex int
+	OldNUMA  int
+	NewNUMA  int
 }
 
 // ReconcileReport says what Reconcile changed; ids are sorted. The zero
 // value means nothing changed.
 type ReconcileReport struct {
-	Added    []string       `json:"added,omitempty"`    // new devices, stored healthy
-	Removed  []string       `json:"removed,omitempty"`  // no longer configured, flagged removed
-	Restored []string       `json:"restored,omitempty"` // configured again, health kept
-	Changed  []DeviceChange `json:"changed,omitempty"`  // index or NUMA node updated
+	Added    []string       // new devices, stored healthy
+	Removed  []string       // no longer configured, flagged removed
+	Restored []string       // configured again, health kept
+	Changed  []DeviceChange // index or NUMA node updated
+	// Recreated are the ids in Added whose stored record was damaged and
+	// is in quarantine (see Store.Damaged): their stored health is lost and
+	// they start over, healthy. Their history is kept.
+	Recreated []string
 }
 
 // Empty reports whether the report records no change.
@@ -69,7 +74,9 @@ func (r ReconcileReport) Empty() bool {
 // CauseReconcile), known ids keep their health and get the configured index
 // and NUMA node, ids no longer configured are flagged removed (never
 // deleted), and a removed id configured again is restored with the health it
-// had. No history is touched. Invalid specs (ErrInvalid) change nothing.
+// had. No history is touched. Invalid specs (ErrInvalid) change nothing. A
+// device whose stored record is damaged is moved into quarantine (if Open
+// has not done so already) and added again, listed in Recreated.
 func (s *Store) Reconcile(devices []DeviceSpec) (ReconcileReport, error) {
 	if err := validateSpecs(devices); err != nil {
 		return ReconcileReport{}, fmt.Errorf("reconcile devices: %w", err)
@@ -82,10 +89,20 @@ func (s *Store) Reconcile(devices []DeviceSpec) (ReconcileReport, error) {
 			return err
 		}
 		now := s.stamp(time.Time{})
+		lost, err := quarantinedDevices(tx)
+		if err != nil {
+			return err
+		}
 		configured := make(map[string]bool, len(devices))
 		for _, spec := range devices {
 			configured[spec.ID] = true
-			d, found, err := getDevice(b, spec.ID)
+			d, found, err := s.getDevice(b, spec.ID)
+			if reasonOf(err) != "" {
+				if err := s.quarantine(tx, bucketDevices, []byte(spec.ID), b.Get([]byte(spec.ID)), err); err != nil {
+					return err
+				}
+				lost[spec.ID], found, err = true, false, nil
+			}
 			if err != nil {
 				return err
 			}
@@ -98,6 +115,9 @@ func (s *Store) Reconcile(devices []DeviceSpec) (ReconcileReport, error) {
 					return err
 				}
 				rep.Added = append(rep.Added, d.ID)
+				if lost[d.ID] {
+					rep.Recreated = append(rep.Recreated, d.ID)
+				}
 				continue
 			}
 			changed := false
@@ -117,17 +137,20 @@ func (s *Store) Reconcile(devices []DeviceSpec) (ReconcileReport, error) {
 				}
 			}
 		}
-		var vanished []Device
+		var (
+			vanished []Device
+			bad      []damage
+		)
 		err = b.ForEach(func(k, v []byte) error {
 			if configured[string(k)] {
 				return nil
 			}
-			var d Device
-			if err := decode(v, &d); err != nil {
-				return fmt.Errorf("device %q: %w", k, err)
+			d, err := decodeDevice(k, v)
+			if err != nil {
+				bad = append(bad, damage{key: bytes.Clone(k), value: bytes.Clone(v), reason: reasonOf(err)})
+				return nil
 			}
 			if !d.Removed {
-				d.ID = string(k)
 				vanished = append(vanished, d)
 			}
 			return nil
@@ -135,7 +158,13 @@ func (s *Store) Reconcile(devices []DeviceSpec) (ReconcileReport, error) {
 		if err != nil {
 			return err
 		}
-		for _, d := range vanished { // not inside ForEach: bbolt forbids writes while iterating
+		// Not inside ForEach: bbolt forbids writes while iterating.
+		for _, d := range bad {
+			if err := s.quarantine(tx, bucketDevices, d.key, d.value, &errRecord{d.reason}); err != nil {
+				return err
+			}
+		}
+		for _, d := range vanished {
 			d.Removed, d.RemovedAt = true, now
 			if err := putJSON(b, []byte(d.ID), d); err != nil {
 				return err
@@ -150,8 +179,26 @@ func (s *Store) Reconcile(devices []DeviceSpec) (ReconcileReport, error) {
 	slices.Sort(rep.Added)
 	slices.Sort(rep.Removed)
 	slices.Sort(rep.Restored)
+	slices.Sort(rep.Recreated)
 	slices.SortFunc(rep.Changed, func(a, b DeviceChange) int { return strings.Compare(a.ID, b.ID) })
 	return rep, nil
+}
+
+// quarantinedDevices returns the ids of the device records in the
+// quarantine bucket.
+func quarantinedDevices(tx *bolt.Tx) (map[string]bool, error) {
+	ids := map[string]bool{}
+	q := tx.Bucket(bucketQuarantine)
+	if q == nil {
+		return ids, nil
+	}
+	err := q.ForEach(func(k, v []byte) error {
+		if e, err := decodeQuarantined(k, v); err == nil && e.Bucket == string(bucketDevices) {
+			ids[string(e.Key)] = true
+		}
+		return nil
+	})
+	return ids, err
 }
 
 func validateSpecs(devices []DeviceSpec) error {
@@ -175,7 +222,7 @@ func validateSpecs(devices []DeviceSpec) error {
 }
 
 // Devices returns every stored device, removed ones included (flagged),
-// sorted by Index then ID.
+// sorted by Index then ID. Damaged records are skipped (see Damaged).
 func (s *Store) Devices() ([]Device, error) {
 	var out []Device
 	err := s.view("list devices", func(tx *bolt.Tx) error {
@@ -184,11 +231,11 @@ func (s *Store) Devices() ([]Device, error) {
 			return nil
 		}
 		return b.ForEach(func(k, v []byte) error {
-			var d Device
-			if err := decode(v, &d); err != nil {
-				return fmt.Errorf("device %q: %w", k, err)
+			d, err := decodeDevice(k, v)
+			if err != nil {
+				s.noteDamaged(bucketDevices, k, v, err)
+				return nil
 			}
-			d.ID = string(k)
 			out = append(out, d)
 			return nil
 		})
@@ -206,7 +253,7 @@ func (s *Store) Devices() ([]Device, error) {
 }
 
 // Device returns the stored device id, or an error wrapping
-// ErrUnknownDevice.
+// ErrUnknownDevice, or ErrDamaged if its stored value is damaged.
 func (s *Store) Device(id string) (Device, error) {
 	var d Device
 	err := s.view("get device", func(tx *bolt.Tx) error {
@@ -216,7 +263,7 @@ func (s *Store) Device(id string) (Device, error) {
 		}
 		var found bool
 		var err error
-		d, found, err = getDevice(b, id)
+		d, found, err = s.getDevice(b, id)
 		if err == nil && !found {
 			err = fmt.Errorf("%q: %w", id, ErrUnknownDevice)
 		}
@@ -228,8 +275,8 @@ func (s *Store) Device(id string) (Device, error) {
 // SetHealth sets the health of device id and returns the stored device and
 // whether anything changed. A change of Healthy or Reason updates Since and
 // records a HealthEvent with cause (e.g. CauseAdmin); setting the current
-// state again writes nothing. An unknown id is ErrUnknownDevice. Removed
-// devices can be set too.
+// state again writes nothing. An unknown id is ErrUnknownDevice, a damaged
+// record ErrDamaged. Removed devices can be set too.
 func (s *Store) SetHealth(id string, healthy bool, reason, cause string) (Device, bool, error) {
 	var (
 		d       Device
@@ -241,7 +288,7 @@ func (s *Store) SetHealth(id string, healthy bool, reason, cause string) (Device
 			return err
 		}
 		var found bool
-		d, found, err = getDevice(b, id)
+		d, found, err = s.getDevice(b, id)
 		if err != nil {
 			return err
 		}
@@ -265,8 +312,8 @@ func (s *Store) SetHealth(id string, healthy bool, reason, cause string) (Device
 	return d, changed, nil
 }
 
-// HealthEvent is one recorded health change. Its JSON form is what dump
-// prints and is stable.
+// HealthEvent is one recorded health change. The JSON tags are the on-disk
+// format (see doc.go), not an output format.
 type HealthEvent struct {
 	Seq      uint64    `json:"seq"` // increasing, never reused, even after Prune
 	Time     time.Time `json:"time"`
@@ -283,10 +330,11 @@ type EventFilter struct {
 	Limit    int       // at most this many (the newest); 0 means no limit
 }
 
-// HealthEvents returns the events selected by f, newest first.
+// HealthEvents returns the events selected by f, newest first. Damaged
+// records are skipped (see Damaged).
 func (s *Store) HealthEvents(f EventFilter) ([]HealthEvent, error) {
-	return listNewest(s, "list health events", bucketEvents, f.Limit,
-		func(e *HealthEvent) *uint64 { return &e.Seq }, func(e *HealthEvent) bool { return f.match(*e) })
+	return listNewest(s, "list health events", bucketEvents, f.Limit, decodeEvent,
+		func(e *HealthEvent) bool { return f.match(*e) })
 }
 
 func (f EventFilter) match(e HealthEvent) bool {
@@ -305,16 +353,18 @@ func addEvent(tx *bolt.Tx, e HealthEvent) error {
 	return putJSON(b, u64(e.Seq), e)
 }
 
-func getDevice(b *bolt.Bucket, id string) (Device, bool, error) {
+// getDevice reads device id from b. A damaged record is an error wrapping
+// ErrDamaged and an *errRecord, and is remembered for Damaged.
+func (s *Store) getDevice(b *bolt.Bucket, id string) (Device, bool, error) {
 	v := b.Get([]byte(id))
 	if v == nil {
 		return Device{}, false, nil
 	}
-	var d Device
-	if err := decode(v, &d); err != nil {
-		return Device{}, false, fmt.Errorf("device %q: %w", id, err)
+	d, err := decodeDevice([]byte(id), v)
+	if err != nil {
+		s.noteDamaged(bucketDevices, []byte(id), v, err)
+		return Device{}, false, fmt.Errorf("device %q: %w: %w", id, ErrDamaged, err)
 	}
-	d.ID = id
 	return d, true, nil
 }
 
@@ -338,27 +388,5 @@ func putJSON(b *bolt.Bucket, key []byte, v any) error {
 	if err := b.Put(key, data); err != nil {
 		return fmt.Errorf("put %q: %w", key, err)
 	}
-	return nil
-}
-
-// decode unmarshals a stored value. json.Unmarshal copies strings out of
-// data, so the result stays valid after the transaction.
-func decode(data []byte, v any) error {
-	if err := json.Unmarshal(data, v); err != nil {
-		return fmt.Errorf("%w: decode record: %w", ErrCorrupt, err)
-	}
-	return nil
-}
-
-// decodeSeq decodes a record stored under an 8-byte sequence key and sets
-// *seq from the key, which is authoritative.
-func decodeSeq(k, v []byte, dst any, seq *uint64) error {
-	if len(k) != 8 {
-		return fmt.Errorf("%w: record key %x is not a sequence number", ErrCorrupt, k)
-	}
-	if err := decode(v, dst); err != nil {
-		return fmt.Errorf("record %d: %w", be(k), err)
-	}
-	*seq = be(k)
 	return nil
 }

@@ -15,6 +15,19 @@
 // committed and fsynced before it returns. Read methods return copies that
 // outlive their transaction.
 //
+// # Write failures
+//
+// A write whose commit fails (disk full, I/O error) changes nothing and
+// returns the error, which names the operation once and then the file, e.g.
+// "record allocation: write /var/lib/virtual-gpu/state.db: no space left on
+// device". Store.Writable reports such a failure for a readiness probe until
+// a write succeeds again, probing by itself at most once a second so that it
+// recovers without traffic. The probe leaves the content as it was: on Linux
+// it reserves disk space for a few pages past the data (fallocate, keeping
+// the file size), then adds and deletes a record in one transaction, which
+// rewrites the pages a new allocation record touches. A small write alone
+// would pass on a full disk where a real one does not.
+//
 // # Damage
 //
 // Open checks the file before trusting it. Holding the file lock, it first
@@ -25,33 +38,74 @@
 // Damage found at any step, and any panic or memory fault inside bbolt, is
 // returned as ErrCorrupt naming the file and ending with
 // Options.RecoveryHint. Open is built so that a damaged file does not panic,
-// hang or crash it (FuzzOpen exercises this). Nothing is ever repaired or deleted: MoveAside
-// renames the file to "<path>.corrupt-<UTC time>" and the next Open starts
-// fresh. A meta page with a bad checksum is not damage when the other one is
-// good (bbolt keeps two and falls back, as after a crash during a commit);
-// a zeroed meta page fails bbolt's check and is damage.
+// hang or crash it (FuzzOpen exercises this). A damaged file is never
+// repaired or deleted: MoveAside renames it to "<path>.corrupt-<UTC time>"
+// and the next Open starts fresh. A meta page with a bad checksum is not
+// damage when the other one is good (bbolt keeps two and falls back, as
+// after a crash during a commit); a zeroed meta page fails bbolt's check and
+// is damage. A path that is not a regular file (a directory, /dev/null
+// through a symlink) is refused before bbolt sees it, with
+// ErrNotRegularFile.
 //
-// # Schema (version 1)
+// # Damaged records
+//
+// One bad record must not hide the rest. Open also checks every record
+// value (devices, allocations, health_events): it must be a JSON object that
+// decodes into its type and makes sense (a device's "id" and a record's
+// "seq" match the key, times are set, an allocation has device ids and a
+// known state, an event a device id). A read-write Open moves every value
+// that fails into the quarantine bucket, with its original bytes, the bucket
+// and key it came from, the reason and the time, deleting it from its bucket,
+// all in one transaction; a file without damage is not written. A read-only
+// Open writes nothing and remembers what it found. Store.Damaged lists both,
+// so that the plugin can log and dump can show them. Every reader decodes
+// with the same checks and skips (and reports through Damaged) a value
+// damaged after Open, instead of failing the whole list; the calls that ask
+// for one record return ErrDamaged for it; the write transactions that walk
+// records (Reconcile over the devices, Prune over the oldest history)
+// quarantine one they meet. A quarantined device is no longer
+// known: Reconcile adds it again as new, healthy, and lists it in
+// ReconcileReport.Recreated. Quarantine entries are never pruned.
+//
+// # Schema (version 2)
 //
 // Top-level buckets; integers in keys are 8-byte big-endian, so byte order
 // is numeric order; values are JSON objects with snake_case keys and RFC 3339
 // times in UTC, omitting unset optional fields:
 //
-//	meta            "schema_version" -> uint64 (8 bytes big-endian), = SchemaVersion
-//	devices         device id        -> Device       {"id","index","numa","healthy","reason","since","removed","removed_at"}
-//	allocations     seq (uint64)     -> Allocation   {"seq","time","device_ids","envs","annotations","state",
-//	                                                  "namespace","pod","container","held_since","released_at"}
-//	health_events   seq (uint64)     -> HealthEvent  {"seq","time","device_id","healthy","reason","cause"}
+//	meta                  "schema_version" -> uint64 (8 bytes big-endian), = SchemaVersion
+//	devices               device id        -> Device      {"id","index","numa","healthy","reason","since","removed","removed_at"}
+//	allocations           seq (uint64)     -> Allocation  {"seq","time","device_ids","envs","state",
+//	                                                       "namespace","pod","container","held_since","released_at"}
+//	health_events         seq (uint64)     -> HealthEvent {"seq","time","device_id","healthy","reason","cause"}
+//	quarantine            seq (uint64)     -> entry       {"bucket","key","value","reason","time"}      (version 2)
+//	inactive_allocations  since+seq        -> empty       (16-byte key, see below)                       (version 2)
 //
 // Sequence numbers come from the bucket's NextSequence: they start at 1, only
 // grow and are never reused, even after Prune deletes the oldest records. The
 // key is authoritative; "seq" inside the value is a copy for readers of the
-// JSON. Devices are never deleted: a device no longer configured is flagged
-// "removed" by Reconcile, so history always resolves its ids. Allocation
-// "state" is one of allocated, held, released, abandoned.
+// JSON and must match it, as a device's "id" must match its key. Devices are
+// never deleted (a damaged one is moved to quarantine): a device no longer
+// configured is flagged "removed" by Reconcile, so history always resolves
+// its ids. Allocation
+// "state" is one of allocated, held, released, abandoned. A quarantine
+// entry holds a damaged record: "bucket" it came from, its "key" and "value"
+// bytes exactly as found (base64, as JSON encodes bytes), the "reason" it was
+// refused and the "time" it was moved.
 //
-// The JSON shapes of Device, Allocation, HealthEvent, ReconcileReport and
-// Stats are also the stable output format of the dump subcommand.
+// inactive_allocations indexes the allocation records no longer active
+// (released or abandoned) by when they became so: the key is that time
+// (ReleasedAt, or Time when unset) in Unix nanoseconds with the sign bit
+// flipped, so that byte order is time order, followed by the record's seq.
+// Every write of an allocation record updates it in the same transaction; it
+// is derived data, and a read-write Open brings it back in step with the
+// records if it is not. Prune walks it to delete inactive records first
+// without decoding every record.
+//
+// Records written by earlier builds may carry an "annotations" object in
+// allocations; readers ignore it and a rewrite drops it. The JSON tags of
+// Device, Allocation and HealthEvent describe this file format only; they are
+// nobody's output format.
 //
 // # Versions and migration
 //
@@ -62,14 +116,29 @@
 // nothing. Version 0 is a file without a meta bucket: one bbolt has just
 // created, or one from a pre-release build with the version-1 buckets and
 // values but no version; the 0→1 step creates the missing buckets and
-// refuses a file holding any other bucket (ErrCorrupt: not a state file). A
-// read-only Store reads an older file as it is. To change the layout, bump
-// SchemaVersion and append a step; never edit a shipped step.
+// refuses a file holding any other bucket (ErrCorrupt: not a state file).
+// The 1→2 step creates the quarantine bucket and builds the
+// inactive_allocations index. A read-only Store reads an older file as it
+// is. To change the layout, bump SchemaVersion and append a step; never edit
+// a shipped step.
 //
 // # Retention
 //
-// History grows with every Allocate and health change. Prune deletes the
-// oldest records beyond a count or older than an age, in small transactions;
-// bbolt reuses the freed pages, so with periodic pruning the file size
-// plateaus (it never shrinks).
+// History grows with every Allocate and health change. Prune deletes
+// records beyond a count per kind (PruneOptions.MaxRecords), beyond a byte
+// size of both kinds together (MaxBytes: keys plus JSON values, as
+// Stats.HistoryBytes reports; the file is about twice that, from bbolt's
+// page overhead and free pages) and inactive records older than an age
+// (MaxAge, counted from when they became inactive), in small transactions.
+// What is still active is kept: records of allocations in state allocated
+// or held go only after every inactive record (released or abandoned
+// allocations, health events) that a limit could take instead, oldest
+// first, and never for their age; only when nothing but active records is
+// left over a count or byte limit are the oldest of them deleted, so that
+// the file stays bounded when every record stays allocated (the lifecycle
+// tracker off). Counting bytes reads bbolt's page statistics, as counting
+// records does, not every record. bbolt reuses the freed pages, so with
+// periodic pruning the file size plateaus (it never shrinks). A Pruner runs
+// Prune off the caller's path: at start, every PrunerConfig.Interval, and
+// after Kick at most once per MinGap.
 package store

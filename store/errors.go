@@ -32,10 +32,23 @@ var (
 	// (it never existed or was pruned).
 	ErrNotFound = errors.New("allocation record not found")
 
+	// ErrDamaged means the one record asked for (Device, Allocation,
+	// SetHealth, UpdateAllocation) has a stored value the store refuses: not
+	// JSON, or nonsense. Nothing was changed; the message names the record
+	// and the reason, and Store.Damaged lists it. Lists skip such records
+	// instead of failing, and a read-write Open moves them into quarantine.
+	ErrDamaged = errors.New("damaged record")
+
 	// ErrInvalid means an argument was rejected before anything was written:
 	// an empty or duplicate device id or index, an unknown allocation state, a
 	// changed sequence number.
 	ErrInvalid = errors.New("invalid argument")
+
+	// ErrNotRegularFile means the state path exists but is not a regular
+	// file (after following symlinks): a directory, a device such as
+	// /dev/null, a pipe or a socket. The message names the path, where a
+	// symlink points and what it found. Nothing was opened or created.
+	ErrNotRegularFile = errors.New("not a regular file")
 
 	// ErrReadOnly means a write was attempted on a Store opened with
 	// Options.ReadOnly.

@@ -156,13 +156,13 @@ func ExampleStore_Prune() {
 			return
 		}
 	}
-	n, err := s.Prune(context.Background(), store.PruneOptions{MaxRecords: 2})
+	r, err := s.Prune(context.Background(), store.PruneOptions{MaxRecords: 2})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	kept, _ := s.Allocations(store.AllocationFilter{})
-	fmt.Println("deleted", n, "kept", kept[0].Seq, kept[1].Seq)
+	fmt.Println("deleted", r.Allocations, "kept", kept[0].Seq, kept[1].Seq)
 	// Output:
 	// deleted 3 kept 5 4
 }

@@ -54,6 +54,7 @@ func FuzzOpen(f *testing.F) {
 				func() error { _, err := s.Allocations(store.AllocationFilter{}); return err },
 				func() error { _, err := s.HealthEvents(store.EventFilter{}); return err },
 				func() error { _, err := s.Stats(); return err },
+				func() error { _, err := s.Damaged(); return err },
 			} {
 				if err := read(); err != nil && !errors.Is(err, store.ErrCorrupt) {
 					t.Errorf("read-only %v: read: %v", readOnly, err)

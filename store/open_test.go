@@ -3,6 +3,7 @@ package store_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"math/rand/v2"
 	"os"
@@ -517,6 +518,103 @@ func rawUpdate(t testing.TB, path string, fn func(tx *bolt.Tx) error) {
 		t.Fatal(err)
 	}
 	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOpen_NotRegularFile: a state path that is not a regular file is refused
+// before bbolt sees it, with an error saying what it is and where a symlink
+// points, read-write and read-only.
+func TestOpen_NotRegularFile(t *testing.T) {
+	if _, err := os.Stat(os.DevNull); err != nil {
+		t.Skipf("no %s: %v", os.DevNull, err)
+	}
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, path string)
+		want  []string // in the message, after the path
+	}{
+		{"symlink to /dev/null", func(t *testing.T, path string) {
+			mustSymlink(t, os.DevNull, path)
+		}, []string{`a symlink to "` + os.DevNull + `"`, "a character device", "not a regular file"}},
+		{"directory", func(t *testing.T, path string) {
+			if err := os.Mkdir(path, 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"a directory", "not a regular file"}},
+		{"symlink to a directory", func(t *testing.T, path string) {
+			dir := filepath.Join(filepath.Dir(path), "elsewhere")
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			mustSymlink(t, dir, path)
+		}, []string{`a symlink to "`, `elsewhere"`, "a directory"}},
+		{"chain of symlinks to /dev/null", func(t *testing.T, path string) {
+			mid := filepath.Join(filepath.Dir(path), "mid")
+			mustSymlink(t, os.DevNull, mid)
+			mustSymlink(t, mid, path)
+		}, []string{`a symlink to "` + os.DevNull + `"`, "a character device"}},
+	} {
+		for _, readOnly := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/read-only=%v", tc.name, readOnly), func(t *testing.T) {
+				path := filepath.Join(t.TempDir(), "state.db")
+				tc.setup(t, path)
+				s, err := store.Open(path, store.Options{ReadOnly: readOnly})
+				if err == nil {
+					s.Close()
+					t.Fatal("Open succeeded")
+				}
+				if !errors.Is(err, store.ErrNotRegularFile) {
+					t.Errorf("err = %v, want ErrNotRegularFile", err)
+				}
+				msg := err.Error()
+				if !strings.HasPrefix(msg, fmt.Sprintf("open state %q: ", path)) {
+					t.Errorf("error %q does not start with the operation and the path", msg)
+				}
+				for _, w := range tc.want {
+					if !strings.Contains(msg, w) {
+						t.Errorf("error %q lacks %q", msg, w)
+					}
+				}
+				if strings.Contains(msg, "invalid argument") {
+					t.Errorf("error %q still says only invalid argument", msg)
+				}
+			})
+		}
+	}
+}
+
+// TestOpen_DanglingSymlink: a symlink to a file not yet there is a missing
+// file: read-write creates the target, read-only reports it missing.
+func TestOpen_DanglingSymlink(t *testing.T) {
+	dir := t.TempDir()
+	target, path := filepath.Join(dir, "real.db"), filepath.Join(dir, "state.db")
+	mustSymlink(t, target, path)
+	if _, err := store.Open(path, store.Options{ReadOnly: true}); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("read-only: err = %v, want fs.ErrNotExist", err)
+	}
+	storetest.MustOpenPath(t, path, store.Options{})
+	if fi, err := os.Stat(target); err != nil || !fi.Mode().IsRegular() {
+		t.Errorf("target after Open: %v, %v; want a regular file", fi, err)
+	}
+}
+
+func mustSymlink(t *testing.T, target, link string) {
+	t.Helper()
+	if err := os.Symlink(target, link); err != nil {
+		t.Skipf("symlinks unavailable: %v", err)
+	}
+}
+
+// rawView reads a bbolt file directly, bypassing the store.
+func rawView(t testing.TB, path string, fn func(tx *bolt.Tx) error) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.View(fn); err != nil {
 		t.Fatal(err)
 	}
 }

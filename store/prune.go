@@ -1,7 +1,9 @@
 package store
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"time"
 
@@ -12,15 +14,31 @@ import (
 // PruneOptions.Batch is zero.
 const DefaultPruneBatch = 100
 
-// PruneOptions bound the history Prune keeps. The same limits apply to
-// allocation records and to health events, separately. The zero value prunes
-// nothing.
+// PruneOptions bound the history Prune keeps: allocation records and health
+// events. The zero value prunes nothing.
+//
+// Prune keeps what is still active: a record of an allocation in
+// StateAllocated or StateHeld is never deleted while an inactive record
+// (StateReleased, StateAbandoned, or any health event) could be deleted
+// instead, and never for its age. Only when nothing but active records is
+// left over MaxRecords or MaxBytes are the oldest active records deleted, so
+// that the file stays bounded even when every record stays active (the
+// lifecycle tracker off).
 type PruneOptions struct {
-	// MaxRecords keeps at most this many records of each kind, deleting the
-	// oldest. Zero means no count limit.
+	// MaxRecords keeps at most this many records of each kind (allocation
+	// records, health events), deleting the oldest inactive first. Zero
+	// means no count limit.
 	MaxRecords int
-	// MaxAge deletes records whose Time is before Now-MaxAge. Zero means no
-	// age limit.
+	// MaxBytes keeps the encoded size of the allocation records and health
+	// events together (their keys and JSON values, as Stats.HistoryBytes
+	// reports it) at or below this, deleting the oldest inactive records of
+	// either kind first. The file is larger by bbolt's page overhead. Zero
+	// means no byte limit.
+	MaxBytes int64
+	// MaxAge deletes inactive records that became inactive before
+	// Now-MaxAge: an allocation record released or abandoned then
+	// (ReleasedAt, or Time when unset), a health event recorded then.
+	// Active records are kept whatever their age. Zero means no age limit.
 	MaxAge time.Duration
 	// Batch is the most deletions per transaction, so that writers such as
 	// RecordAllocation wait at most one small transaction. Zero means
@@ -28,27 +46,46 @@ type PruneOptions struct {
 	Batch int
 	// Now is the reference time for MaxAge. Zero means the Store's clock.
 	Now time.Time
-	// KeepActive never deletes allocation records that are still active
-	// (StateAllocated or StateHeld); they still count toward MaxRecords.
-	// Default false: records are pruned whatever their state.
-	KeepActive bool
 }
 
-// Prune deletes the oldest allocation records and health events beyond
-// o.MaxRecords or older than o.MaxAge, in transactions of at most o.Batch
-// deletions each, and returns how many it deleted. It walks each kind from
-// the lowest sequence number and stops at the first record it keeps (skipping
-// kept active records when o.KeepActive is set), so a record with a
-// non-monotonic Time may outlive MaxAge until the count limit reaches it.
-// bbolt reuses the freed pages: with periodic pruning the file stops
-// growing, though it never shrinks. Prune checks ctx between transactions
-// and returns the count so far with ctx's error.
-func (s *Store) Prune(ctx context.Context, o PruneOptions) (int, error) {
-	if o.MaxRecords < 0 || o.MaxAge < 0 || o.Batch < 0 {
-		return 0, fmt.Errorf("prune: negative limit in %+v: %w", o, ErrInvalid)
+func (o PruneOptions) validate() error {
+	if o.MaxRecords < 0 || o.MaxBytes < 0 || o.MaxAge < 0 || o.Batch < 0 {
+		return fmt.Errorf("negative limit in %+v: %w", o, ErrInvalid)
 	}
-	if o.MaxRecords == 0 && o.MaxAge == 0 {
-		return 0, nil
+	return nil
+}
+
+// PruneResult says what Prune deleted. The zero value means nothing.
+type PruneResult struct {
+	Allocations       int // allocation records deleted
+	ActiveAllocations int // of those, records still active: only active records were left over a limit
+	HealthEvents      int // health events deleted
+	Quarantined       int // damaged records met on the way and moved into quarantine
+}
+
+func (r *PruneResult) add(o PruneResult) {
+	r.Allocations += o.Allocations
+	r.ActiveAllocations += o.ActiveAllocations
+	r.HealthEvents += o.HealthEvents
+	r.Quarantined += o.Quarantined
+}
+
+// Prune deletes the oldest history beyond o's limits, in transactions of at
+// most o.Batch deletions each, and returns what it deleted. Inactive
+// records go first, oldest (by when they became inactive) first; see
+// PruneOptions. It walks each kind from its oldest inactive record and stops
+// at the first it keeps, so a record with a non-monotonic time may outlive
+// MaxAge until a count or byte limit reaches it. bbolt reuses the freed
+// pages: with periodic pruning the file stops growing, though it never
+// shrinks. Prune checks ctx between transactions and returns the result so
+// far with ctx's error.
+func (s *Store) Prune(ctx context.Context, o PruneOptions) (PruneResult, error) {
+	var total PruneResult
+	if err := o.validate(); err != nil {
+		return total, fmt.Errorf("prune history: %w", err)
+	}
+	if o.MaxRecords == 0 && o.MaxBytes == 0 && o.MaxAge == 0 {
+		return total, nil
 	}
 	if o.Batch == 0 {
 		o.Batch = DefaultPruneBatch
@@ -61,86 +98,311 @@ func (s *Store) Prune(ctx context.Context, o PruneOptions) (int, error) {
 		}
 		cutoff = now.Add(-o.MaxAge)
 	}
-	kinds := []struct {
-		name       []byte
-		keepActive bool
-	}{
-		{bucketAllocations, o.KeepActive},
-		{bucketEvents, false},
-	}
-	total := 0
-	for _, kind := range kinds {
-		for {
-			if err := ctx.Err(); err != nil {
-				return total, fmt.Errorf("prune: %w", err)
-			}
-			n, err := s.pruneBatch(kind.name, o.MaxRecords, cutoff, o.Batch, kind.keepActive)
-			total += n
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, fmt.Errorf("prune history: %w", err)
+		}
+		var r PruneResult
+		ops := 0
+		err := s.update("prune history", func(tx *bolt.Tx) error {
+			p, err := newPruneTx(s, tx, o, cutoff)
 			if err != nil {
-				return total, err
+				return err
 			}
-			if n < o.Batch {
-				break
+			if err := p.plan(); err != nil {
+				return err
 			}
+			r, ops = p.result, p.ops()
+			if ops == 0 && len(p.delIndex) == 0 {
+				return errRollback // nothing to commit
+			}
+			return p.apply()
+		})
+		if err != nil && !isRollback(err) {
+			return total, err
+		}
+		total.add(r)
+		if ops < o.Batch {
+			return total, nil
 		}
 	}
-	return total, nil
 }
 
-// pruneRecord is the part of an allocation record or health event that
-// pruning looks at.
-type pruneRecord struct {
-	Time  time.Time `json:"time"`
-	State string    `json:"state"`
+// candidate is the oldest deletable record of one kind.
+type candidate struct {
+	key   []byte    // record key (a copy)
+	index []byte    // its inactive_allocations key (a copy), for allocations
+	at    time.Time // when it became inactive
+	size  int64     // len(key)+len(value)
 }
 
-// pruneBatch deletes at most batch records from bucket name in one
-// transaction and returns how many it deleted.
-func (s *Store) pruneBatch(name []byte, maxRecords int, cutoff time.Time, batch int, keepActive bool) (int, error) {
-	deleted := 0
-	err := s.update("prune "+string(name), func(tx *bolt.Tx) error {
-		b := tx.Bucket(name)
-		if b == nil {
-			return errRollback
+// pruneTx plans and applies one batch of deletions inside one write
+// transaction. Nothing is deleted while cursors walk (bbolt's cursor may
+// skip a key deleted under it): plan collects, apply deletes.
+type pruneTx struct {
+	s      *Store
+	o      PruneOptions
+	cutoff time.Time
+
+	allocs, events, index *bolt.Bucket
+	ic, ec                *bolt.Cursor
+	ik, ek, ev            []byte // cursor positions (ev: value at ek); nil at the end
+
+	excessA, excessE int   // records over MaxRecords, per kind
+	excessB          int64 // bytes over MaxBytes
+
+	delAllocs, delIndex, delEvents [][]byte
+	doomed                         map[string]bool // allocation keys planned for deletion or quarantine
+	bad                            []damage
+	result                         PruneResult
+}
+
+func newPruneTx(s *Store, tx *bolt.Tx, o PruneOptions, cutoff time.Time) (*pruneTx, error) {
+	p := &pruneTx{s: s, o: o, cutoff: cutoff, doomed: map[string]bool{}}
+	var err error
+	if p.allocs, err = bucket(tx, bucketAllocations); err != nil {
+		return nil, err
+	}
+	if p.events, err = bucket(tx, bucketEvents); err != nil {
+		return nil, err
+	}
+	if p.index, err = bucket(tx, bucketInactive); err != nil {
+		return nil, err
+	}
+	na, ba := kvStats(p.allocs)
+	ne, be := kvStats(p.events)
+	if o.MaxRecords > 0 {
+		p.excessA, p.excessE = na-o.MaxRecords, ne-o.MaxRecords
+	}
+	if o.MaxBytes > 0 {
+		p.excessB = ba + be - o.MaxBytes
+	}
+	return p, nil
+}
+
+func (p *pruneTx) ops() int {
+	return len(p.delAllocs) + len(p.delEvents) + len(p.bad)
+}
+
+func (p *pruneTx) room() bool { return p.ops() < p.o.Batch }
+
+func (p *pruneTx) tooOld(t time.Time) bool { return !p.cutoff.IsZero() && t.Before(p.cutoff) }
+
+// plan picks this batch's deletions: inactive records of both kinds, then,
+// if only active allocation records are left over a limit, the oldest of
+// those.
+func (p *pruneTx) plan() error {
+	p.ic = p.index.Cursor()
+	p.ik, _ = p.ic.First()
+	p.ec = p.events.Cursor()
+	p.ek, p.ev = p.ec.First()
+	var a, e *candidate
+	for p.room() {
+		if a == nil {
+			a = p.nextInactive()
 		}
-		excess := 0
-		if maxRecords > 0 {
-			excess = b.Stats().KeyN - maxRecords
+		if e == nil {
+			e = p.nextEvent()
 		}
-		var doomed [][]byte
-		c := b.Cursor()
-		for k, v := c.First(); k != nil && len(doomed) < batch; k, v = c.Next() {
-			var r pruneRecord
-			if !cutoff.IsZero() || keepActive {
-				if err := decode(v, &r); err != nil {
-					return fmt.Errorf("record %x: %w", k, err)
-				}
-			}
-			if keepActive && Active(r.State) {
-				continue
-			}
-			tooMany := len(doomed) < excess
-			tooOld := !cutoff.IsZero() && r.Time.Before(cutoff)
-			if !tooMany && !tooOld {
-				break
-			}
-			doomed = append(doomed, append([]byte(nil), k...))
+		takeA := a != nil && (p.tooOld(a.at) || p.excessA > 0)
+		takeE := e != nil && (p.tooOld(e.at) || p.excessE > 0)
+		if !takeA && !takeE && p.excessB > 0 {
+			takeA = a != nil && (e == nil || !e.at.Before(a.at))
+			takeE = !takeA && e != nil
 		}
-		if len(doomed) == 0 {
-			return errRollback // nothing to commit
+		if !takeA && !takeE {
+			break
 		}
-		// Deleting after the walk: bbolt's cursor may skip a key when the
-		// current one is deleted under it.
-		for _, k := range doomed {
-			if err := b.Delete(k); err != nil {
-				return fmt.Errorf("delete record %x: %w", k, err)
-			}
+		if takeA {
+			p.delAllocs = append(p.delAllocs, a.key)
+			p.delIndex = append(p.delIndex, a.index)
+			p.doomed[string(a.key)] = true
+			p.excessA--
+			p.excessB -= a.size
+			p.result.Allocations++
+			a = nil
 		}
-		deleted = len(doomed)
+		if takeE && p.room() {
+			p.delEvents = append(p.delEvents, e.key)
+			p.excessE--
+			p.excessB -= e.size
+			p.result.HealthEvents++
+			e = nil
+		}
+	}
+	if !p.room() || (p.excessA <= 0 && p.excessB <= 0) {
 		return nil
-	})
-	if err != nil && !isRollback(err) {
-		return 0, err
 	}
-	return deleted, nil
+	// Nothing inactive is left over the limits: the oldest active records go.
+	c := p.allocs.Cursor()
+	for k, v := c.First(); k != nil && p.room() && (p.excessA > 0 || p.excessB > 0); k, v = c.Next() {
+		if p.doomed[string(k)] || v == nil {
+			continue
+		}
+		r, err := decodeAllocation(k, v)
+		if err != nil {
+			p.damaged(bucketAllocations, k, v, err)
+			p.excessA--
+			continue
+		}
+		key := bytes.Clone(k)
+		p.delAllocs = append(p.delAllocs, key)
+		if !r.Active() { // missing from the index: delete its entry, if any
+			p.delIndex = append(p.delIndex, inactiveKey(r))
+		} else {
+			p.result.ActiveAllocations++
+		}
+		p.excessA--
+		p.excessB -= int64(len(k) + len(v))
+		p.result.Allocations++
+	}
+	return nil
+}
+
+// nextInactive returns the oldest inactive allocation record not yet
+// planned, from the inactive_allocations index, or nil. Index entries that
+// no longer match a record are planned for deletion; damaged records for
+// quarantine.
+func (p *pruneTx) nextInactive() *candidate {
+	for ; p.ik != nil && p.room(); p.ik, _ = p.ic.Next() {
+		ik := bytes.Clone(p.ik)
+		if len(ik) != 16 {
+			p.delIndex = append(p.delIndex, ik)
+			continue
+		}
+		key := ik[8:]
+		v := p.allocs.Get(key)
+		if v == nil || p.doomed[string(key)] {
+			if v == nil {
+				p.delIndex = append(p.delIndex, ik)
+			}
+			continue
+		}
+		r, err := decodeAllocation(key, v)
+		if err != nil {
+			p.delIndex = append(p.delIndex, ik)
+			p.damaged(bucketAllocations, key, v, err)
+			p.excessA--
+			continue
+		}
+		if r.Active() || !bytes.Equal(inactiveKey(r), ik) { // stale entry
+			p.delIndex = append(p.delIndex, ik)
+			continue
+		}
+		p.ik, _ = p.ic.Next()
+		return &candidate{key: bytes.Clone(key), index: ik, at: inactiveSince(r), size: int64(len(key) + len(v))}
+	}
+	return nil
+}
+
+// nextEvent returns the oldest health event not yet planned, or nil.
+func (p *pruneTx) nextEvent() *candidate {
+	for ; p.ek != nil && p.room(); p.ek, p.ev = p.ec.Next() {
+		k, v := p.ek, p.ev
+		if v == nil {
+			continue
+		}
+		e, err := decodeEvent(k, v)
+		if err != nil {
+			p.damaged(bucketEvents, k, v, err)
+			p.excessE--
+			continue
+		}
+		c := &candidate{key: bytes.Clone(k), at: e.Time, size: int64(len(k) + len(v))}
+		p.ek, p.ev = p.ec.Next()
+		return c
+	}
+	return nil
+}
+
+func (p *pruneTx) damaged(name, k, v []byte, err error) {
+	if string(name) == string(bucketAllocations) {
+		p.doomed[string(k)] = true
+	}
+	p.bad = append(p.bad, damage{bucket: string(name), key: bytes.Clone(k), value: bytes.Clone(v), reason: reasonOf(err)})
+	p.excessB -= int64(len(k) + len(v))
+	p.result.Quarantined++
+}
+
+// apply carries out the plan.
+func (p *pruneTx) apply() error {
+	tx := p.allocs.Tx()
+	for _, d := range p.bad {
+		if err := p.s.quarantine(tx, []byte(d.bucket), d.key, d.value, &errRecord{d.reason}); err != nil {
+			return err
+		}
+	}
+	for _, del := range []struct {
+		b    *bolt.Bucket
+		keys [][]byte
+	}{{p.allocs, p.delAllocs}, {p.index, p.delIndex}, {p.events, p.delEvents}} {
+		for _, k := range del.keys {
+			if err := del.b.Delete(k); err != nil {
+				return fmt.Errorf("delete %x: %w", k, err)
+			}
+		}
+	}
+	return nil
+}
+
+// kvStats returns the number of keys in b and the bytes of its keys and
+// values, from bbolt's page statistics: a leaf page's used bytes are its
+// 16-byte header, a 16-byte header per element, and the keys and values.
+// That reads page headers only, as counting the keys does, instead of
+// every record.
+func kvStats(b *bolt.Bucket) (n int, size int64) {
+	st := b.Stats()
+	used := st.LeafInuse + st.InlineBucketInuse
+	pages := st.LeafPageN + st.InlineBucketN
+	return st.KeyN, int64(used - boltPageHeaderSize*pages - boltElementSize*st.KeyN)
+}
+
+// inactiveSince is when an inactive allocation record became inactive:
+// ReleasedAt, or Time when that is unset.
+func inactiveSince(a Allocation) time.Time {
+	if !a.ReleasedAt.IsZero() {
+		return a.ReleasedAt
+	}
+	return a.Time
+}
+
+// inactiveKey is the inactive_allocations key of a: when it became inactive
+// (Unix nanoseconds, sign bit flipped so that byte order is time order),
+// then its sequence number. Nil for an active record.
+func inactiveKey(a Allocation) []byte {
+	if a.Active() {
+		return nil
+	}
+	k := make([]byte, 16)
+	binary.BigEndian.PutUint64(k, uint64(inactiveSince(a).UnixNano())^(1<<63))
+	binary.BigEndian.PutUint64(k[8:], a.Seq)
+	return k
+}
+
+// indexAllocation keeps the inactive_allocations entry of a record in step
+// with a change from old (nil for a new record) to a.
+func indexAllocation(tx *bolt.Tx, old *Allocation, a Allocation) error {
+	var oldKey []byte
+	if old != nil {
+		oldKey = inactiveKey(*old)
+	}
+	newKey := inactiveKey(a)
+	if bytes.Equal(oldKey, newKey) {
+		return nil
+	}
+	idx, err := bucket(tx, bucketInactive)
+	if err != nil {
+		return err
+	}
+	if oldKey != nil {
+		if err := idx.Delete(oldKey); err != nil {
+			return fmt.Errorf("unindex record %d: %w", a.Seq, err)
+		}
+	}
+	if newKey != nil {
+		if err := idx.Put(newKey, []byte{}); err != nil {
+			return fmt.Errorf("index record %d: %w", a.Seq, err)
+		}
+	}
+	return nil
 }

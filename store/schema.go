@@ -10,7 +10,7 @@ import (
 // SchemaVersion is the layout version this build reads and writes. Open
 // migrates files with a smaller version (see doc.go) and refuses files with a
 // larger one (ErrNewerSchema).
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // Bucket and key names. They are part of the on-disk format: never rename them
 // without a migration step.
@@ -19,6 +19,8 @@ var (
 	bucketDevices     = []byte("devices")
 	bucketAllocations = []byte("allocations")
 	bucketEvents      = []byte("health_events")
+	bucketQuarantine  = []byte("quarantine")           // since version 2
+	bucketInactive    = []byte("inactive_allocations") // since version 2
 
 	keySchemaVersion = []byte("schema_version")
 )
@@ -31,6 +33,9 @@ const appendFillPercent = 0.9
 // dataBuckets are the buckets holding records; with bucketMeta they are every
 // top-level bucket a version-1 file has.
 var dataBuckets = [][]byte{bucketDevices, bucketAllocations, bucketEvents}
+
+// currentBuckets are every top-level bucket a file of SchemaVersion has.
+var currentBuckets = [][]byte{bucketMeta, bucketDevices, bucketAllocations, bucketEvents, bucketQuarantine, bucketInactive}
 
 // migration is one step of the schema history: it turns a file of version
 // from into a file of version from+1. Steps run inside the single read-write
@@ -47,6 +52,7 @@ type migration struct {
 // that has shipped.
 var migrations = []migration{
 	{from: 0, name: "create buckets and record the schema version", apply: migrateV0toV1},
+	{from: 1, name: "create the quarantine bucket and index inactive allocations", apply: migrateV1toV2},
 }
 
 // migrateV0toV1 adopts a version-0 file: one without a meta bucket. That is a
@@ -71,6 +77,37 @@ func migrateV0toV1(tx *bolt.Tx) error {
 	for _, name := range dataBuckets {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return fmt.Errorf("create bucket %q: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// migrateV1toV2 creates the quarantine bucket, where Open moves damaged
+// records, and the inactive_allocations index, filled from the allocation
+// records (damaged ones are left to Open's record check). Values keep their
+// format.
+func migrateV1toV2(tx *bolt.Tx) error {
+	for _, name := range [][]byte{bucketQuarantine, bucketInactive} {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return fmt.Errorf("create bucket %q: %w", name, err)
+		}
+	}
+	allocs := tx.Bucket(bucketAllocations)
+	var keys [][]byte
+	err := allocs.ForEach(func(k, v []byte) error {
+		if a, err := decodeAllocation(k, v); err == nil && !a.Active() {
+			keys = append(keys, inactiveKey(a))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	idx := tx.Bucket(bucketInactive)
+	idx.FillPercent = appendFillPercent
+	for _, k := range keys {
+		if err := idx.Put(k, []byte{}); err != nil {
+			return fmt.Errorf("index inactive allocations: %w", err)
 		}
 	}
 	return nil

@@ -3,6 +3,7 @@ package store_test
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -30,7 +31,8 @@ func TestOpen_NewerSchema(t *testing.T) {
 		if !errors.Is(err, store.ErrNewerSchema) {
 			t.Fatalf("read-only %v: err = %v, want ErrNewerSchema", readOnly, err)
 		}
-		if msg := err.Error(); !strings.Contains(msg, "version 7") || !strings.Contains(msg, "up to 1") || !strings.Contains(msg, path) {
+		if msg := err.Error(); !strings.Contains(msg, fmt.Sprintf("version %d", store.SchemaVersion+6)) ||
+			!strings.Contains(msg, fmt.Sprintf("up to %d", store.SchemaVersion)) || !strings.Contains(msg, path) {
 			t.Errorf("error %q should name the file and both versions", msg)
 		}
 	}
@@ -105,8 +107,8 @@ func TestOpen_MigratesV0(t *testing.T) {
 	}
 
 	s := storetest.MustOpenPath(t, path, store.Options{})
-	if v, migrated := s.MigratedFrom(); v != 0 || !migrated || s.SchemaVersion() != 1 {
-		t.Errorf("MigratedFrom() = %d, %v, SchemaVersion() = %d; want 0, true, 1", v, migrated, s.SchemaVersion())
+	if v, migrated := s.MigratedFrom(); v != 0 || !migrated || s.SchemaVersion() != store.SchemaVersion {
+		t.Errorf("MigratedFrom() = %d, %v, SchemaVersion() = %d; want 0, true, %d", v, migrated, s.SchemaVersion(), store.SchemaVersion)
 	}
 	devs, err := s.Devices()
 	if err != nil || len(devs) != 2 || devs[1].Healthy || devs[1].Reason != "ecc" {

@@ -3,9 +3,11 @@ package store
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -39,8 +41,8 @@ type Options struct {
 	// move it aside and start fresh". Empty means DefaultRecoveryHint.
 	RecoveryHint string
 
-	// Now is the clock used to stamp records whose time is unset. Nil means
-	// time.Now.
+	// Now is the clock used to stamp records whose time is unset and to
+	// space Writable's probe writes. Nil means time.Now.
 	Now func() time.Time
 }
 
@@ -51,11 +53,20 @@ type Options struct {
 // only) until Close. The zero Store is not usable; get one from Open.
 type Store struct {
 	db           *bolt.DB
+	file         *os.File // db's file, owned by db
 	path         string
 	readOnly     bool
 	now          func() time.Time
 	version      int // schema version of the file after Open
 	migratedFrom int // schema version found by Open
+
+	dmu   sync.Mutex
+	found map[string]damage // damaged records in place, by damage.id
+
+	wmu       sync.Mutex
+	writeErr  error     // error of the last failed commit, nil once one succeeds
+	lastProbe time.Time // of Writable
+	closed    bool
 }
 
 // Open opens the state file at path, creating it (mode 0600) and its
@@ -96,28 +107,32 @@ func Open(path string, opts Options) (*Store, error) {
 		return fmt.Errorf("open state %q: %w", path, err)
 	}
 
-	if opts.ReadOnly {
-		fi, err := os.Stat(path)
-		switch {
-		case err != nil:
-			return nil, fmt.Errorf("open state %q read-only: %w", path, err)
-		case !fi.Mode().IsRegular():
-			return nil, fmt.Errorf("open state %q read-only: not a regular file: %w", path, ErrInvalid)
+	exists, err := checkRegular(path)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("open state %q: %w", path, err)
+	case opts.ReadOnly && !exists:
+		return nil, fmt.Errorf("open state %q read-only: %w", path, fs.ErrNotExist)
+	case !opts.ReadOnly:
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, fmt.Errorf("open state %q: create directory: %w", path, err)
 		}
-	} else if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("open state %q: create directory: %w", path, err)
 	}
 
-	db, err := openBolt(path, timeout, opts.ReadOnly)
+	db, file, err := openBolt(path, timeout, opts.ReadOnly)
 	if err != nil {
 		return nil, fail(err)
 	}
-	s := &Store{db: db, path: path, readOnly: opts.ReadOnly, now: now}
+	s := &Store{db: db, file: file, path: path, readOnly: opts.ReadOnly, now: now}
 	if err := guard(s.verify); err != nil {
 		_ = db.Close() // the verify error is the one worth reporting
 		return nil, fail(err)
 	}
 	if err := s.initSchema(); err != nil {
+		_ = db.Close()
+		return nil, fail(err)
+	}
+	if err := s.checkRecords(); err != nil {
 		_ = db.Close()
 		return nil, fail(err)
 	}
@@ -136,28 +151,37 @@ func isCorruptOpen(err error) bool {
 
 // openBolt opens path with bbolt. It opens and locks the file itself first,
 // so that preflight reads a file no other process is writing, then hands the
-// locked file to bbolt (whose own flock on it succeeds at once). A panic or
-// memory fault inside bbolt becomes an error, and the file is released.
-func openBolt(path string, timeout time.Duration, readOnly bool) (*bolt.DB, error) {
+// locked file to bbolt (whose own flock on it succeeds at once), and returns
+// it too: bbolt owns it. A panic or memory fault inside bbolt becomes an
+// error, and the file is released.
+func openBolt(path string, timeout time.Duration, readOnly bool) (*bolt.DB, *os.File, error) {
 	flag := os.O_RDWR | os.O_CREATE
 	if readOnly {
 		flag = os.O_RDONLY
 	}
 	file, err := os.OpenFile(path, flag, 0o600)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	release := func() {
 		unlockFile(file)
 		_ = file.Close()
 	}
+	// Open checked the path before; this catches a swap since.
+	if fi, err := file.Stat(); err != nil || !fi.Mode().IsRegular() {
+		_ = file.Close()
+		if err == nil {
+			err = notRegular(path, fi.Mode())
+		}
+		return nil, nil, err
+	}
 	if err := lockFile(file, !readOnly, timeout); err != nil {
 		release()
-		return nil, err
+		return nil, nil, err
 	}
 	if err := guard(func() error { return preflight(file, readOnly) }); err != nil {
 		release()
-		return nil, err
+		return nil, nil, err
 	}
 	bo := &bolt.Options{
 		Timeout:         timeout,
@@ -180,7 +204,7 @@ func openBolt(path string, timeout time.Duration, readOnly bool) (*bolt.DB, erro
 		// must not.
 		release()
 	}
-	return db, err
+	return db, file, err
 }
 
 // panicError is a panic or memory fault recovered from bbolt.
@@ -230,7 +254,7 @@ func (s *Store) initSchema() error {
 		if err != nil || version != SchemaVersion {
 			return err
 		}
-		for _, name := range append([][]byte{bucketMeta}, dataBuckets...) {
+		for _, name := range currentBuckets {
 			if tx.Bucket(name) == nil {
 				return fmt.Errorf("%w: bucket %q missing", ErrCorrupt, name)
 			}
@@ -262,6 +286,9 @@ func (s *Store) initSchema() error {
 // Close releases the file and its lock. It waits for running transactions.
 // Calling Close again returns nil; any other method then returns ErrClosed.
 func (s *Store) Close() error {
+	s.wmu.Lock()
+	s.closed = true
+	s.wmu.Unlock()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("close state %q: %w", s.path, err)
 	}
@@ -319,25 +346,29 @@ var errRollback = errors.New("rollback")
 // Stats describe the content and size of a state file. The zero value means
 // an empty store.
 type Stats struct {
-	SchemaVersion  int   `json:"schema_version"`
-	Devices        int   `json:"devices"`         // all devices, removed ones included
-	RemovedDevices int   `json:"removed_devices"` // devices flagged removed
-	Allocations    int   `json:"allocations"`     // allocation records kept
-	HealthEvents   int   `json:"health_events"`   // health events kept
-	FileSize       int64 `json:"file_size"`       // bytes on disk; bbolt grows the file ahead of use
-	DataSize       int64 `json:"data_size"`       // bytes up to bbolt's high-water mark
+	SchemaVersion  int
+	Devices        int   // all devices, removed ones included
+	RemovedDevices int   // devices flagged removed
+	Allocations    int   // allocation records kept
+	HealthEvents   int   // health events kept
+	HistoryBytes   int64 // keys and values of the allocation records and health events, as PruneOptions.MaxBytes counts them
+	Damaged        int   // damaged records: quarantined, and found in place (see Store.Damaged)
+	FileSize       int64 // bytes on disk; bbolt grows the file ahead of use
+	DataSize       int64 // bytes up to bbolt's high-water mark
 }
 
-// Stats counts the records and reports the file size.
+// Stats counts the records and reports the file size. Damaged device
+// records are not counted as devices.
 func (s *Store) Stats() (Stats, error) {
 	st := Stats{SchemaVersion: s.version}
 	err := s.db.View(func(tx *bolt.Tx) error {
 		st.DataSize = tx.Size()
 		if b := tx.Bucket(bucketDevices); b != nil {
-			err := b.ForEach(func(_, v []byte) error {
-				var d Device
-				if err := decode(v, &d); err != nil {
-					return err
+			err := b.ForEach(func(k, v []byte) error {
+				d, err := decodeDevice(k, v)
+				if err != nil {
+					s.noteDamaged(bucketDevices, k, v, err)
+					return nil
 				}
 				st.Devices++
 				if d.Removed {
@@ -349,13 +380,25 @@ func (s *Store) Stats() (Stats, error) {
 				return err
 			}
 		}
-		st.Allocations = keyCount(tx.Bucket(bucketAllocations))
-		st.HealthEvents = keyCount(tx.Bucket(bucketEvents))
+		for _, kind := range []struct {
+			name []byte
+			n    *int
+		}{{bucketAllocations, &st.Allocations}, {bucketEvents, &st.HealthEvents}} {
+			if b := tx.Bucket(kind.name); b != nil {
+				n, size := kvStats(b)
+				*kind.n += n
+				st.HistoryBytes += size
+			}
+		}
+		st.Damaged = keyCount(tx.Bucket(bucketQuarantine))
 		return nil
 	})
 	if err != nil {
 		return Stats{}, s.wrap("state stats", err)
 	}
+	s.dmu.Lock()
+	st.Damaged += len(s.found)
+	s.dmu.Unlock()
 	fi, err := os.Stat(s.path)
 	if err != nil {
 		return Stats{}, fmt.Errorf("state stats: %w", err)
@@ -386,12 +429,25 @@ func (s *Store) wrap(op string, err error) error {
 }
 
 // update runs fn in its own read-write transaction, committed (and fsynced)
-// before it returns.
+// before it returns. If fn fails, nothing is written. The outcome of the
+// commit, where the file is written, is what Writable reports.
 func (s *Store) update(op string, fn func(tx *bolt.Tx) error) error {
 	if s.readOnly {
 		return fmt.Errorf("%s: %w", op, ErrReadOnly)
 	}
-	return s.wrap(op, s.db.Update(fn))
+	tx, err := s.db.Begin(true)
+	if err != nil {
+		return s.wrap(op, err)
+	}
+	defer func() { _ = tx.Rollback() }() // after a commit: ErrTxClosed, nothing to do
+	if err := fn(tx); err != nil {
+		return s.wrap(op, err)
+	}
+	err = s.wrap(op, tx.Commit())
+	s.wmu.Lock()
+	s.writeErr = err
+	s.wmu.Unlock()
+	return err
 }
 
 // view runs fn in a read-only transaction.

@@ -43,6 +43,10 @@ const (
 	defaultSysfsRoot         = "/sys"
 	defaultHistoryMaxRecords = 100000
 	defaultHistoryMaxAge     = 90 * 24 * time.Hour
+	defaultHistoryMaxBytes   = 64 << 20
+	// minHistoryMaxBytes is the least non-zero -history-max-bytes: a few
+	// hundred records.
+	minHistoryMaxBytes = 64 << 10
 )
 
 // defaultDevicePluginPath is the kubelet's device-plugin directory.
@@ -86,6 +90,9 @@ type config struct {
 	historyMaxRecords int
 	// historyMaxAge drops older history; 0 keeps any age (default 90 days).
 	historyMaxAge time.Duration
+	// historyMaxBytes bounds the allocation history and the health events
+	// together, in encoded bytes; 0 is no byte limit (default 64 MiB).
+	historyMaxBytes byteSize
 	// adminSocket is the local admin API (default admin.sock next to the
 	// state file).
 	adminSocket string
@@ -129,6 +136,8 @@ func newFlagSet(cfg *config) *flag.FlagSet {
 	fs.BoolVar(&cfg.stateMoveAside, "state-move-aside", false, "if the state file is damaged, rename it to <file>.corrupt-<time> and start fresh")
 	fs.IntVar(&cfg.historyMaxRecords, "history-max-records", defaultHistoryMaxRecords, "keep at most this many allocation records (and as many health events)")
 	fs.DurationVar(&cfg.historyMaxAge, "history-max-age", defaultHistoryMaxAge, "drop history older than this; 0 keeps any age")
+	cfg.historyMaxBytes = defaultHistoryMaxBytes
+	fs.Var(&cfg.historyMaxBytes, "history-max-bytes", "keep the allocation records and health events together at most this `size`, encoded (bytes, or with Ki, Mi, Gi); 0: no byte limit")
 	fs.StringVar(&cfg.adminSocket, "admin-socket", "", "local admin API socket `path`, used by dump and health; not in -device-plugin-path (default: admin.sock next to -state)")
 	fs.StringVar(&cfg.faults, "faults", "", "fault-injection `plan`, e.g. \"down:fake-1:after=30s;flap:fake-2:period=10s;random:mtbf=1h:repair=5m\"")
 	fs.StringVar(&cfg.podResourcesSocket, "pod-resources-socket", lifecycle.DefaultSocket, "the kubelet's PodResources API `socket`, to follow allocations to pods")
@@ -269,6 +278,9 @@ func (c *config) validate() error {
 	}
 	if c.historyMaxAge < 0 {
 		return usagef("invalid -history-max-age=%s: must be 0 (any age) or positive", c.historyMaxAge)
+	}
+	if c.historyMaxBytes != 0 && c.historyMaxBytes < minHistoryMaxBytes {
+		return usagef("invalid -history-max-bytes=%s: must be 0 (no byte limit) or at least %s", c.historyMaxBytes, byteSize(minHistoryMaxBytes))
 	}
 	given := c.adminSocket
 	var err error

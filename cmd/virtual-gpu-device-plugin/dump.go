@@ -137,11 +137,18 @@ type stateSource struct{ *store.Store }
 
 var _ admin.Source = stateSource{}
 
-// DamagedRecords lists the records the store set aside as damaged. The
-// store does not name them yet: until it does (a store method listing
-// quarantined records by bucket, key and reason), there are none to show.
-func (stateSource) DamagedRecords() ([]admin.DamagedRecord, error) {
-	return nil, nil
+// DamagedRecords lists the records the store quarantined (read-write) or
+// skipped as damaged (read-only).
+func (s stateSource) DamagedRecords() ([]admin.DamagedRecord, error) {
+	damaged, err := s.Damaged()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]admin.DamagedRecord, len(damaged))
+	for i, d := range damaged {
+		out[i] = admin.DamagedRecord{Bucket: d.Bucket, Key: d.Key, Reason: d.Reason}
+	}
+	return out, nil
 }
 
 const dumpSynopsis = "dump [-o table|wide|json|yaml] [--no-headers] [--device ID] [--since TIME|DURATION] [--limit N] [--active]"

@@ -22,10 +22,6 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
-// pruneInterval is how often the history is pruned at the least; every
-// Allocate also asks for a prune (at most one a second).
-const pruneInterval = time.Minute
-
 // newLogger builds the root logger from the validated config.
 func newLogger(cfg config, w io.Writer) zerolog.Logger {
 	level, _ := zerolog.ParseLevel(cfg.logLevel) // validated
@@ -68,13 +64,22 @@ func serve(ctx context.Context, cfg config, logw io.Writer) error {
 		log.Info().Strs("added", report.Added).Strs("removed", report.Removed).Strs("restored", report.Restored).
 			Int("changed", len(report.Changed)).Str("state", st.Path()).Msg("reconciled stored devices with the configured machine")
 	}
+	if err := logDamaged(log, st, report); err != nil {
+		return err
+	}
 	devices, err := pluginDevices(cfg, machine, st, log)
 	if err != nil {
 		return err
 	}
 
 	policy := allocator.Policies[cfg.allocationPolicy]
-	pruneKick := make(chan struct{}, 1)
+	// The history is pruned off the RPC path: at start, every minute, and
+	// after allocations (at most once a second).
+	pruner, err := store.NewPruner(st, store.PruneOptions{MaxRecords: cfg.historyMaxRecords, MaxBytes: int64(cfg.historyMaxBytes), MaxAge: cfg.historyMaxAge},
+		store.PrunerConfig{Report: func(r store.PruneResult, err error) { logPrune(log, r, err) }})
+	if err != nil {
+		return err
+	}
 	// The tracker first: the recorder tells it about each allocation.
 	tracker, err := lifecycle.New(lifecycle.Config{
 		Socket:       cfg.podResourcesSocket,
@@ -93,7 +98,7 @@ func serve(ctx context.Context, cfg config, logw io.Writer) error {
 			return policy(machine, available, mustInclude, size)
 		},
 		Env:      machine.ContainerEnv,
-		Recorder: recorder{st: st, kick: pruneKick, recorded: tracker.Notify},
+		Recorder: recorder{st: st, kick: pruner.Kick, recorded: tracker.Notify},
 		Health:   healthRecorder{st},
 		Logger:   log,
 	})
@@ -146,15 +151,15 @@ func serve(ctx context.Context, cfg config, logw io.Writer) error {
 	g.Go(func() error { return runner.Run(ctx) })
 	g.Go(func() error { return adminSrv.Run(ctx) })
 	g.Go(func() error { return tracker.Run(ctx) })
-	g.Go(func() error {
-		prune(ctx, st, cfg, pruneKick, log)
-		return nil
-	})
+	g.Go(func() error { return pruner.Run(ctx) })
 	if metricsLis != nil {
 		live := func() error { _, err := st.Devices(); return err }
-		ready := func() error {
+		ready := func() error { // registered, and the state file takes writes (Allocate needs them)
 			if !runner.Registered() {
 				return errors.New("not registered with the kubelet")
+			}
+			if err := st.Writable(); err != nil {
+				return err
 			}
 			return live()
 		}
@@ -218,10 +223,11 @@ func pluginDevices(cfg config, machine *topology.Machine, st *store.Store, log z
 	return devices, nil
 }
 
-// recorder stores every allocation before Allocate answers it.
+// recorder stores every allocation before Allocate answers it, then asks
+// for a prune (kick, if set).
 type recorder struct {
 	st   *store.Store
-	kick chan<- struct{}
+	kick func()
 	// recorded, if set, runs after each stored record (the lifecycle
 	// tracker's Notify: look for the holder now).
 	recorded func()
@@ -237,9 +243,8 @@ func (r recorder) RecordAllocation(_ context.Context, ids []string, envs map[str
 	if r.recorded != nil {
 		r.recorded()
 	}
-	select {
-	case r.kick <- struct{}{}:
-	default:
+	if r.kick != nil {
+		r.kick()
 	}
 	return a.Envs, nil
 }
@@ -254,31 +259,43 @@ func (h healthRecorder) RecordHealth(id string, healthy bool, reason, cause stri
 	return err
 }
 
-// prune keeps the history bounded, off the RPC path: after allocations (at
-// most once a second) and every pruneInterval.
-func prune(ctx context.Context, st *store.Store, cfg config, kick <-chan struct{}, log zerolog.Logger) {
-	tick := time.NewTicker(pruneInterval)
-	defer tick.Stop()
-	limit := time.NewTicker(time.Second)
-	defer limit.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		case <-kick:
-			select { // at most one prune a second
-			case <-limit.C:
-			case <-ctx.Done():
-				return
-			}
+// logDamaged warns about damaged records the store keeps in quarantine (at
+// most maxLogged, then their number) and the devices added again because
+// their record was among them.
+func logDamaged(log zerolog.Logger, st *store.Store, report store.ReconcileReport) error {
+	const maxLogged = 20
+	damaged, err := st.Damaged()
+	if err != nil {
+		return err
+	}
+	for i, d := range damaged {
+		if i == maxLogged {
+			log.Warn().Int("more", len(damaged)-maxLogged).Msg("more damaged state records")
+			break
 		}
-		n, err := st.Prune(ctx, store.PruneOptions{MaxRecords: cfg.historyMaxRecords, MaxAge: cfg.historyMaxAge})
-		switch {
-		case err != nil && ctx.Err() == nil:
-			log.Error().Err(err).Msg("prune history")
-		case n > 0:
-			log.Debug().Int("deleted", n).Msg("pruned history")
-		}
+		log.Warn().Str("bucket", d.Bucket).Str("key", d.Key).Str("reason", d.Reason).Time("quarantined", d.Quarantined).
+			Str("state", st.Path()).Msg("damaged state record kept in quarantine; the rest of the file is in use")
+	}
+	if len(report.Recreated) > 0 {
+		log.Warn().Strs("devices", report.Recreated).
+			Msg("devices whose stored record was damaged were added again as new and healthy; their stored health is lost")
+	}
+	return nil
+}
+
+// logPrune logs what a prune did: errors, and the deletions that deserve
+// attention, at warn; the routine ones at debug.
+func logPrune(log zerolog.Logger, r store.PruneResult, err error) {
+	switch {
+	case err != nil:
+		log.Error().Err(err).Msg("prune history")
+	case r.ActiveAllocations > 0:
+		log.Warn().Int("active_allocations", r.ActiveAllocations).Int("allocations", r.Allocations).Int("health_events", r.HealthEvents).
+			Msg("pruned records of allocations still active: only those were left over -history-max-records or -history-max-bytes")
+	case r.Allocations > 0 || r.HealthEvents > 0:
+		log.Debug().Int("allocations", r.Allocations).Int("health_events", r.HealthEvents).Msg("pruned history")
+	}
+	if r.Quarantined > 0 {
+		log.Warn().Int("records", r.Quarantined).Msg("damaged records found while pruning were moved into quarantine (kept in the state file)")
 	}
 }

@@ -111,8 +111,6 @@ type Allocation struct {
 	DeviceIDs []string `json:"deviceIDs"`
 	// Envs is the environment handed to the container.
 	Envs map[string]string `json:"envs,omitempty"`
-	// Annotations are the annotations handed to the runtime.
-	Annotations map[string]string `json:"annotations,omitempty"`
 	// State is allocated, held, released or abandoned.
 	State string `json:"state"`
 	// Namespace, Pod and Container name the holder, once known.
@@ -237,7 +235,7 @@ func deviceOf(d store.Device, active []store.Allocation, reported map[string]int
 }
 
 func allocationOf(a store.Allocation) Allocation {
-	return Allocation{Seq: a.Seq, Time: a.Time, DeviceIDs: a.DeviceIDs, Envs: a.Envs, Annotations: a.Annotations,
+	return Allocation{Seq: a.Seq, Time: a.Time, DeviceIDs: a.DeviceIDs, Envs: a.Envs,
 		State: a.State, Namespace: a.Namespace, Pod: a.Pod, Container: a.Container, HeldSince: a.HeldSince, ReleasedAt: a.ReleasedAt}
 }
 

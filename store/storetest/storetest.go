@@ -4,6 +4,8 @@
 package storetest
 
 import (
+	"encoding/binary"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -60,3 +62,32 @@ func CheckFile(t testing.TB, path string) {
 		t.Errorf("integrity check %s: %v", path, err)
 	}
 }
+
+// Damage overwrites the value of one record in the closed state file at
+// path with bbolt directly, bypassing the store, as bit rot or a foreign
+// writer would: bucket is "devices" (key: the device id), "allocations" or
+// "health_events" (key: SeqKey(n)). It fails the test if the file cannot be
+// written or the bucket is missing. The next read-write store.Open moves the
+// record into quarantine; a read-only one reports it (see Store.Damaged).
+func Damage(t testing.TB, path, bucket string, key, value []byte) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatalf("damage %s: open: %v", path, err)
+	}
+	defer db.Close()
+	err = db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte(bucket))
+		if b == nil {
+			return fmt.Errorf("no bucket %q", bucket)
+		}
+		return b.Put(key, value)
+	})
+	if err != nil {
+		t.Fatalf("damage %s: put %s/%x: %v", path, bucket, key, err)
+	}
+}
+
+// SeqKey is the key of the allocation record or health event with
+// sequence number n.
+func SeqKey(n uint64) []byte { return binary.BigEndian.AppendUint64(nil, n) }

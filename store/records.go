@@ -1,0 +1,145 @@
+package store
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// Record validation. Every value read from the devices, allocations and
+// health_events buckets goes through one of the decode functions below, at
+// Open and in every reader, so that what Open accepted the readers accept
+// too. A value they refuse is a damaged record: Open moves it to the
+// quarantine bucket (read-write) or reports it (read-only), readers skip
+// and report it (see Store.Damaged).
+
+// errRecord is the reason a record value is refused. It is wrapped with
+// ErrDamaged where a caller asked for that very record.
+type errRecord struct{ reason string }
+
+func (e *errRecord) Error() string { return e.reason }
+
+func damaged(format string, args ...any) error {
+	return &errRecord{reason: fmt.Sprintf(format, args...)}
+}
+
+// reasonOf returns the reason a decode function refused a record, or "" if
+// err is not such a refusal.
+func reasonOf(err error) string {
+	var r *errRecord
+	if errors.As(err, &r) {
+		return r.reason
+	}
+	return ""
+}
+
+// decodeObject unmarshals a stored JSON object into v. json.Unmarshal
+// copies strings out of data, so the result outlives the transaction.
+func decodeObject(data []byte, v any) error {
+	if data == nil {
+		return damaged("a nested bucket, not a record")
+	}
+	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		return damaged("not a JSON object: %s", preview(data))
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return damaged("decode: %v", err)
+	}
+	return nil
+}
+
+// preview quotes the start of a refused value for a reason message.
+func preview(data []byte) string {
+	const n = 32
+	if len(data) > n {
+		return strconv.Quote(string(data[:n])) + "…"
+	}
+	return strconv.Quote(string(data))
+}
+
+// seqKey returns the sequence number a history key encodes.
+func seqKey(k []byte) (uint64, error) {
+	if len(k) != 8 {
+		return 0, damaged("key %x is not a sequence number", k)
+	}
+	return be(k), nil
+}
+
+// decodeDevice decodes and checks the device stored under key k: a JSON
+// object whose "id" is k, with a non-negative index and a "since" time.
+func decodeDevice(k, v []byte) (Device, error) {
+	var d Device
+	if err := decodeObject(v, &d); err != nil {
+		return Device{}, err
+	}
+	switch {
+	case d.ID != string(k):
+		return Device{}, damaged("id %q does not match its key", d.ID)
+	case d.Index < 0:
+		return Device{}, damaged("negative index %d", d.Index)
+	case d.Since.IsZero():
+		return Device{}, damaged("no since time")
+	}
+	return d, nil
+}
+
+// decodeAllocation decodes and checks the allocation record stored under
+// key k: a JSON object whose "seq" is the key, with a time, device ids and a
+// known state.
+func decodeAllocation(k, v []byte) (Allocation, error) {
+	seq, err := seqKey(k)
+	if err != nil {
+		return Allocation{}, err
+	}
+	var a Allocation
+	if err := decodeObject(v, &a); err != nil {
+		return Allocation{}, err
+	}
+	switch {
+	case a.Seq != seq:
+		return Allocation{}, damaged("seq %d does not match its key %d", a.Seq, seq)
+	case a.Time.IsZero():
+		return Allocation{}, damaged("no time")
+	}
+	if err := validateAllocation(a); err != nil {
+		return Allocation{}, damaged("%v", err)
+	}
+	return a, nil
+}
+
+// decodeEvent decodes and checks the health event stored under key k: a
+// JSON object whose "seq" is the key, with a time and a device id.
+func decodeEvent(k, v []byte) (HealthEvent, error) {
+	seq, err := seqKey(k)
+	if err != nil {
+		return HealthEvent{}, err
+	}
+	var e HealthEvent
+	if err := decodeObject(v, &e); err != nil {
+		return HealthEvent{}, err
+	}
+	switch {
+	case e.Seq != seq:
+		return HealthEvent{}, damaged("seq %d does not match its key %d", e.Seq, seq)
+	case e.Time.IsZero():
+		return HealthEvent{}, damaged("no time")
+	case e.DeviceID == "":
+		return HealthEvent{}, damaged("no device id")
+	}
+	return e, nil
+}
+
+// keyName renders a record key for people: a device id as it is, a
+// sequence number in decimal, anything else in hex.
+func keyName(bucket string, k []byte) string {
+	if bucket == string(bucketDevices) {
+		return string(k)
+	}
+	if len(k) == 8 {
+		return strconv.FormatUint(be(k), 10)
+	}
+	return "0x" + hex.EncodeToString(k)
+}
