@@ -267,12 +267,14 @@ func TestMetrics_DevicesByAllocationState_FollowsChanges(t *testing.T) {
 			setState(2, store.StateReleased)
 			record(t, st, store.StateAbandoned, "fake-2") // seq 3
 		}, `state="abandoned"} 1;state="allocated"} 0;state="free"} 2;state="held"} 1`},
-		{"older records pruned", func() {
+		{"inactive records pruned", func() {
+			// Pruning takes inactive records first: fake-1's released and
+			// fake-2's abandoned records go, fake-0's held one stays.
 			if _, err := st.Prune(context.Background(), store.PruneOptions{MaxRecords: 1}); err != nil {
 				t.Fatal(err)
 			}
-		}, `state="abandoned"} 1;state="allocated"} 0;state="free"} 3;state="held"} 0`},
-		{"nothing changed", func() {}, `state="abandoned"} 1;state="allocated"} 0;state="free"} 3;state="held"} 0`},
+		}, `state="abandoned"} 0;state="allocated"} 0;state="free"} 3;state="held"} 1`},
+		{"nothing changed", func() {}, `state="abandoned"} 0;state="allocated"} 0;state="free"} 3;state="held"} 1`},
 	}
 	for _, step := range steps {
 		step.change()
