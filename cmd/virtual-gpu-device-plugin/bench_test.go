@@ -17,6 +17,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/admin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
@@ -101,11 +102,7 @@ func BenchmarkAllocate_Store(b *testing.B) {
 
 func serveForBench(b *testing.B, srv *plugin.Server) pluginapi.DevicePluginClient {
 	b.Helper()
-	dir, err := os.MkdirTemp("", "vgpu-bench")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { os.RemoveAll(dir) })
+	dir := plugintest.ShortTempDir(b)
 	sock := filepath.Join(dir, "p.sock")
 	lis, err := net.Listen("unix", sock)
 	if err != nil {
@@ -126,11 +123,7 @@ func serveForBench(b *testing.B, srv *plugin.Server) pluginapi.DevicePluginClien
 // through the admin socket, the durable store and the Server until the
 // ListAndWatch stream carries it (issue: within 100 ms).
 func BenchmarkHealthSet_ToListAndWatch(b *testing.B) {
-	dir, err := os.MkdirTemp("", "vgpu-bench")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { os.RemoveAll(dir) })
+	dir := plugintest.ShortTempDir(b)
 	st, err := store.Open(filepath.Join(dir, "state.db"), store.Options{})
 	if err != nil {
 		b.Fatal(err)

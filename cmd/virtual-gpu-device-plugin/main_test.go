@@ -116,11 +116,7 @@ func (l *logLines) waitLine(t *testing.T, s string) string {
 }
 
 func TestBinary_RegistersAndStopsOnSIGTERM(t *testing.T) {
-	dir, err := os.MkdirTemp("", "vgpu")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	dir := plugintest.ShortTempDir(t)
 	k := plugintest.StartKubelet(t, dir)
 	p := startBinary(t, "-devices=4", "-device-plugin-path="+dir, "-state="+dir+"/state/state.db", "-pod-resources-socket="+dir+"/pr.sock")
 

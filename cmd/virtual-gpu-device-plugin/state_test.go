@@ -36,11 +36,7 @@ type node struct {
 
 func newNode(t *testing.T) *node {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "vgpu")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	dir := plugintest.ShortTempDir(t)
 	return &node{dir: dir, kubelet: plugintest.StartKubelet(t, dir), state: filepath.Join(dir, "state", "state.db")}
 }
 
