@@ -8,6 +8,7 @@
 //	virtual-gpu-device-plugin health list|set   show or change device health
 //	virtual-gpu-device-plugin help [command]    show a command's usage
 //	virtual-gpu-device-plugin version           print the version, commit and Go version
+//	nvidia-smi [options]                        the fake nvidia-smi, when run under that name
 //
 // Every serve flag has an environment twin: -devices is VGPU_DEVICES, and so
 // on; a flag given on the command line wins over its environment variable.
@@ -20,10 +21,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strings"
 	"syscall"
+
+	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/nvidiasmi"
 )
 
 // version and revision are stamped at build time by `make build`:
@@ -40,6 +44,9 @@ var (
 // ctx; a second one gets the default action, so a stuck shutdown can still
 // be interrupted.
 func main() {
+	if filepath.Base(os.Args[0]) == "nvidia-smi" { // multi-call: the fake nvidia-smi in containers
+		os.Exit(nvidiasmi.Main(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	go func() {
 		<-ctx.Done()

@@ -1,0 +1,297 @@
+package status
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// The document type of a status file.
+const (
+	// APIVersion is the apiVersion of the status files this package writes
+	// and reads.
+	APIVersion = "virtual-gpu.unicore.mcyou.cc/v1"
+	// Kind is the kind of a status file.
+	Kind = "GPUStatus"
+)
+
+// The fake driver the plugin's GPUs report, in one place: nvidia-smi prints
+// these versions in its header, in -q and for --query-gpu=driver_version, and
+// the plugin writes them into every status file. R580 is the last driver
+// branch that supports every architecture of the built-in machines (Pascal
+// and Volta, dropped after R580, up to Hopper and Blackwell); 580.173.02
+// reports CUDA 13.0, as a real 580.173.02 driver does (nvidia-smi --version
+// in utkuozdemir/nvidia_gpu_exporter, internal/captures/
+// linux-x86_64__nvidia-h200__580.173.02.txt).
+const (
+	// DriverVersion is the NVIDIA driver version the fake driver reports.
+	DriverVersion = "580.173.02"
+	// NVMLVersion is the NVML library version of that driver.
+	NVMLVersion = "580.173"
+	// CUDAVersion is the highest CUDA version the fake driver supports.
+	CUDAVersion = "13.0"
+)
+
+// Container environment and paths.
+const (
+	// DefaultDir is where the plugin mounts the status directory in
+	// containers, read-only, and where nvidia-smi looks when EnvStatusDir is
+	// not set.
+	DefaultDir = "/run/virtual-gpu"
+	// EnvStatusDir overrides DefaultDir for readers in a container.
+	EnvStatusDir = "VIRTUAL_GPU_STATUS_DIR"
+	// EnvUUIDs lists the UUIDs of the container's GPUs, joined by commas, in
+	// the order of VIRTUAL_GPU_IDS: the names of their status files.
+	EnvUUIDs = "VIRTUAL_GPU_UUIDS"
+)
+
+// MaxFileBytes is the largest status file a reader accepts: a real one is
+// under 2 KiB.
+const MaxFileBytes = 64 << 10
+
+// GPU is the status of one GPU: one status file. The zero value is not a
+// valid status; build one with NewGPU. A GPU is a plain value with no
+// internal locking: copy it, or do not change it while another goroutine
+// reads it.
+type GPU struct {
+	// APIVersion is always APIVersion.
+	APIVersion string `json:"apiVersion"`
+	// Kind is always Kind.
+	Kind string `json:"kind"`
+
+	// ID is the device id the plugin advertises, "fake-<index>".
+	ID string `json:"id"`
+	// UUID is the GPU's UUID (DeriveUUID): the file is <UUID>.json.
+	UUID string `json:"uuid"`
+	// Index is the GPU's index on the node (not in a container, where GPUs
+	// are numbered 0 … k-1 in the order of VIRTUAL_GPU_IDS).
+	Index int `json:"index"`
+	// MinorNumber is the N of the GPU's /dev/nvidiaN on the node.
+	MinorNumber int `json:"minorNumber"`
+	// Serial is the board serial number, 13 digits; empty if none.
+	Serial string `json:"serial,omitempty"`
+	// Product is the product name nvidia-smi prints, such as "NVIDIA H100
+	// 80GB HBM3": printable ASCII without commas.
+	Product string `json:"product"`
+	// Family is the architecture, as in the nvidia.com/gpu.family label:
+	// "pascal", "volta", "ampere", "ada-lovelace", "hopper", …
+	Family string `json:"family,omitempty"`
+	// ComputeCapability is the CUDA compute capability, "9.0".
+	ComputeCapability string `json:"computeCapability"`
+	// MemoryTotalMiB is the framebuffer size in MiB (memory.total).
+	MemoryTotalMiB int `json:"memoryTotalMiB"`
+	// MemoryReservedMiB is the memory the driver reserves (memory.reserved);
+	// memory.free is total - reserved - used.
+	MemoryReservedMiB int `json:"memoryReservedMiB"`
+	// PCIBusID is the PCI bus id as nvidia-smi prints it, "00000000:07:00.0".
+	PCIBusID string `json:"pciBusId"`
+	// NUMANode is the GPU's NUMA node, -1 if unknown.
+	NUMANode int `json:"numaNode"`
+	// CPUAffinity is the CPU list of the GPU's NUMA node as `nvidia-smi topo
+	// -m` prints it, "0-55,112-167"; empty if unknown.
+	CPUAffinity string `json:"cpuAffinity,omitempty"`
+	// PowerLimitW is the power limit in watts (power.limit).
+	PowerLimitW int `json:"powerLimitW"`
+	// MaxClocks are the GPU's maximum clocks; zero means unknown.
+	MaxClocks Clocks `json:"maxClocks"`
+	// DriverVersion is the driver version, DriverVersion when written by
+	// this package.
+	DriverVersion string `json:"driverVersion"`
+	// CUDAVersion is the CUDA version of the driver, CUDAVersion when
+	// written by this package.
+	CUDAVersion string `json:"cudaVersion"`
+
+	// Health is the GPU's health as the plugin reports it to the kubelet.
+	Health Health `json:"health"`
+	// Telemetry are the live values; until a load model fills them, the
+	// idle values NewGPU sets.
+	Telemetry Telemetry `json:"telemetry"`
+}
+
+// Clocks are clock frequencies in MHz; zero means unknown.
+type Clocks struct {
+	GraphicsMHz int `json:"graphicsMHz"`
+	SMMHz       int `json:"smMHz"`
+	MemoryMHz   int `json:"memoryMHz"`
+	VideoMHz    int `json:"videoMHz"`
+}
+
+// Health is the health of a GPU. The zero value is unhealthy without a
+// reason, since the zero time.
+type Health struct {
+	// Healthy reports whether the plugin advertises the GPU as healthy.
+	Healthy bool `json:"healthy"`
+	// Reason says why the GPU is unhealthy; empty when healthy.
+	Reason string `json:"reason,omitempty"`
+	// Since is when the GPU entered this state.
+	Since time.Time `json:"since"`
+}
+
+// Telemetry are the live values of a GPU, as of Updated. Pointer fields are
+// null when the GPU has no such sensor (no fan on a passively cooled board,
+// no memory temperature on GDDR boards) or nothing happened (no XID).
+type Telemetry struct {
+	// Updated is when the values were taken.
+	Updated time.Time `json:"updated"`
+	// UtilizationGPUPercent is utilization.gpu, 0..100.
+	UtilizationGPUPercent int `json:"utilizationGpuPercent"`
+	// UtilizationMemoryPercent is utilization.memory, 0..100.
+	UtilizationMemoryPercent int `json:"utilizationMemoryPercent"`
+	// MemoryUsedMiB is memory.used, 0..MemoryTotalMiB-MemoryReservedMiB.
+	MemoryUsedMiB int `json:"memoryUsedMiB"`
+	// TemperatureC is temperature.gpu in °C.
+	TemperatureC int `json:"temperatureC"`
+	// MemoryTemperatureC is temperature.memory in °C (HBM boards); null if
+	// the board has no memory sensor.
+	MemoryTemperatureC *int `json:"memoryTemperatureC"`
+	// PowerDrawW is power.draw in watts.
+	PowerDrawW float64 `json:"powerDrawW"`
+	// SMClockMHz is clocks.sm (and clocks.gr) in MHz.
+	SMClockMHz int `json:"smClockMHz"`
+	// MemoryClockMHz is clocks.mem in MHz.
+	MemoryClockMHz int `json:"memoryClockMHz"`
+	// FanSpeedPercent is fan.speed in %; null for a board without a fan.
+	FanSpeedPercent *int `json:"fanSpeedPercent"`
+	// LastXID is the XID of the last error the GPU reported; null if none.
+	LastXID *int `json:"lastXid"`
+}
+
+var (
+	uuidRE    = regexp.MustCompile(`^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+	busIDRE   = regexp.MustCompile(`^[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$`)
+	ccRE      = regexp.MustCompile(`^[1-9][0-9]?\.[0-9]$`)
+	cpuListRE = regexp.MustCompile(`^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$`)
+	serialRE  = regexp.MustCompile(`^[0-9]{1,30}$`)
+	familyRE  = regexp.MustCompile(`^[a-z]+(-[a-z]+)*$`)
+)
+
+// ValidUUID reports whether s is a GPU UUID in NVIDIA's format, as
+// DeriveUUID writes it: GPU- and 32 lower-case hex digits grouped 8-4-4-4-12.
+func ValidUUID(s string) bool { return uuidRE.MatchString(s) }
+
+// printable reports whether s is printable ASCII without a comma (a comma
+// would split the value in nvidia-smi's CSV, which never quotes).
+func printable(s string) bool {
+	return !strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r > 0x7e || r == ',' })
+}
+
+// Validate checks that g is a status this package can write and read: the
+// document type, a valid UUID and bus id, and every value in its range. The
+// error wraps ErrUnsupportedVersion or ErrInvalidStatus and names the field.
+func (g *GPU) Validate() error {
+	if g.APIVersion != APIVersion || g.Kind != Kind {
+		return fmt.Errorf("apiVersion %q kind %q: want %s %s: %w", g.APIVersion, g.Kind, APIVersion, Kind, ErrUnsupportedVersion)
+	}
+	bad := func(field string, v any, want string) error {
+		return fmt.Errorf("%s %v: want %s: %w", field, v, want, ErrInvalidStatus)
+	}
+	t := g.Telemetry
+	switch {
+	case g.ID == "" || len(g.ID) > 64 || !printable(g.ID):
+		return bad("id", fmt.Sprintf("%q", g.ID), "a device id like fake-0")
+	case !ValidUUID(g.UUID):
+		return bad("uuid", fmt.Sprintf("%q", g.UUID), "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (lower-case hex)")
+	case g.Index < 0 || g.Index > 1<<20:
+		return bad("index", g.Index, "0 or more")
+	case g.MinorNumber < 0 || g.MinorNumber > 1<<20:
+		return bad("minorNumber", g.MinorNumber, "0 or more")
+	case g.Serial != "" && !serialRE.MatchString(g.Serial):
+		return bad("serial", fmt.Sprintf("%q", g.Serial), "digits")
+	case g.Product == "" || len(g.Product) > 96 || !printable(g.Product) || strings.TrimSpace(g.Product) != g.Product:
+		return bad("product", fmt.Sprintf("%q", g.Product), "1..96 printable ASCII characters, no comma")
+	case g.Family != "" && (len(g.Family) > 32 || !familyRE.MatchString(g.Family)):
+		return bad("family", fmt.Sprintf("%q", g.Family), "an architecture like hopper or ada-lovelace")
+	case !ccRE.MatchString(g.ComputeCapability):
+		return bad("computeCapability", fmt.Sprintf("%q", g.ComputeCapability), "MAJOR.MINOR like 9.0")
+	case g.MemoryTotalMiB < 1 || g.MemoryTotalMiB > 1<<24:
+		return bad("memoryTotalMiB", g.MemoryTotalMiB, "1 or more")
+	case g.MemoryReservedMiB < 0 || g.MemoryReservedMiB >= g.MemoryTotalMiB:
+		return bad("memoryReservedMiB", g.MemoryReservedMiB, fmt.Sprintf("0..%d", g.MemoryTotalMiB-1))
+	case !busIDRE.MatchString(g.PCIBusID):
+		return bad("pciBusId", fmt.Sprintf("%q", g.PCIBusID), "DDDDDDDD:BB:DD.F in upper-case hex, like 00000000:07:00.0")
+	case g.NUMANode < -1 || g.NUMANode > 1<<20:
+		return bad("numaNode", g.NUMANode, "-1 (unknown) or a node number")
+	case g.CPUAffinity != "" && (len(g.CPUAffinity) > 4096 || !cpuListRE.MatchString(g.CPUAffinity)):
+		return bad("cpuAffinity", fmt.Sprintf("%q", g.CPUAffinity), "a CPU list like 0-55,112-167")
+	case g.PowerLimitW < 1 || g.PowerLimitW > 100000:
+		return bad("powerLimitW", g.PowerLimitW, "1 or more")
+	case !validClocks(g.MaxClocks):
+		return bad("maxClocks", g.MaxClocks, "0..100000 MHz each")
+	case g.DriverVersion == "" || len(g.DriverVersion) > 32 || !printable(g.DriverVersion) || strings.Contains(g.DriverVersion, " "):
+		return bad("driverVersion", fmt.Sprintf("%q", g.DriverVersion), "a version like "+DriverVersion)
+	case g.CUDAVersion == "" || len(g.CUDAVersion) > 32 || !printable(g.CUDAVersion) || strings.Contains(g.CUDAVersion, " "):
+		return bad("cudaVersion", fmt.Sprintf("%q", g.CUDAVersion), "a version like "+CUDAVersion)
+	case len(g.Health.Reason) > 1024 || strings.ContainsFunc(g.Health.Reason, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return bad("health.reason", fmt.Sprintf("%q", g.Health.Reason), "at most 1024 bytes on one line")
+	case g.Health.Healthy && g.Health.Reason != "":
+		return bad("health.reason", fmt.Sprintf("%q", g.Health.Reason), "empty for a healthy GPU")
+	case t.UtilizationGPUPercent < 0 || t.UtilizationGPUPercent > 100:
+		return bad("telemetry.utilizationGpuPercent", t.UtilizationGPUPercent, "0..100")
+	case t.UtilizationMemoryPercent < 0 || t.UtilizationMemoryPercent > 100:
+		return bad("telemetry.utilizationMemoryPercent", t.UtilizationMemoryPercent, "0..100")
+	case t.MemoryUsedMiB < 0 || t.MemoryUsedMiB > g.MemoryTotalMiB-g.MemoryReservedMiB:
+		return bad("telemetry.memoryUsedMiB", t.MemoryUsedMiB, fmt.Sprintf("0..%d (total - reserved)", g.MemoryTotalMiB-g.MemoryReservedMiB))
+	case t.TemperatureC < -50 || t.TemperatureC > 200:
+		return bad("telemetry.temperatureC", t.TemperatureC, "-50..200")
+	case t.MemoryTemperatureC != nil && (*t.MemoryTemperatureC < -50 || *t.MemoryTemperatureC > 200):
+		return bad("telemetry.memoryTemperatureC", *t.MemoryTemperatureC, "null or -50..200")
+	case !(t.PowerDrawW >= 0 && t.PowerDrawW <= 100000): // also refuses NaN
+		return bad("telemetry.powerDrawW", t.PowerDrawW, "0..100000")
+	case t.SMClockMHz < 0 || t.SMClockMHz > 100000:
+		return bad("telemetry.smClockMHz", t.SMClockMHz, "0..100000")
+	case t.MemoryClockMHz < 0 || t.MemoryClockMHz > 100000:
+		return bad("telemetry.memoryClockMHz", t.MemoryClockMHz, "0..100000")
+	case t.FanSpeedPercent != nil && (*t.FanSpeedPercent < 0 || *t.FanSpeedPercent > 200):
+		return bad("telemetry.fanSpeedPercent", *t.FanSpeedPercent, "null or 0..200")
+	case t.LastXID != nil && (*t.LastXID < 0 || *t.LastXID > 1<<20):
+		return bad("telemetry.lastXid", *t.LastXID, "null or an XID number")
+	}
+	return nil
+}
+
+func validClocks(c Clocks) bool {
+	for _, v := range []int{c.GraphicsMHz, c.SMMHz, c.MemoryMHz, c.VideoMHz} {
+		if v < 0 || v > 100000 {
+			return false
+		}
+	}
+	return true
+}
+
+// Marshal validates g and encodes it as a status file: indented JSON ending
+// with a newline. Errors wrap ErrInvalidStatus or ErrUnsupportedVersion.
+func Marshal(g *GPU) ([]byte, error) {
+	if err := g.Validate(); err != nil {
+		return nil, fmt.Errorf("status of %s: %w", g.UUID, err)
+	}
+	data, err := json.MarshalIndent(g, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode status of %s: %w: %w", g.UUID, err, ErrInvalidStatus)
+	}
+	return append(data, '\n'), nil
+}
+
+// Unmarshal decodes and validates a status file. Unknown fields are ignored
+// (a newer writer of the same apiVersion may add optional ones); missing ones
+// keep their zero values and must then pass Validate. Errors wrap
+// ErrInvalidStatus or ErrUnsupportedVersion.
+func Unmarshal(data []byte) (*GPU, error) {
+	if len(data) > MaxFileBytes {
+		return nil, fmt.Errorf("status of %d bytes, want at most %d: %w", len(data), MaxFileBytes, ErrInvalidStatus)
+	}
+	var g GPU
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&g); err != nil {
+		return nil, fmt.Errorf("decode status: %w: %w", err, ErrInvalidStatus)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("decode status: data after the JSON object: %w", ErrInvalidStatus)
+	}
+	if err := g.Validate(); err != nil {
+		return nil, err
+	}
+	return &g, nil
+}
