@@ -7,7 +7,7 @@ require (
 	google.golang.org/grpc v1.85.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
-	k8s.io/client-go v0.36.3
+	k8s.io/client-go v0.37.2
 	k8s.io/cri-api v0.36.3
 	k8s.io/kubelet v0.37.2
 	sigs.k8s.io/yaml v1.6.0
@@ -120,7 +120,7 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/term v0.46.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
-	golang.org/x/time v0.14.0 // indirect
+	golang.org/x/time v0.15.0 // indirect
 	golang.org/x/tools v0.49.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
@@ -253,6 +253,7 @@ replace (
 	golang.org/x/telemetry => golang.org/x/telemetry v0.0.0-20260109210033-bd525da824e2
 	golang.org/x/term => golang.org/x/term v0.39.0
 	golang.org/x/text => golang.org/x/text v0.33.0
+	golang.org/x/time => golang.org/x/time v0.14.0
 	golang.org/x/tools => golang.org/x/tools v0.41.0
 	gonum.org/v1/gonum => gonum.org/v1/gonum v0.16.0
 	google.golang.org/genproto/googleapis/api => google.golang.org/genproto/googleapis/api v0.0.0-20260128011058-8636f8732409
