@@ -61,6 +61,9 @@ type FileError struct {
 	Msg string
 	// Err is an underlying error, or nil.
 	Err error
+
+	// cause is an error Msg already tells, for errors.Is only.
+	cause error
 }
 
 // Error returns "file:line: field: msg".
@@ -78,10 +81,13 @@ func (e *FileError) Error() string {
 
 // Unwrap returns ErrInvalid and the underlying error, if any.
 func (e *FileError) Unwrap() []error {
-	if e.Err != nil {
-		return []error{ErrInvalid, e.Err}
+	errs := []error{ErrInvalid}
+	for _, err := range []error{e.Err, e.cause} {
+		if err != nil {
+			errs = append(errs, err)
+		}
 	}
-	return []error{ErrInvalid}
+	return errs
 }
 
 // fileLine returns "file:line", or "file" for line 0.
@@ -243,7 +249,7 @@ const maxNodes = 20000
 
 func (d *decoder) errorf(path string, n *yaml.Node, format string, args ...any) error {
 	err := fmt.Errorf(format, args...)
-	return &FileError{File: d.file, Line: max(n.Line, 1), Field: path, Msg: err.Error(), Err: errors.Unwrap(err)}
+	return &FileError{File: d.file, Line: max(n.Line, 1), Field: path, Msg: err.Error(), cause: errors.Unwrap(err)}
 }
 
 // expected reports a value of the wrong kind.

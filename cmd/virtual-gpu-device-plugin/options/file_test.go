@@ -79,6 +79,8 @@ func checkFileError(t *testing.T, err error, want string) {
 		t.Errorf("err %v does not wrap ErrInvalid", err)
 	case !strings.HasPrefix(err.Error(), want):
 		t.Errorf("err = %v\nwant    %s…", err, want)
+	case strings.Count(err.Error(), ": want") > 1 || strings.Contains(err.Error(), "\n"):
+		t.Errorf("err repeats itself or is not one line: %q", err)
 	}
 }
 
@@ -100,7 +102,8 @@ func TestParseFile_Errors(t *testing.T) {
 		{"merge key", "version: v1\nflags:\n  <<: {devices: 4}\n", `c.yaml:3: flags.<<: unknown field "<<"`},
 		{"devices too big for an int", "version: v1\nflags:\n  devices: 99999999999999999999\n", "c.yaml:3: flags.devices: expected an integer"},
 		{"duration the flag refuses", "version: v1\nflags:\n  reconcileInterval: 5 minutes\n", `c.yaml:3: flags.reconcileInterval: "5 minutes" is not a duration`},
-		{"byte size the flag refuses", "version: v1\nflags:\n  historyMaxBytes: 64MB\n", `c.yaml:3: flags.historyMaxBytes: "64MB": want a byte count`},
+		{"byte size the flag refuses", "version: v1\nflags:\n  historyMaxBytes: 64MB\n",
+			`c.yaml:3: flags.historyMaxBytes: "64MB": want a byte count, optionally with a binary suffix Ki, Mi or Gi (e.g. 67108864 or 64Mi)`},
 		{"replicas twice", "version: v1\nflags:\n  replicas: 2\nsharing:\n  timeSlicing:\n    resources:\n    - name: a.b/gpu\n      replicas: 4\n",
 			"c.yaml:8: sharing.timeSlicing.resources[0].replicas: the replicas are also set by flags.replicas at line 3: set them in one place"},
 		{"NVIDIA and our flag disagree", "version: v1\nflags:\n  sharedDevicesAllocationPolicy: packed\n  plugin:\n    sharedDevicesAllocationPolicy: distributed\n",
