@@ -327,4 +327,13 @@ func TestResolve_ProfileVersusFlags(t *testing.T) {
 	if c.Machine.Len() != 8 || c.Profile != "eight" {
 		t.Errorf("-config-default=eight: %d GPUs, profile %q", c.Machine.Len(), c.Profile)
 	}
+	// Without -config-default, no profile is in force until a label says.
+	o, err := options.Parse([]string{"-config=" + dir}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, ps2, err := o.Load()
+	if err != nil || ps2 == nil || c.Profile != "" || c.File != "" || c.Machine.Len() != 4 {
+		t.Errorf("no default: %v, profiles %v, config %+v", err, ps2, c)
+	}
 }
