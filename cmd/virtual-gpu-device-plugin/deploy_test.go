@@ -19,7 +19,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -39,6 +38,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
@@ -442,19 +442,31 @@ type pluginFlags struct {
 	topology           string
 }
 
+// parsePluginFlags validates the flags as the binary does, but for the -topology file: it is in
+// a ConfigMap, which checkTopologyVolume parses.
 func parsePluginFlags(args []string, env map[string]string) (pluginFlags, error) {
-	cfg, err := parseConfig(args, func(k string) string { return env[k] }, io.Discard)
+	o, err := options.Parse(args, func(k string) string { return env[k] })
+	if err != nil {
+		return pluginFlags{}, err
+	}
+	s, err := o.Settings(nil)
+	if err != nil {
+		return pluginFlags{}, err
+	}
+	topo := s.Topology
+	s.Topology = ""
+	cfg, err := s.Validate()
 	if err != nil {
 		return pluginFlags{}, err
 	}
 	return pluginFlags{
-		devicePluginPath:   cfg.devicePluginPath,
-		statePath:          cfg.statePath,
-		adminSocket:        cfg.adminSocket,
-		podResourcesSocket: cfg.podResourcesSocket,
-		metricsAddress:     cfg.metricsAddress,
-		resourceName:       cfg.resourceName,
-		topology:           cfg.topology,
+		devicePluginPath:   cfg.DevicePluginPath,
+		statePath:          cfg.StatePath,
+		adminSocket:        cfg.AdminSocket,
+		podResourcesSocket: cfg.PodResourcesSocket,
+		metricsAddress:     cfg.MetricsAddress,
+		resourceName:       cfg.ResourceName,
+		topology:           topo,
 	}, nil
 }
 
@@ -564,7 +576,8 @@ func TestDeploy_EveryManifestDecodesStrictly(t *testing.T) {
 			return err
 		}
 		rel, _ := filepath.Rel(repoRoot, p)
-		if rel = filepath.ToSlash(rel); !used[rel] {
+		// deploy/config holds the -config file's schema and example, checked in the options package.
+		if rel = filepath.ToSlash(rel); !used[rel] && !strings.HasPrefix(rel, "deploy/config/") {
 			t.Errorf("%s is neither a kustomization, a resource or patch of one, nor an example in deploy/examples", rel)
 		}
 		return nil
@@ -580,15 +593,15 @@ func checkGPURequests(t *testing.T, where string, spec corev1.PodSpec) {
 	t.Helper()
 	asked := false
 	for _, c := range spec.Containers {
-		lim, hasLim := c.Resources.Limits[defaultResourceName]
-		req, hasReq := c.Resources.Requests[defaultResourceName]
+		lim, hasLim := c.Resources.Limits[options.DefaultResourceName]
+		req, hasReq := c.Resources.Requests[options.DefaultResourceName]
 		if hasReq && (!hasLim || !lim.Equal(req)) {
-			t.Errorf("%s: container %s: %s request %s != limit %s", where, c.Name, defaultResourceName, req.String(), lim.String())
+			t.Errorf("%s: container %s: %s request %s != limit %s", where, c.Name, options.DefaultResourceName, req.String(), lim.String())
 		}
 		asked = asked || hasLim
 	}
 	if !asked {
-		t.Errorf("%s: no container asks for %s", where, defaultResourceName)
+		t.Errorf("%s: no container asks for %s", where, options.DefaultResourceName)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/admin"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 )
@@ -44,7 +45,7 @@ type inspectFlags struct {
 var inspectEnvTwins = map[string]bool{"state": true, "admin-socket": true}
 
 func (f *inspectFlags) register(fset *flag.FlagSet) {
-	fset.StringVar(&f.statePath, "state", defaultStatePath, "state `file`, read when no plugin answers on the admin socket")
+	fset.StringVar(&f.statePath, "state", options.DefaultStatePath, "state `file`, read when no plugin answers on the admin socket")
 	fset.StringVar(&f.adminSocket, "admin-socket", "", "the running plugin's admin socket `path` (default: admin.sock next to -state)")
 	fset.StringVar(&f.output, "o", "table", "output `format`: "+strings.Join(outputFormats, ", "))
 	fset.StringVar(&f.output, "output", "table", "output `format` (same as -o)")
@@ -58,9 +59,12 @@ func (f *inspectFlags) validate() error {
 	if !filepath.IsAbs(f.statePath) {
 		return usagef("invalid -state=%q: must be an absolute path", f.statePath)
 	}
-	var err error
-	f.adminSocket, err = adminSocketPath(f.adminSocket, f.statePath)
-	return err
+	p, err := options.AdminSocketPath(f.adminSocket, f.statePath)
+	if err != nil {
+		return usagef("invalid -admin-socket=%q: %w", f.adminSocket, err)
+	}
+	f.adminSocket = p
+	return nil
 }
 
 // parseSubcommand parses args of a subcommand whose flags may come before,
@@ -87,9 +91,9 @@ func parseSubcommand(fset *flag.FlagSet, args []string, getenv func(string) stri
 	fset.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var envErr error
 	fset.VisitAll(func(f *flag.Flag) {
-		if v := getenv(envName(f.Name)); v != "" && inspectEnvTwins[f.Name] && !set[f.Name] && envErr == nil {
+		if v := getenv(options.EnvName(f.Name)); v != "" && inspectEnvTwins[f.Name] && !set[f.Name] && envErr == nil {
 			if err := fset.Set(f.Name, v); err != nil {
-				envErr = usagef("invalid %s=%q: %w", envName(f.Name), v, err)
+				envErr = usagef("invalid %s=%q: %w", options.EnvName(f.Name), v, err)
 			}
 		}
 	})

@@ -11,7 +11,11 @@
 //	nvidia-smi [options]                        the fake nvidia-smi, when run under that name
 //
 // Every serve flag has an environment twin: -devices is VGPU_DEVICES, and so
-// on; a flag given on the command line wins over its environment variable.
+// on. A -config file (or a directory of profiles, one chosen per node by a
+// label) may set them too, under flags:. The command line wins over the
+// variable, the variable over the file or profile, that over the default.
+// The serve command's configuration is the options package; main keeps
+// the dispatch and the wiring.
 package main
 
 import (
@@ -27,7 +31,10 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/mattn/go-isatty"
+
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/nvidiasmi"
+	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 )
 
 // version and revision are stamped at build time by `make build`:
@@ -107,15 +114,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 func runCommand(ctx context.Context, name string, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
 	switch name {
 	case "serve":
-		cfg, err := parseConfig(args, getenv, stdout)
+		o, err := options.Parse(args, getenv)
 		switch {
 		case err != nil:
-			return err
-		case cfg.showHelp:
+			return usageError{err}
+		case o.Help:
+			printHelp(stdout)
 			return nil
-		case cfg.showVersion:
+		case o.Version:
 			printVersion(stdout)
 			return nil
+		}
+		cfg, _, err := o.Load()
+		if err != nil {
+			return usageError{err}
 		}
 		return serve(ctx, cfg, stderr)
 	case "dump":
@@ -148,6 +160,25 @@ func runCommand(ctx context.Context, name string, args []string, stdout, stderr 
 		return usagef("help: unknown command %q (commands: %s)", args[0], commandNames())
 	}
 	return usagef("unknown command %q (commands: %s; -h for help)", name, commandNames())
+}
+
+// printHelp prints the commands, one line each, then the serve flags.
+func printHelp(w io.Writer) {
+	fmt.Fprintln(w, "Usage: virtual-gpu-device-plugin [command] [flags]")
+	fmt.Fprintln(w, "\nA Kubernetes device plugin that advertises virtual GPUs with a realistic NUMA/NVLink/PCIe topology.")
+	fmt.Fprintln(w, "\nCommands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun 'virtual-gpu-device-plugin help <command>' for the flags of dump and health.")
+	fmt.Fprintln(w)
+	options.PrintUsage(w)
+}
+
+// isTerminal reports whether w is a terminal, for colour in console logs.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(interface{ Fd() uintptr })
+	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
 }
 
 func isHelpFlag(a string) bool {

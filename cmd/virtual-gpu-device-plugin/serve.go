@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
+	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/admin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/faults"
@@ -23,28 +24,21 @@ import (
 )
 
 // newLogger builds the root logger from the validated config.
-func newLogger(cfg config, w io.Writer) zerolog.Logger {
-	level, _ := zerolog.ParseLevel(cfg.logLevel) // validated
-	if cfg.logFormat == "console" {
+func newLogger(cfg *options.Config, w io.Writer) zerolog.Logger {
+	if cfg.LogFormat == options.LogConsole {
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339, NoColor: !isTerminal(w)}
 	}
-	return zerolog.New(w).Level(level).With().Timestamp().Logger()
+	return zerolog.New(w).Level(cfg.LogLevel).With().Timestamp().Logger()
 }
 
 // serve runs the device plugin until ctx ends.
-func serve(ctx context.Context, cfg config, logw io.Writer) error {
+func serve(ctx context.Context, cfg *options.Config, logw io.Writer) error {
 	log := newLogger(cfg, logw)
-	machine, err := topology.Resolve(cfg.topology, cfg.devices, cfg.set["devices"])
-	if err != nil {
-		return usagef("invalid -topology=%q: %w", cfg.topology, err)
-	}
-	plan, _ := faults.Parse(cfg.faults) // validated
+	logConfig(log, cfg)
+	machine, plan := cfg.Machine, cfg.Faults
 	ids := make([]string, machine.Len())
 	for i := range ids {
 		ids[i] = machine.ID(i)
-	}
-	if err := faults.Check(plan, ids); err != nil {
-		return usagef("invalid -faults: %w", err)
 	}
 
 	st, err := openState(cfg, log)
@@ -72,21 +66,21 @@ func serve(ctx context.Context, cfg config, logw io.Writer) error {
 		return err
 	}
 
-	policy := allocator.Policies[cfg.allocationPolicy]
+	policy := cfg.Policy
 	// The history is pruned off the RPC path: at start, every minute, and
 	// after allocations (at most once a second).
-	pruner, err := store.NewPruner(st, store.PruneOptions{MaxRecords: cfg.historyMaxRecords, MaxBytes: int64(cfg.historyMaxBytes), MaxAge: cfg.historyMaxAge},
+	pruner, err := store.NewPruner(st, store.PruneOptions{MaxRecords: cfg.HistoryMaxRecords, MaxBytes: cfg.HistoryMaxBytes, MaxAge: cfg.HistoryMaxAge},
 		store.PrunerConfig{Report: func(r store.PruneResult, err error) { logPrune(log, r, err) }})
 	if err != nil {
 		return err
 	}
 	// The tracker first: the recorder tells it about each allocation.
 	tracker, err := lifecycle.New(lifecycle.Config{
-		Socket:       cfg.podResourcesSocket,
-		ResourceName: cfg.resourceName,
+		Socket:       cfg.PodResourcesSocket,
+		ResourceName: cfg.ResourceName,
 		Store:        st,
-		Interval:     cfg.reconcileInterval,
-		AbandonAfter: cfg.abandonAfter,
+		Interval:     cfg.ReconcileInterval,
+		AbandonAfter: cfg.AbandonAfter,
 		Logger:       log,
 	})
 	if err != nil {
@@ -106,9 +100,9 @@ func serve(ctx context.Context, cfg config, logw io.Writer) error {
 		return err
 	}
 	runner, err := plugin.NewRunner(plugin.RunnerConfig{
-		Dir:          cfg.devicePluginPath,
-		SocketName:   cfg.socketName,
-		ResourceName: cfg.resourceName,
+		Dir:          cfg.DevicePluginPath,
+		SocketName:   cfg.SocketName,
+		ResourceName: cfg.ResourceName,
 		Server:       srv,
 		Logger:       log,
 	})
@@ -124,7 +118,7 @@ func serve(ctx context.Context, cfg config, logw io.Writer) error {
 		Logger:       log,
 	})
 	srv.SetObserver(m) // before anything serves srv
-	adminSrv := admin.NewServer(admin.ServerConfig{Socket: cfg.adminSocket, Source: stateSource{st}, Reported: srv.Devices, Logger: log,
+	adminSrv := admin.NewServer(admin.ServerConfig{Socket: cfg.AdminSocket, Source: stateSource{st}, Reported: srv.Devices, Logger: log,
 		Health: func(id string, healthy bool, reason string) error {
 			_, err := srv.SetHealth(id, healthy, reason, store.CauseAdmin)
 			return err
@@ -136,12 +130,12 @@ func serve(ctx context.Context, cfg config, logw io.Writer) error {
 
 	host, _ := os.Hostname()
 	log.Info().Str("version", version).Str("node", host).Str("topology", machine.Name()).Int("devices", machine.Len()).
-		Str("resource", cfg.resourceName).Str("dir", cfg.devicePluginPath).Str("state", st.Path()).
-		Str("policy", cfg.allocationPolicy).Msg("starting")
+		Str("resource", cfg.ResourceName).Str("dir", cfg.DevicePluginPath).Str("state", st.Path()).
+		Str("policy", cfg.AllocationPolicy).Msg("starting")
 
 	var metricsLis net.Listener
-	if cfg.metricsAddress != "" {
-		if metricsLis, err = net.Listen("tcp", cfg.metricsAddress); err != nil {
+	if cfg.MetricsAddress != "" {
+		if metricsLis, err = net.Listen("tcp", cfg.MetricsAddress); err != nil {
 			return fmt.Errorf("-metrics-address: %w", err)
 		}
 		log.Info().Str("address", metricsLis.Addr().String()).Msg("serving /metrics, /healthz, /readyz")
@@ -166,7 +160,7 @@ func serve(ctx context.Context, cfg config, logw io.Writer) error {
 		g.Go(func() error { return metrics.Serve(ctx, metricsLis, m.Handler(live, ready)) })
 	}
 	if len(plan) > 0 {
-		log.Info().Str("plan", cfg.faults).Msg("fault injection on")
+		log.Info().Str("plan", cfg.FaultPlan).Msg("fault injection on")
 		g.Go(func() error {
 			faults.Run(ctx, plan, ids, func(id string, healthy bool, reason string) error {
 				_, err := srv.SetHealth(id, healthy, reason, store.CauseFaultInjection)
@@ -178,33 +172,66 @@ func serve(ctx context.Context, cfg config, logw io.Writer) error {
 	return g.Wait()
 }
 
+// logConfig logs, once, where the configuration came from and what in it
+// has no effect (yet).
+func logConfig(log zerolog.Logger, cfg *options.Config) {
+	if cfg.File != "" {
+		c := log.With().Str("file", cfg.File)
+		if cfg.Profile != "" {
+			c = c.Str("profile", cfg.Profile)
+		}
+		if len(cfg.Overridden) > 0 {
+			c = c.Strs("overridden", cfg.Overridden)
+		}
+		l := c.Logger()
+		l.Info().Msg("configuration file")
+	}
+	if len(cfg.Ignored) > 0 {
+		notes := make([]string, len(cfg.Ignored))
+		for i, n := range cfg.Ignored {
+			notes[i] = n.String()
+		}
+		log.Info().Strs("fields", notes).Msg("fields of NVIDIA's device plugin configuration that have no effect here")
+	}
+	if cfg.Sharing.Enabled() {
+		log.Warn().Int("replicas", cfg.Sharing.Replicas).Str("resource", cfg.Sharing.ResourceName).
+			Msg("GPU sharing is configured but not served yet: advertising whole GPUs")
+	}
+	if len(cfg.DeviceListStrategies) != 1 || cfg.DeviceListStrategies[0] != options.DeviceListEnvVar {
+		strategies := make([]string, len(cfg.DeviceListStrategies))
+		for i, s := range cfg.DeviceListStrategies {
+			strategies[i] = string(s)
+		}
+		log.Warn().Strs("strategies", strategies).Msg("only the envvar device list strategy is served so far")
+	}
+}
+
 // openState opens the state file; with -state-move-aside a damaged file is
 // renamed and a fresh one started.
-func openState(cfg config, log zerolog.Logger) (*store.Store, error) {
+func openState(cfg *options.Config, log zerolog.Logger) (*store.Store, error) {
 	opts := store.Options{RecoveryHint: "start once with -state-move-aside to keep it as <file>.corrupt-<time> and start fresh"}
-	st, err := store.Open(cfg.statePath, opts)
-	if err == nil || !errors.Is(err, store.ErrCorrupt) || !cfg.stateMoveAside {
+	st, err := store.Open(cfg.StatePath, opts)
+	if err == nil || !errors.Is(err, store.ErrCorrupt) || !cfg.StateMoveAside {
 		return st, err
 	}
-	moved, merr := store.MoveAside(cfg.statePath, time.Now())
+	moved, merr := store.MoveAside(cfg.StatePath, time.Now())
 	if merr != nil {
 		return nil, fmt.Errorf("%w; moving it aside failed: %w", err, merr)
 	}
 	log.Warn().AnErr("damage", err).Str("moved_to", moved).Msg("damaged state file moved aside; starting with a fresh one")
-	return store.Open(cfg.statePath, opts)
+	return store.Open(cfg.StatePath, opts)
 }
 
 // pluginDevices builds the served devices from the stored ones (health
 // survives restarts) and the NUMA nodes to report.
-func pluginDevices(cfg config, machine *topology.Machine, st *store.Store, log zerolog.Logger) ([]plugin.Device, error) {
+func pluginDevices(cfg *options.Config, machine *topology.Machine, st *store.Store, log zerolog.Logger) ([]plugin.Device, error) {
 	stored, err := st.Devices()
 	if err != nil {
 		return nil, err
 	}
-	mode, _ := topology.ParseNUMAReport(cfg.numaReport) // validated
-	numa := machine.ReportNUMA(mode, os.DirFS(cfg.sysfsRoot))
+	numa := machine.ReportNUMA(cfg.NUMAReport, os.DirFS(cfg.SysfsRoot))
 	if numa.HostErr != nil {
-		log.Warn().Err(numa.HostErr).Str("sysfs", cfg.sysfsRoot).Msg("cannot read the host's NUMA nodes; reporting none")
+		log.Warn().Err(numa.HostErr).Str("sysfs", cfg.SysfsRoot).Msg("cannot read the host's NUMA nodes; reporting none")
 	}
 	var devices []plugin.Device
 	for _, d := range stored {

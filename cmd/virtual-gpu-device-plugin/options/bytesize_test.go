@@ -1,4 +1,4 @@
-package main
+package options
 
 import (
 	"bytes"
@@ -32,7 +32,7 @@ func TestByteSize_Set(t *testing.T) {
 		{"1.5Gi", 0, "want a byte count"},
 		{"64mi", 0, "want a byte count"},
 	} {
-		var b byteSize
+		var b ByteSize
 		err := b.Set(tc.in)
 		switch {
 		case tc.err == "" && (err != nil || int64(b) != tc.want):
@@ -45,8 +45,8 @@ func TestByteSize_Set(t *testing.T) {
 
 func TestByteSize_String(t *testing.T) {
 	for in, want := range map[int64]string{0: "0", 1000: "1000", 1024: "1Ki", 64 << 20: "64Mi", 3 << 30: "3Gi", 1536 << 20: "1536Mi", 1<<20 + 1: "1048577"} {
-		if got := byteSize(in).String(); got != want {
-			t.Errorf("byteSize(%d) = %q, want %q", in, got, want)
+		if got := ByteSize(in).String(); got != want {
+			t.Errorf("ByteSize(%d) = %q, want %q", in, got, want)
 		}
 	}
 }
@@ -57,21 +57,21 @@ func FuzzByteSize(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		var b byteSize
+		var b ByteSize
 		if err := b.Set(s); err != nil {
 			return
 		}
 		if b < 0 {
 			t.Fatalf("Set(%q) = %d, negative", s, b)
 		}
-		var back byteSize
+		var back ByteSize
 		if err := back.Set(b.String()); err != nil || back != b {
 			t.Fatalf("Set(%q) = %d, printed %q, read back %d, %v", s, b, b.String(), back, err)
 		}
 	})
 }
 
-func TestParseConfig_HistoryMaxBytes(t *testing.T) {
+func TestLoad_HistoryMaxBytes(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -89,20 +89,28 @@ func TestParseConfig_HistoryMaxBytes(t *testing.T) {
 		{"too small", []string{"-history-max-bytes=1000"}, nil, 0, "invalid -history-max-bytes=1000: must be 0 (no byte limit) or at least 64Ki"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := parseConfig(tc.args, env(tc.env), &bytes.Buffer{})
+			cfg, err := func() (*Config, error) {
+				o, err := Parse(tc.args, func(k string) string { return tc.env[k] })
+				if err != nil {
+					return nil, err
+				}
+				c, _, err := o.Load()
+				return c, err
+			}()
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Errorf("err = %v, want %q", err, tc.err)
 				}
 				return
 			}
-			if err != nil || int64(cfg.historyMaxBytes) != tc.want {
-				t.Errorf("history-max-bytes = %d, %v; want %d", cfg.historyMaxBytes, err, tc.want)
+			if err != nil || cfg.HistoryMaxBytes != tc.want {
+				t.Errorf("history-max-bytes = %v, %v; want %d", cfg, err, tc.want)
 			}
 		})
 	}
 	var help bytes.Buffer
-	if _, err := parseConfig([]string{"-h"}, env(nil), &help); err != nil || !strings.Contains(help.String(), "(default 64Mi)") {
-		t.Errorf("-h does not show the default 64Mi: %v\n%s", err, help.String())
+	PrintUsage(&help)
+	if !strings.Contains(help.String(), "(default 64Mi)") {
+		t.Errorf("-h does not show the default 64Mi:\n%s", help.String())
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package options
 
 import (
 	"errors"
@@ -9,11 +9,12 @@ import (
 	"strings"
 )
 
-// byteSize is a flag value counting bytes: a plain number, or one with a
-// binary suffix as Kubernetes writes quantities (Ki, Mi, Gi).
-type byteSize int64
+// ByteSize is a flag value counting bytes: a plain number, or one with a
+// binary suffix as Kubernetes writes quantities (Ki, Mi, Gi). The zero
+// value is 0 bytes.
+type ByteSize int64
 
-var _ flag.Value = (*byteSize)(nil)
+var _ flag.Value = (*ByteSize)(nil)
 
 var byteSuffixes = []struct {
 	suffix string
@@ -21,7 +22,7 @@ var byteSuffixes = []struct {
 }{{"Gi", 30}, {"Mi", 20}, {"Ki", 10}}
 
 // Set parses s, e.g. "67108864" or "64Mi".
-func (b *byteSize) Set(s string) error {
+func (b *ByteSize) Set(s string) error {
 	digits, shift := s, uint(0)
 	for _, u := range byteSuffixes {
 		if d, ok := strings.CutSuffix(s, u.suffix); ok {
@@ -36,12 +37,12 @@ func (b *byteSize) Set(s string) error {
 	if err != nil || n > math.MaxInt64>>shift {
 		return fmt.Errorf("%s is too large", s)
 	}
-	*b = byteSize(n << shift)
+	*b = ByteSize(n << shift)
 	return nil
 }
 
 // String prints the size with the largest suffix that divides it exactly.
-func (b byteSize) String() string {
+func (b ByteSize) String() string {
 	n := int64(b)
 	for _, u := range byteSuffixes {
 		if n != 0 && n%(1<<u.shift) == 0 {

@@ -1,0 +1,202 @@
+package options
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/unicore/virtual-gpu-device-plugin/allocator"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/faults"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
+)
+
+// Config is the whole validated configuration of serve, every value typed,
+// so nothing is parsed again. Options.Resolve and Settings.Validate make
+// one; it is immutable and safe for concurrent use afterwards. The zero
+// value is not a valid Config.
+type Config struct {
+	// ResourceName is registered with the kubelet (default
+	// unicore.mcyou.cc/gpu). Shared GPUs may be advertised under
+	// Sharing.ResourceName instead.
+	ResourceName string
+	// DevicePluginPath is the kubelet's device-plugin directory, clean
+	// (default /var/lib/kubelet/device-plugins).
+	DevicePluginPath string
+	// SocketName is the plugin's socket in DevicePluginPath (default
+	// virtual-gpu.sock).
+	SocketName string
+	// LogLevel is the root logger's level (default zerolog.InfoLevel).
+	LogLevel zerolog.Level
+	// LogFormat is json or console (default json).
+	LogFormat LogFormat
+
+	// Topology is the -topology value the machine came from: "" for the
+	// generic layout, a preset name, or a file path (relative ones in a
+	// file joined to its directory).
+	Topology string
+	// Machine is the modelled machine: its GPU count is Machine.Len().
+	Machine *topology.Machine
+	// NUMAReport is the NUMA report mode (default auto).
+	NUMAReport topology.NUMAReport
+	// SysfsRoot is the host's sysfs (default /sys).
+	SysfsRoot string
+	// AllocationPolicy is the name of Policy (default best-connected).
+	AllocationPolicy string
+	// Policy is the preferred-allocation policy of whole GPUs.
+	Policy allocator.Policy
+	// Sharing is how GPUs are shared; Sharing.Replicas is 1 when they are
+	// not.
+	Sharing Sharing
+	// DeviceListStrategies says how containers are told their devices, in
+	// the order given, without repeats (default [envvar]).
+	DeviceListStrategies []DeviceListStrategy
+
+	// StatePath is the bbolt state file, clean (default
+	// /var/lib/virtual-gpu/state.db).
+	StatePath string
+	// StateMoveAside moves a damaged state file aside (default false).
+	StateMoveAside bool
+	// HistoryMaxRecords bounds the history, at least 1 (default 100000).
+	HistoryMaxRecords int
+	// HistoryMaxAge drops older history; 0 keeps any age (default 90 days).
+	HistoryMaxAge time.Duration
+	// HistoryMaxBytes bounds the history in encoded bytes; 0 is no byte
+	// limit (default 64 MiB).
+	HistoryMaxBytes int64
+	// AdminSocket is the admin API socket, absolute and clean (default
+	// admin.sock next to StatePath).
+	AdminSocket string
+	// FaultPlan is the fault-injection plan as given; "" is none.
+	FaultPlan string
+	// Faults is FaultPlan parsed and checked against Machine's devices.
+	Faults []faults.Fault
+	// PodResourcesSocket is the kubelet's PodResources API.
+	PodResourcesSocket string
+	// ReconcileInterval is the PodResources poll period, at least 100ms
+	// (default 5s).
+	ReconcileInterval time.Duration
+	// AbandonAfter marks allocations no pod claimed, at least
+	// ReconcileInterval (default 1m).
+	AbandonAfter time.Duration
+	// MetricsAddress serves /metrics, /healthz and /readyz; "" is off.
+	MetricsAddress string
+
+	// Profile is the name of the profile in force; "" without one.
+	Profile string
+	// File is the -config file or the profile's file the values came
+	// from; "" without one.
+	File string
+	// Ignored lists the fields of the file, known from NVIDIA's device
+	// plugin, that have no effect here. The caller logs them once.
+	Ignored []Note
+	// Overridden lists the fields of the file whose value the command
+	// line or the environment replaced, e.g. "flags.devices
+	// (a100.yaml:3) by -devices". The caller may log them.
+	Overridden []string
+
+	sources map[string]Source
+}
+
+// Source returns where the named flag's value came from, e.g.
+// c.Source("devices").
+func (c *Config) Source(flagName string) Source { return c.sources[flagName] }
+
+// LogFormat is the log's format.
+type LogFormat string
+
+// Log formats.
+const (
+	// LogJSON is one JSON object per line, the default.
+	LogJSON LogFormat = "json"
+	// LogConsole is for people: coloured only on a terminal.
+	LogConsole LogFormat = "console"
+)
+
+// Sharing is the configuration of time-sliced GPUs: each shared GPU is
+// advertised as Replicas devices. The zero value shares nothing; so does
+// Replicas 1.
+type Sharing struct {
+	// Replicas is the number of devices advertised per shared GPU; 1 means
+	// no sharing (default 1).
+	Replicas int
+	// ResourceName is the resource the shared GPUs are advertised as:
+	// Config.ResourceName, or "<resource>.shared" with renameByDefault, or
+	// the resource's rename.
+	ResourceName string
+	// Renamed reports that ResourceName is not Config.ResourceName.
+	Renamed bool
+	// FailRequestsGreaterThanOne refuses a container that asks for more
+	// than one shared device (default false).
+	FailRequestsGreaterThanOne bool
+	// GPUs are the indices of the shared GPUs, ascending; nil means every
+	// GPU (devices: all, the default).
+	GPUs []int
+	// PolicyName is the name of Policy (default distributed).
+	PolicyName string
+	// Policy places requests for replicas.
+	Policy allocator.SharedPolicy
+}
+
+// Enabled reports whether GPUs are shared.
+func (s Sharing) Enabled() bool { return s.Replicas > 1 }
+
+// Shares reports whether GPU index i is shared.
+func (s Sharing) Shares(i int) bool {
+	return s.Enabled() && (s.GPUs == nil || slices.Contains(s.GPUs, i))
+}
+
+// DeviceListStrategy is how the plugin tells a container its devices, by
+// NVIDIA's names.
+type DeviceListStrategy string
+
+// Device list strategies. NVIDIA's volume-mounts and cdi-annotations are
+// not supported.
+const (
+	// DeviceListEnvVar passes the devices in environment variables, the
+	// default.
+	DeviceListEnvVar DeviceListStrategy = "envvar"
+	// DeviceListCDICRI passes CDI device names in the CRI's CDIDevices
+	// field.
+	DeviceListCDICRI DeviceListStrategy = "cdi-cri"
+)
+
+// deviceListStrategies are the accepted strategies.
+var deviceListStrategies = []string{string(DeviceListEnvVar), string(DeviceListCDICRI)}
+
+// parseDeviceListStrategies reads a comma-separated list of strategies.
+func parseDeviceListStrategies(s string) ([]DeviceListStrategy, error) {
+	var out []DeviceListStrategy
+	for item := range strings.SplitSeq(s, ",") {
+		item = strings.TrimSpace(item)
+		switch {
+		case item == "volume-mounts" || item == "cdi-annotations":
+			return nil, fmt.Errorf("NVIDIA's %s is not supported here: want %s", item, strings.Join(deviceListStrategies, " or "))
+		case !slices.Contains(deviceListStrategies, item):
+			return nil, fmt.Errorf("%q: want %s, or both comma-separated", item, strings.Join(deviceListStrategies, " or "))
+		}
+		if !slices.Contains(out, DeviceListStrategy(item)) {
+			out = append(out, DeviceListStrategy(item))
+		}
+	}
+	return out, nil
+}
+
+// Note is a field of a file that is accepted and has no effect, with
+// where it is and why.
+type Note struct {
+	// Field is the key's path, e.g. flags.migStrategy.
+	Field string
+	// File and Line locate the key.
+	File string
+	Line int
+	// Why says what the field does in NVIDIA's plugin and why not here.
+	Why string
+}
+
+// String returns "file:line: field: why".
+func (n Note) String() string {
+	return fmt.Sprintf("%s: %s: %s", fileLine(n.File, n.Line), n.Field, n.Why)
+}

@@ -1,0 +1,535 @@
+package options_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/faults"
+	"github.com/unicore/virtual-gpu-device-plugin/store"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
+)
+
+func env(kv map[string]string) func(string) string {
+	return func(k string) string { return kv[k] }
+}
+
+// load parses args and kv as serve does and loads the configuration.
+func load(args []string, kv map[string]string) (*options.Config, error) {
+	o, err := options.Parse(args, env(kv))
+	if err != nil {
+		return nil, err
+	}
+	c, _, err := o.Load()
+	return c, err
+}
+
+func mustLoad(t *testing.T, args []string, kv map[string]string) *options.Config {
+	t.Helper()
+	c, err := load(args, kv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// writeFile writes content to dir/name and returns the path.
+func writeFile(t testing.TB, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// checkInvalid checks that err is one line wrapping ErrInvalid and
+// containing want.
+func checkInvalid(t *testing.T, err error, want string) {
+	t.Helper()
+	switch {
+	case err == nil:
+		t.Fatalf("no error, want one containing %q", want)
+	case !strings.Contains(err.Error(), want):
+		t.Errorf("err = %v\nwant it to contain %q", err, want)
+	case !errors.Is(err, options.ErrInvalid):
+		t.Errorf("err %v does not wrap ErrInvalid (exit code 2)", err)
+	case strings.Contains(err.Error(), "\n"):
+		t.Errorf("error is not one line: %q", err)
+	}
+}
+
+func TestLoad_Defaults(t *testing.T) {
+	c := mustLoad(t, nil, nil)
+	want := options.Config{
+		ResourceName:       "unicore.mcyou.cc/gpu",
+		DevicePluginPath:   "/var/lib/kubelet/device-plugins",
+		SocketName:         "virtual-gpu.sock",
+		LogLevel:           zerolog.InfoLevel,
+		LogFormat:          options.LogJSON,
+		NUMAReport:         topology.NUMAReportAuto,
+		SysfsRoot:          "/sys",
+		AllocationPolicy:   "best-connected",
+		StatePath:          "/var/lib/virtual-gpu/state.db",
+		HistoryMaxRecords:  100000,
+		HistoryMaxAge:      90 * 24 * time.Hour,
+		HistoryMaxBytes:    64 << 20,
+		AdminSocket:        "/var/lib/virtual-gpu/admin.sock",
+		PodResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock",
+		ReconcileInterval:  5 * time.Second,
+		AbandonAfter:       time.Minute,
+	}
+	got := *c
+	if got.ResourceName != want.ResourceName || got.DevicePluginPath != want.DevicePluginPath || got.SocketName != want.SocketName ||
+		got.LogLevel != want.LogLevel || got.LogFormat != want.LogFormat || got.NUMAReport != want.NUMAReport || got.SysfsRoot != want.SysfsRoot ||
+		got.AllocationPolicy != want.AllocationPolicy || got.StatePath != want.StatePath || got.StateMoveAside ||
+		got.HistoryMaxRecords != want.HistoryMaxRecords || got.HistoryMaxAge != want.HistoryMaxAge || got.HistoryMaxBytes != want.HistoryMaxBytes ||
+		got.AdminSocket != want.AdminSocket || got.PodResourcesSocket != want.PodResourcesSocket || got.ReconcileInterval != want.ReconcileInterval ||
+		got.AbandonAfter != want.AbandonAfter || got.MetricsAddress != "" || got.FaultPlan != "" || got.Faults != nil || got.Topology != "" {
+		t.Errorf("defaults = %+v", got)
+	}
+	if c.Machine.Len() != 4 || c.Machine.FixedSize() || c.Policy == nil {
+		t.Errorf("machine %v (fixed %v), policy %v: want the generic 4 GPUs and a policy", c.Machine.Len(), c.Machine.FixedSize(), c.Policy)
+	}
+	if s := c.Sharing; s.Enabled() || s.Replicas != 1 || s.ResourceName != want.ResourceName || s.PolicyName != "distributed" || s.Policy == nil {
+		t.Errorf("sharing = %+v", s)
+	}
+	if !slices.Equal(c.DeviceListStrategies, []options.DeviceListStrategy{options.DeviceListEnvVar}) {
+		t.Errorf("device list strategies = %v", c.DeviceListStrategies)
+	}
+	if c.Source("devices") != options.SourceDefault || c.File != "" || c.Profile != "" || c.Ignored != nil {
+		t.Errorf("source %v, file %q, profile %q, ignored %v", c.Source("devices"), c.File, c.Profile, c.Ignored)
+	}
+}
+
+func TestLoad_FlagsAndEnv(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		devices int
+		dir     string
+		src     options.Source
+	}{
+		{"seed spelling", []string{"-devices=4"}, nil, 4, "/var/lib/kubelet/device-plugins", options.SourceFlag},
+		{"double dash", []string{"--devices=8"}, nil, 8, "/var/lib/kubelet/device-plugins", options.SourceFlag},
+		{"separate value", []string{"-devices", "2", "-device-plugin-path", "/tmp/dp/"}, nil, 2, "/tmp/dp", options.SourceFlag},
+		{"env twin", nil, map[string]string{"VGPU_DEVICES": "16", "VGPU_DEVICE_PLUGIN_PATH": "/x"}, 16, "/x", options.SourceEnv},
+		{"flag wins over env", []string{"-devices=3"}, map[string]string{"VGPU_DEVICES": "16"}, 3, "/var/lib/kubelet/device-plugins", options.SourceFlag},
+		{"bad env ignored under a flag", []string{"-devices=3"}, map[string]string{"VGPU_DEVICES": "x"}, 3, "/var/lib/kubelet/device-plugins", options.SourceFlag},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := mustLoad(t, tt.args, tt.env)
+			if c.Machine.Len() != tt.devices || c.DevicePluginPath != tt.dir || c.Source("devices") != tt.src {
+				t.Errorf("devices=%d dir=%q source %v, want %d %q %v", c.Machine.Len(), c.DevicePluginPath, c.Source("devices"), tt.devices, tt.dir, tt.src)
+			}
+		})
+	}
+}
+
+func TestLoad_BadInput(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"zero devices", []string{"-devices=0"}, nil, "invalid -devices=0: must be between 1 and 1024"},
+		{"zero devices by env", nil, map[string]string{"VGPU_DEVICES": "0"}, "invalid VGPU_DEVICES=0: must be between 1 and 1024"},
+		{"negative devices", []string{"-devices=-1"}, nil, "invalid -devices=-1"},
+		{"absurd devices", []string{"-devices=100000"}, nil, "invalid -devices=100000"},
+		{"devices not a number", []string{"-devices=four"}, nil, `invalid value "four" for flag -devices`},
+		{"bad env", nil, map[string]string{"VGPU_DEVICES": "x"}, `invalid VGPU_DEVICES="x"`},
+		{"unknown flag", []string{"-gpus=4"}, nil, "flag provided but not defined: -gpus"},
+		{"stray argument", []string{"serve-now"}, nil, `unexpected argument "serve-now"`},
+		{"resource without domain", []string{"-resource-name=gpu"}, nil, "invalid -resource-name=\"gpu\": must be <domain>/<name>"},
+		{"resource in kubernetes.io", []string{"-resource-name=kubernetes.io/gpu"}, nil, "kubernetes.io domain is reserved"},
+		{"resource in sub.kubernetes.io", []string{"-resource-name=x.kubernetes.io/gpu"}, nil, "kubernetes.io domain is reserved"},
+		{"resource uppercase domain", []string{"-resource-name=Unicore.io/gpu"}, nil, "not a lowercase DNS subdomain"},
+		{"resource bad name", []string{"-resource-name=unicore.io/-gpu"}, nil, `name "-gpu" must be`},
+		{"resource name too long", []string{"-resource-name=unicore.io/" + strings.Repeat("g", 55)}, nil, "at most 54 characters"},
+		{"relative dir", []string{"-device-plugin-path=var/lib"}, nil, "must be an absolute path"},
+		{"socket with slash", []string{"-socket-name=a/b.sock"}, nil, "must be a plain file name"},
+		{"kubelet socket", []string{"-socket-name=kubelet.sock"}, nil, "the kubelet's own socket"},
+		{"socket path too long", []string{"-device-plugin-path=/" + strings.Repeat("d", 120)}, nil, "unix sockets allow 107"},
+		{"log level", []string{"-log-level=loud"}, nil, `invalid -log-level="loud"`},
+		{"log format", []string{"-log-format=xml"}, nil, `invalid -log-format="xml": must be json or console`},
+		{"log level fatal", []string{"-log-level=fatal"}, nil, `invalid -log-level="fatal": must be one of trace, debug, info, warn, error`},
+		{"log level panic", []string{"-log-level=panic"}, nil, `invalid -log-level="panic"`},
+		{"log level disabled", []string{"-log-level=disabled"}, nil, `invalid -log-level="disabled"`},
+		{"log level number", []string{"-log-level=5"}, nil, `invalid -log-level="5"`},
+		{"log level uppercase", []string{"-log-level=INFO"}, nil, `invalid -log-level="INFO"`},
+		{"numa report", []string{"-numa-report=sometimes"}, nil, `invalid -numa-report="sometimes": must be auto, always or never`},
+		{"allocation policy", []string{"-allocation-policy=random"}, nil, `invalid -allocation-policy="random": must be one of best-connected, lowest-index`},
+		{"shared policy", []string{"-shared-devices-allocation-policy=spread"}, nil,
+			`invalid -shared-devices-allocation-policy="spread": must be one of distributed, lowest-index, packed`},
+		{"device list strategy", []string{"-device-list-strategy=volume-mounts"}, nil, `invalid -device-list-strategy="volume-mounts": NVIDIA's volume-mounts is not supported here`},
+		{"device list strategy typo", []string{"-device-list-strategy=envvar,cdi"}, nil, `invalid -device-list-strategy="envvar,cdi": "cdi": want envvar or cdi-cri`},
+		{"zero replicas", []string{"-replicas=0"}, nil, "invalid -replicas=0: must be between 1 (no sharing) and 1024"},
+		{"too many replicas", nil, map[string]string{"VGPU_REPLICAS": "1025"}, "invalid VGPU_REPLICAS=1025: must be between 1 (no sharing) and 1024"},
+		{"too many devices advertised", []string{"-devices=1024", "-replicas=1024"}, nil, "1024 GPUs shared 1024 ways are 1048576 devices; at most 65536"},
+		{"relative state", []string{"-state=state.db"}, nil, `invalid -state="state.db": must be an absolute file path`},
+		{"history records", []string{"-history-max-records=0"}, nil, "invalid -history-max-records=0: must be at least 1"},
+		{"history age", []string{"-history-max-age=-1s"}, nil, "invalid -history-max-age=-1s: must be 0 (any age) or positive"},
+		{"reconcile too fast", []string{"-reconcile-interval=10ms"}, nil, "invalid -reconcile-interval=10ms: must be at least 100ms"},
+		{"abandon before reconcile", []string{"-abandon-after=1s"}, nil, "invalid -abandon-after=1s: must be at least -reconcile-interval (5s)"},
+		{"relative pod resources", []string{"-pod-resources-socket=kubelet.sock"}, nil, `invalid -pod-resources-socket="kubelet.sock": must be an absolute path`},
+		{"metrics port too big", []string{"-metrics-address=:99999"}, nil, `invalid -metrics-address=":99999": port 99999 is out of range 0–65535`},
+		{"metrics port negative", []string{"-metrics-address=:-1"}, nil, `port -1 is out of range`},
+		{"metrics port unknown service", []string{"-metrics-address=:no-such-service"}, nil, `port "no-such-service" is neither a number`},
+		{"metrics no port", []string{"-metrics-address=127.0.0.1:"}, nil, "no port"},
+		{"metrics no colon", []string{"-metrics-address=9400"}, nil, "want host:port"},
+		{"metrics bad host", []string{"-metrics-address=bad_host!:9400"}, nil, `host "bad_host!" is neither an IP address nor a DNS name`},
+		{"metrics url", []string{"-metrics-address=http://x:9400"}, nil, "want host:port"},
+		{"metrics bad host with port", []string{"-metrics-address=x/y:9400"}, nil, `host "x/y" is neither`},
+		{"admin socket relative", []string{"-admin-socket=admin.sock"}, nil, `invalid -admin-socket="admin.sock": must be an absolute path`},
+		{"admin socket in the device-plugin dir", []string{"-device-plugin-path=/dp", "-admin-socket=/dp/admin.sock"}, nil,
+			`invalid -admin-socket="/dp/admin.sock": must not be in -device-plugin-path /dp: the kubelet deletes the sockets there when it restarts`},
+		{"admin socket is kubelet.sock", []string{"-admin-socket=/var/lib/kubelet/device-plugins/kubelet.sock"}, nil, "must not be in -device-plugin-path"},
+		{"admin socket unclean path", []string{"-device-plugin-path=/dp", "-admin-socket=/dp/x/../a.sock"}, nil, "must not be in -device-plugin-path"},
+		{"default admin socket in the device-plugin dir", []string{"-device-plugin-path=/dp", "-state=/dp/state.db"}, nil,
+			"invalid -admin-socket (default /dp/admin.sock, next to -state): must not be in -device-plugin-path /dp"},
+		{"faults", []string{"-faults=down:fake-1"}, nil, `invalid -faults: bad fault plan: fault 1 "down:fake-1"`},
+		{"faults name a device the machine lacks", []string{"-faults=down:fake-9:after=1s"}, nil, "invalid -faults"},
+		{"topology", []string{"-topology=no-such-preset"}, nil, `invalid -topology="no-such-preset": topology "no-such-preset" is neither a preset`},
+		{"topology and devices", []string{"-topology=dgx-a100", "-devices=4"}, nil, "-devices=4 but topology"},
+		{"node name", []string{"-node-name=Node_1"}, nil, `invalid -node-name="Node_1": a node name is a lowercase DNS subdomain`},
+		{"label node without a name", []string{"-label-node"}, nil, "invalid -label-node: needs -node-name"},
+		{"config default without config", []string{"-config-default=a100"}, nil, `invalid -config-default="a100": needs -config naming a directory of profiles`},
+		{"config default not a label value", []string{"-config=/x", "-config-default=a b"}, nil, `invalid -config-default="a b": want at most 63 characters`},
+		{"config missing", []string{"-config=/no/such/config.yaml"}, nil, `invalid -config="/no/such/config.yaml": stat /no/such/config.yaml: no such file or directory`},
+		{"config missing by env", nil, map[string]string{"VGPU_CONFIG": "/no/such"}, `invalid VGPU_CONFIG="/no/such"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := load(tt.args, tt.env)
+			checkInvalid(t, err, tt.want)
+		})
+	}
+}
+
+// TestLoad_WrapsCauses: errors.Is reaches the cause through ErrInvalid.
+func TestLoad_WrapsCauses(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		is   error
+	}{
+		{[]string{"-faults=down:fake-1"}, faults.ErrBadPlan},
+		{[]string{"-faults=down:fake-9:after=1s"}, store.ErrUnknownDevice},
+		{[]string{"-topology=no-such-preset"}, topology.ErrUnknownTopology},
+		{[]string{"-topology=dgx-a100", "-devices=4"}, topology.ErrDevicesMismatch},
+	} {
+		_, err := load(tc.args, nil)
+		if !errors.Is(err, tc.is) || !errors.Is(err, options.ErrInvalid) {
+			t.Errorf("%v: %v does not wrap %v and ErrInvalid", tc.args, err, tc.is)
+		}
+	}
+}
+
+func TestLoad_GoodAddresses(t *testing.T) {
+	for _, addr := range []string{":9400", "127.0.0.1:9400", "[::1]:9400", "[fe80::1%eth0]:9400", "localhost:9400", "node-1.example.com:0", ":65535", ":http"} {
+		if _, err := load([]string{"-metrics-address=" + addr}, nil); err != nil {
+			t.Errorf("-metrics-address=%s: %v", addr, err)
+		}
+	}
+	// An admin socket below the device-plugin dir, not in it, is safe: the
+	// kubelet only deletes the sockets directly in the dir.
+	if _, err := load([]string{"-device-plugin-path=/dp", "-state=/dp/state/state.db"}, nil); err != nil {
+		t.Errorf("state and admin socket in a subdirectory: %v", err)
+	}
+}
+
+// TestLoad_NonBlockingInputs: a FIFO where the state file, the host's NUMA
+// directory or the config file should be would block the start-up read;
+// it is refused before anything starts.
+func TestLoad_NonBlockingInputs(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "state.db")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sysfs := filepath.Join(dir, "sys")
+	if err := os.MkdirAll(filepath.Join(sysfs, "devices", "system"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(sysfs, "devices", "system", "node"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	profiles := filepath.Join(dir, "profiles")
+	writeFile(t, profiles, "good.yaml", "version: v1\n")
+	if err := syscall.Mkfifo(filepath.Join(profiles, "pipe.yaml"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"state is a FIFO", []string{"-state=" + fifo}, "is not a regular file"},
+		{"state is a directory", []string{"-state=" + dir}, "is not a regular file"},
+		{"NUMA dir is a FIFO", []string{"-sysfs-root=" + sysfs}, "devices/system/node is not a directory"},
+		{"config is a FIFO", []string{"-config=" + fifo}, fifo + ": not a regular file"},
+		{"profile is a FIFO", []string{"-config=" + profiles}, filepath.Join(profiles, "pipe.yaml") + ": not a regular file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := load(tt.args, nil)
+			checkInvalid(t, err, tt.want)
+		})
+	}
+	if _, err := load([]string{"-sysfs-root=" + sysfs, "-numa-report=never"}, nil); err != nil {
+		t.Errorf("-numa-report=never does not read sysfs: %v", err)
+	}
+}
+
+func TestParse_VersionAndHelp(t *testing.T) {
+	o, err := options.Parse([]string{"-version"}, env(map[string]string{"VGPU_DEVICES": "x", "VGPU_FAULTS": "nonsense", "VGPU_CONFIG": "/no/such"}))
+	if err != nil || !o.Version {
+		t.Errorf("-version with bad VGPU_* variables: %v, version %v", err, o)
+	}
+	c, err := load(nil, map[string]string{"VGPU_VERSION": "true"})
+	if err != nil || c == nil {
+		t.Errorf("VGPU_VERSION=true: %v", err)
+	}
+	o, err = options.Parse([]string{"-h"}, env(map[string]string{"VGPU_DEVICES": "x"}))
+	if err != nil || !o.Help {
+		t.Errorf("-h: %v, help %v", err, o)
+	}
+}
+
+func TestParse_NodeFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		env        map[string]string
+		node, kube string
+		label      bool
+	}{
+		{"none", nil, nil, "", "", false},
+		{"flags", []string{"-node-name=n1", "-kubeconfig=/k", "-label-node"}, nil, "n1", "/k", true},
+		{"downward API", nil, map[string]string{"NODE_NAME": "n2", "KUBECONFIG": "/a:/b"}, "n2", "", false},
+		{"our variables first", nil, map[string]string{"NODE_NAME": "n2", "VGPU_NODE_NAME": "n3", "VGPU_KUBECONFIG": "/k", "VGPU_LABEL_NODE": "true"}, "n3", "/k", true},
+		{"flag first", []string{"-node-name=n4"}, map[string]string{"NODE_NAME": "n2", "VGPU_NODE_NAME": "n3"}, "n4", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := options.Parse(tc.args, env(tc.env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o.NodeName != tc.node || o.Kubeconfig != tc.kube || o.LabelNode != tc.label {
+				t.Errorf("node %q kubeconfig %q label %v, want %q %q %v", o.NodeName, o.Kubeconfig, o.LabelNode, tc.node, tc.kube, tc.label)
+			}
+		})
+	}
+}
+
+// TestLoad_Precedence: command line > environment > file > default, for
+// each kind of value.
+func TestLoad_Precedence(t *testing.T) {
+	dir := t.TempDir()
+	file := writeFile(t, dir, "config.yaml", `version: v1
+flags:
+  devices: 2
+  logLevel: debug
+  historyMaxAge: 1h
+  stateMoveAside: true
+  historyMaxBytes: 1Mi
+`)
+	type want struct {
+		devices  int
+		level    zerolog.Level
+		age      time.Duration
+		aside    bool
+		bytes    int64
+		devicesS options.Source
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want want
+	}{
+		{"default", nil, nil, want{4, zerolog.InfoLevel, 90 * 24 * time.Hour, false, 64 << 20, options.SourceDefault}},
+		{"file", []string{"-config=" + file}, nil, want{2, zerolog.DebugLevel, time.Hour, true, 1 << 20, options.SourceFile}},
+		{"file by env", nil, map[string]string{"VGPU_CONFIG": file}, want{2, zerolog.DebugLevel, time.Hour, true, 1 << 20, options.SourceFile}},
+		{"env over file", []string{"-config=" + file}, map[string]string{"VGPU_DEVICES": "3", "VGPU_LOG_LEVEL": "warn", "VGPU_HISTORY_MAX_AGE": "2h",
+			"VGPU_STATE_MOVE_ASIDE": "false", "VGPU_HISTORY_MAX_BYTES": "2Mi"}, want{3, zerolog.WarnLevel, 2 * time.Hour, false, 2 << 20, options.SourceEnv}},
+		{"env over default", nil, map[string]string{"VGPU_DEVICES": "3"}, want{3, zerolog.InfoLevel, 90 * 24 * time.Hour, false, 64 << 20, options.SourceEnv}},
+		{"flag over env over file", []string{"-config=" + file, "-devices=5", "-log-level=error", "-history-max-age=0", "-state-move-aside=false", "-history-max-bytes=0"},
+			map[string]string{"VGPU_DEVICES": "3", "VGPU_LOG_LEVEL": "warn"}, want{5, zerolog.ErrorLevel, 0, false, 0, options.SourceFlag}},
+		{"flag over file, env unset", []string{"-config=" + file, "-devices=6"}, nil, want{6, zerolog.DebugLevel, time.Hour, true, 1 << 20, options.SourceFlag}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := mustLoad(t, tc.args, tc.env)
+			got := want{c.Machine.Len(), c.LogLevel, c.HistoryMaxAge, c.StateMoveAside, c.HistoryMaxBytes, c.Source("devices")}
+			if got != tc.want {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+	c := mustLoad(t, []string{"-config=" + file, "-devices=6"}, map[string]string{"VGPU_LOG_LEVEL": "warn"})
+	overridden := []string{"flags.devices (" + file + ":3) by -devices", "flags.logLevel (" + file + ":4) by VGPU_LOG_LEVEL"}
+	if !slices.Equal(c.Overridden, overridden) {
+		t.Errorf("overridden = %q, want %q", c.Overridden, overridden)
+	}
+}
+
+// TestLoad_FileSetsEveryFlag: every flag a file may set reaches the
+// configuration, typed, and its source is the file.
+func TestLoad_FileSetsEveryFlag(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "machines/box.txt", "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tNV4\t0-7\t0\nGPU1\tNV4\t X \t0-7\t0\n")
+	file := writeFile(t, dir, "config.yaml", `version: v1
+flags:
+  topology: machines/box.txt
+  resourceName: example.com/vgpu
+  allocationPolicy: lowest-index
+  sharedDevicesAllocationPolicy: packed
+  deviceListStrategy: [envvar, cdi-cri]
+  replicas: 3
+  numaReport: never
+  faults: "down:fake-1:after=30s"
+  sysfsRoot: `+dir+`/sys
+  devicePluginPath: `+dir+`/dp
+  socketName: vgpu.sock
+  state: `+dir+`/state/state.db
+  adminSocket: `+dir+`/admin/a.sock
+  podResourcesSocket: `+dir+`/pr.sock
+  metricsAddress: "127.0.0.1:9400"
+  stateMoveAside: true
+  historyMaxRecords: 10
+  historyMaxAge: 0
+  historyMaxBytes: 134217728
+  reconcileInterval: 2s
+  abandonAfter: 3m
+  logLevel: trace
+  logFormat: console
+`)
+	c := mustLoad(t, []string{"-config=" + file}, nil)
+	checks := []struct {
+		flag string
+		ok   bool
+	}{
+		{"topology", c.Topology == filepath.Join(dir, "machines/box.txt") && c.Machine.Len() == 2 && c.Machine.FixedSize()},
+		{"resource-name", c.ResourceName == "example.com/vgpu"},
+		{"allocation-policy", c.AllocationPolicy == "lowest-index" && c.Policy != nil},
+		{"shared-devices-allocation-policy", c.Sharing.PolicyName == "packed" && c.Sharing.Policy != nil},
+		{"device-list-strategy", slices.Equal(c.DeviceListStrategies, []options.DeviceListStrategy{"envvar", "cdi-cri"})},
+		{"replicas", c.Sharing.Replicas == 3 && c.Sharing.Enabled() && c.Sharing.ResourceName == "example.com/vgpu" && !c.Sharing.Renamed && c.Sharing.GPUs == nil},
+		{"numa-report", c.NUMAReport == topology.NUMAReportNever},
+		{"faults", c.FaultPlan == "down:fake-1:after=30s" && len(c.Faults) == 1 && c.Faults[0].Device == "fake-1"},
+		{"sysfs-root", c.SysfsRoot == dir+"/sys"},
+		{"device-plugin-path", c.DevicePluginPath == dir+"/dp"},
+		{"socket-name", c.SocketName == "vgpu.sock"},
+		{"state", c.StatePath == dir+"/state/state.db"},
+		{"admin-socket", c.AdminSocket == dir+"/admin/a.sock"},
+		{"pod-resources-socket", c.PodResourcesSocket == dir+"/pr.sock"},
+		{"metrics-address", c.MetricsAddress == "127.0.0.1:9400"},
+		{"state-move-aside", c.StateMoveAside},
+		{"history-max-records", c.HistoryMaxRecords == 10},
+		{"history-max-age", c.HistoryMaxAge == 0},
+		{"history-max-bytes", c.HistoryMaxBytes == 128<<20},
+		{"reconcile-interval", c.ReconcileInterval == 2*time.Second},
+		{"abandon-after", c.AbandonAfter == 3*time.Minute},
+		{"log-level", c.LogLevel == zerolog.TraceLevel},
+		{"log-format", c.LogFormat == options.LogConsole},
+	}
+	for _, ch := range checks {
+		if !ch.ok {
+			t.Errorf("%s: not as in the file: %+v", ch.flag, c)
+		}
+		if c.Source(ch.flag) != options.SourceFile {
+			t.Errorf("%s: source %v, want file", ch.flag, c.Source(ch.flag))
+		}
+	}
+	if c.File != file || c.Profile != "" || c.Ignored != nil || c.Overridden != nil {
+		t.Errorf("file %q profile %q ignored %v overridden %v", c.File, c.Profile, c.Ignored, c.Overridden)
+	}
+}
+
+// TestLoad_FileRulesNameTheLine: a rule broken by a value from the file
+// names the file, the line and the field; one broken by a value from the
+// command line names the flag, even when a file is in use.
+func TestLoad_FileRulesNameTheLine(t *testing.T) {
+	dir := t.TempDir()
+	file := writeFile(t, dir, "c.yaml", "version: v1\nflags:\n  logLevel: info\n  abandonAfter: 1s\n  devices: 2000\n")
+	_, err := load([]string{"-config=" + file}, nil)
+	checkInvalid(t, err, file+":5: invalid flags.devices=2000: must be between 1 and 1024")
+	_, err = load([]string{"-config=" + file, "-devices=2"}, nil)
+	checkInvalid(t, err, file+":4: invalid flags.abandonAfter=1s: must be at least -reconcile-interval (5s)")
+	_, err = load([]string{"-config=" + file, "-devices=2", "-abandon-after=2s"}, nil)
+	checkInvalid(t, err, "invalid -abandon-after=2s: must be at least -reconcile-interval (5s)")
+	_, err = load([]string{"-config=" + file, "-devices=2"}, map[string]string{"VGPU_ABANDON_AFTER": "1m", "VGPU_RECONCILE_INTERVAL": "2m"})
+	checkInvalid(t, err, "invalid VGPU_ABANDON_AFTER=1m0s: must be at least -reconcile-interval (2m0s)")
+	// A file that names a preset of another size than -devices.
+	file = writeFile(t, dir, "p.yaml", "version: v1\nflags:\n  topology: dgx-a100\n")
+	_, err = load([]string{"-config=" + file, "-devices=4"}, nil)
+	checkInvalid(t, err, file+`:3: invalid flags.topology="dgx-a100": -devices=4 but topology "dgx-a100" has 8 GPUs`)
+	if c := mustLoad(t, []string{"-config=" + file}, nil); c.Machine.Len() != 8 || c.Topology != "dgx-a100" {
+		t.Errorf("preset from a file: %d GPUs, topology %q", c.Machine.Len(), c.Topology)
+	}
+}
+
+// TestSchema_BoundsAreValidatesBounds: the ranges the schema publishes
+// for the integer flags are those Validate applies.
+func TestSchema_BoundsAreValidatesBounds(t *testing.T) {
+	flags := schemaDoc(t)["properties"].(map[string]any)["flags"].(map[string]any)["properties"].(map[string]any)
+	checked := 0
+	for key, p := range flags {
+		prop := p.(map[string]any)
+		if prop["type"] != "integer" {
+			continue
+		}
+		name := kebab(key)
+		extra := []string{"-devices=8"} // room for -replicas=1024
+		if name == "devices" {
+			extra = nil
+		}
+		ok := func(v float64) bool {
+			_, err := load(append([]string{"-" + name + "=" + strconv.Itoa(int(v))}, extra...), nil)
+			return err == nil
+		}
+		lo, hasLo := prop["minimum"].(float64)
+		hi, hasHi := prop["maximum"].(float64)
+		if !hasLo {
+			t.Errorf("flags.%s: the schema gives no minimum", key)
+			continue
+		}
+		if !ok(lo) || ok(lo-1) {
+			t.Errorf("-%s: Validate's lower bound is not the schema's %v", name, lo)
+		}
+		if hasHi && (!ok(hi) || ok(hi+1)) {
+			t.Errorf("-%s: Validate's upper bound is not the schema's %v", name, hi)
+		}
+		checked++
+	}
+	if checked != 3 {
+		t.Errorf("checked %d integer flags, want 3 (devices, replicas, historyMaxRecords)", checked)
+	}
+}
+
+// kebab turns a file key into its flag's name: resourceName → resource-name.
+func kebab(key string) string {
+	var b strings.Builder
+	for _, r := range key {
+		if r >= 'A' && r <= 'Z' {
+			b.WriteByte('-')
+			r += 'a' - 'A'
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}

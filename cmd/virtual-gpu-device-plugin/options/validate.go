@@ -1,0 +1,394 @@
+package options
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/unicore/virtual-gpu-device-plugin/allocator"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/faults"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
+)
+
+// logLevelNames are the accepted -log-level values.
+var logLevelNames = []string{"trace", "debug", "info", "warn", "error"}
+
+// logFormatNames are the accepted -log-format values.
+var logFormatNames = []string{string(LogJSON), string(LogConsole)}
+
+// numaReportNames are the accepted -numa-report values.
+var numaReportNames = []string{"auto", "always", "never"}
+
+// enums are the values a flag accepts, where they are a fixed list: the
+// rules Validate applies and the enums of the JSON Schema.
+func enums(flagName string) []string {
+	switch flagName {
+	case "log-level":
+		return logLevelNames
+	case "log-format":
+		return logFormatNames
+	case "numa-report":
+		return numaReportNames
+	case "allocation-policy":
+		return allocator.PolicyNames()
+	case "shared-devices-allocation-policy":
+		return allocator.SharedPolicyNames()
+	case "device-list-strategy":
+		return deviceListStrategies
+	}
+	return nil
+}
+
+// bad returns the error for the named flag's value v breaking a rule:
+// "invalid -devices=0: must be …", naming the variable or the file, field
+// and line the value came from.
+func (s *Settings) bad(flagName string, v any, format string, args ...any) error {
+	prefix, what := s.origins[flagName].where(flagName)
+	var val string
+	switch x := v.(type) {
+	case string:
+		val = strconv.Quote(x)
+	case fmt.Stringer:
+		val = x.String()
+	default:
+		val = fmt.Sprint(x)
+	}
+	return invalidf("%sinvalid %s=%s: %w", prefix, what, val, fmt.Errorf(format, args...))
+}
+
+// name returns how errors name the flag: -devices, VGPU_DEVICES or
+// "flags.devices (file:line)".
+func (s *Settings) name(flagName string) string {
+	prefix, what := s.origins[flagName].where(flagName)
+	if prefix != "" {
+		return what + " (" + strings.TrimSuffix(prefix, ": ") + ")"
+	}
+	return what
+}
+
+// Validate checks every value and the rules between them, names the first
+// that breaks its rule, and returns the typed configuration: it reads the
+// topology file or preset into a machine and checks the fault plan and the
+// shared GPUs against it. Besides the topology file it reads nothing: it
+// checks, without blocking, that the state file and the host's NUMA
+// directory, where they exist, are what they should be (a FIFO there would
+// block the start-up read beyond any signal). Every error wraps ErrInvalid.
+func (s Settings) Validate() (*Config, error) {
+	c := &Config{sources: map[string]Source{}}
+	for name, o := range s.origins {
+		c.sources[name] = o.src
+	}
+	if s.Devices < 1 || s.Devices > MaxDevices {
+		return nil, s.bad("devices", s.Devices, "must be between 1 and %d", MaxDevices)
+	}
+	if err := validateResourceName(s.ResourceName); err != nil {
+		return nil, s.bad("resource-name", s.ResourceName, "%w", err)
+	}
+	c.ResourceName = s.ResourceName
+	if !filepath.IsAbs(s.DevicePluginPath) {
+		return nil, s.bad("device-plugin-path", s.DevicePluginPath, "must be an absolute path")
+	}
+	c.DevicePluginPath = filepath.Clean(s.DevicePluginPath)
+	if s.SocketName == "" || strings.ContainsRune(s.SocketName, '/') || s.SocketName == "." || s.SocketName == ".." {
+		return nil, s.bad("socket-name", s.SocketName, "must be a plain file name")
+	}
+	if s.SocketName == "kubelet.sock" {
+		return nil, s.bad("socket-name", s.SocketName, "that is the kubelet's own socket")
+	}
+	c.SocketName = s.SocketName
+	if p := filepath.Join(c.DevicePluginPath, c.SocketName); len(p) > maxSocketPath {
+		return nil, invalidf("invalid %s/%s: socket path %q is %d bytes, unix sockets allow %d",
+			s.name("device-plugin-path"), s.name("socket-name"), p, len(p), maxSocketPath)
+	}
+	if !slices.Contains(logLevelNames, s.LogLevel) {
+		return nil, s.bad("log-level", s.LogLevel, "must be one of %s", strings.Join(logLevelNames, ", "))
+	}
+	c.LogLevel, _ = zerolog.ParseLevel(s.LogLevel) // one of logLevelNames
+	if !slices.Contains(logFormatNames, s.LogFormat) {
+		return nil, s.bad("log-format", s.LogFormat, "must be json or console")
+	}
+	c.LogFormat = LogFormat(s.LogFormat)
+	mode, err := topology.ParseNUMAReport(s.NUMAReport)
+	if err != nil {
+		return nil, s.bad("numa-report", s.NUMAReport, "must be auto, always or never")
+	}
+	c.NUMAReport = mode
+	if !filepath.IsAbs(s.SysfsRoot) {
+		return nil, s.bad("sysfs-root", s.SysfsRoot, "must be an absolute path")
+	}
+	c.SysfsRoot = filepath.Clean(s.SysfsRoot)
+	if mode == topology.NUMAReportAuto {
+		if err := checkKind(filepath.Join(c.SysfsRoot, topology.SysfsNodeDir), os.ModeDir); err != nil {
+			return nil, s.bad("sysfs-root", s.SysfsRoot, "%w", err)
+		}
+	}
+	policy, ok := allocator.Policies[s.AllocationPolicy]
+	if !ok {
+		return nil, s.bad("allocation-policy", s.AllocationPolicy, "must be one of %s", strings.Join(allocator.PolicyNames(), ", "))
+	}
+	c.AllocationPolicy, c.Policy = s.AllocationPolicy, policy
+	shared, ok := allocator.SharedPolicies[s.SharedDevicesAllocationPolicy]
+	if !ok {
+		return nil, s.bad("shared-devices-allocation-policy", s.SharedDevicesAllocationPolicy, "must be one of %s", strings.Join(allocator.SharedPolicyNames(), ", "))
+	}
+	if c.DeviceListStrategies, err = parseDeviceListStrategies(s.DeviceListStrategy); err != nil {
+		return nil, s.bad("device-list-strategy", s.DeviceListStrategy, "%w", err)
+	}
+	if s.Replicas < 1 || s.Replicas > topology.MaxReplicas {
+		return nil, s.bad("replicas", s.Replicas, "must be between 1 (no sharing) and %d", topology.MaxReplicas)
+	}
+	if !filepath.IsAbs(s.State) || strings.HasSuffix(s.State, "/") {
+		return nil, s.bad("state", s.State, "must be an absolute file path")
+	}
+	c.StatePath = filepath.Clean(s.State)
+	if err := checkKind(c.StatePath, 0); err != nil {
+		return nil, s.bad("state", s.State, "%w", err)
+	}
+	c.StateMoveAside = s.StateMoveAside
+	if s.HistoryMaxRecords < 1 {
+		return nil, s.bad("history-max-records", s.HistoryMaxRecords, "must be at least 1 (the history is always bounded)")
+	}
+	c.HistoryMaxRecords = s.HistoryMaxRecords
+	if s.HistoryMaxAge < 0 {
+		return nil, s.bad("history-max-age", s.HistoryMaxAge, "must be 0 (any age) or positive")
+	}
+	c.HistoryMaxAge = s.HistoryMaxAge
+	if s.HistoryMaxBytes != 0 && s.HistoryMaxBytes < minHistoryMaxBytes {
+		return nil, s.bad("history-max-bytes", s.HistoryMaxBytes, "must be 0 (no byte limit) or at least %s", ByteSize(minHistoryMaxBytes))
+	}
+	c.HistoryMaxBytes = int64(s.HistoryMaxBytes)
+	if c.AdminSocket, err = AdminSocketPath(s.AdminSocket, c.StatePath); err != nil {
+		return nil, s.bad("admin-socket", s.AdminSocket, "%w", err)
+	}
+	if filepath.Dir(c.AdminSocket) == c.DevicePluginPath {
+		what := fmt.Sprintf("%s=%q", s.name("admin-socket"), c.AdminSocket)
+		if s.AdminSocket == "" {
+			what = fmt.Sprintf("-admin-socket (default %s, next to %s)", c.AdminSocket, s.name("state"))
+		}
+		return nil, invalidf("invalid %s: must not be in -device-plugin-path %s: the kubelet deletes the sockets there when it restarts", what, c.DevicePluginPath)
+	}
+	if !filepath.IsAbs(s.PodResourcesSocket) || len(s.PodResourcesSocket) > maxSocketPath {
+		return nil, s.bad("pod-resources-socket", s.PodResourcesSocket, "must be an absolute path of at most %d bytes", maxSocketPath)
+	}
+	c.PodResourcesSocket = s.PodResourcesSocket
+	if s.ReconcileInterval < 100*time.Millisecond {
+		return nil, s.bad("reconcile-interval", s.ReconcileInterval, "must be at least 100ms (the kubelet rate-limits the PodResources API)")
+	}
+	c.ReconcileInterval = s.ReconcileInterval
+	if s.MetricsAddress != "" {
+		if err := validateListenAddress(s.MetricsAddress); err != nil {
+			return nil, s.bad("metrics-address", s.MetricsAddress, "%w", err)
+		}
+	}
+	c.MetricsAddress = s.MetricsAddress
+	if s.AbandonAfter < s.ReconcileInterval {
+		return nil, s.bad("abandon-after", s.AbandonAfter, "must be at least -reconcile-interval (%s)", s.ReconcileInterval)
+	}
+	c.AbandonAfter = s.AbandonAfter
+	plan, err := faults.Parse(s.Faults)
+	if err != nil {
+		prefix, what := s.origins["faults"].where("faults")
+		return nil, invalidf("%sinvalid %s: %w", prefix, what, err)
+	}
+	c.FaultPlan, c.Faults = s.Faults, plan
+
+	// What the values name: the machine, then what refers to its GPUs.
+	c.Topology = s.Topology
+	if c.Machine, err = topology.Resolve(s.Topology, s.Devices, s.Source("devices") != SourceDefault); err != nil {
+		return nil, s.bad("topology", s.Topology, "%w", err)
+	}
+	ids := make([]string, c.Machine.Len())
+	for i := range ids {
+		ids[i] = c.Machine.ID(i)
+	}
+	if err := faults.Check(c.Faults, ids); err != nil {
+		prefix, what := s.origins["faults"].where("faults")
+		return nil, invalidf("%sinvalid %s: %w", prefix, what, err)
+	}
+	if c.Sharing, err = s.sharing(c, shared); err != nil {
+		return nil, err
+	}
+	advertised := c.Machine.Len()
+	if c.Sharing.Enabled() {
+		n := c.Machine.Len()
+		if c.Sharing.GPUs != nil {
+			n = len(c.Sharing.GPUs)
+		}
+		advertised += n * (c.Sharing.Replicas - 1)
+	}
+	if advertised > maxAdvertised {
+		return nil, s.bad("replicas", s.Replicas, "%d GPUs shared %d ways are %d devices; at most %d fit the kubelet's ListAndWatch message",
+			c.Machine.Len(), c.Sharing.Replicas, advertised, maxAdvertised)
+	}
+	if f := s.file; f != nil {
+		c.Profile, c.File, c.Ignored = f.Profile, f.Path, f.Ignored
+		for name, v := range f.values {
+			if src := s.Source(name); src > SourceFile {
+				c.Overridden = append(c.Overridden, fmt.Sprintf("%s (%s) by %s", v.at.field, fileLine(v.at.file, v.at.line), s.name(name)))
+			}
+		}
+		slices.Sort(c.Overridden)
+	}
+	return c, nil
+}
+
+// sharing builds the typed sharing configuration: the replica count by
+// precedence (-replicas, or the file's), the rest from the file's
+// sharing.timeSlicing.
+func (s *Settings) sharing(c *Config, policy allocator.SharedPolicy) (Sharing, error) {
+	sh := Sharing{Replicas: s.Replicas, ResourceName: c.ResourceName, PolicyName: s.SharedDevicesAllocationPolicy, Policy: policy}
+	var ts *timeSlicingSpec
+	if s.file != nil && s.file.spec.Sharing != nil {
+		ts = s.file.spec.Sharing.TimeSlicing
+	}
+	if ts == nil {
+		return sh, nil
+	}
+	f := s.file
+	const res = "sharing.timeSlicing.resources[0]"
+	r := &ts.Resources[0] // the parser requires exactly one
+	if *r.Name != c.ResourceName {
+		return sh, invalidf("%s: invalid %s.name=%q: the plugin serves %s (%s), the one resource it can share",
+			f.at(res+".name"), res, *r.Name, c.ResourceName, s.name("resource-name"))
+	}
+	if !sh.Enabled() {
+		return sh, nil // -replicas=1 given: no sharing, whatever the file says
+	}
+	sh.FailRequestsGreaterThanOne = ts.FailRequestsGreaterThanOne != nil && *ts.FailRequestsGreaterThanOne
+	switch {
+	case r.Rename != nil:
+		name := *r.Rename
+		if !strings.Contains(name, "/") { // NVIDIA's rule: a bare name takes the resource's domain
+			domain, _, _ := strings.Cut(c.ResourceName, "/")
+			name = domain + "/" + name
+		}
+		if err := validateResourceName(name); err != nil {
+			return sh, invalidf("%s: invalid %s.rename=%q: %w", f.at(res+".rename"), res, *r.Rename, err)
+		}
+		sh.ResourceName = name
+	case ts.RenameByDefault != nil && *ts.RenameByDefault:
+		name := c.ResourceName + sharedSuffix
+		if err := validateResourceName(name); err != nil {
+			return sh, invalidf("%s: invalid sharing.timeSlicing.renameByDefault: %s: %w", f.at("sharing.timeSlicing.renameByDefault"), name, err)
+		}
+		sh.ResourceName = name
+	}
+	sh.Renamed = sh.ResourceName != c.ResourceName
+	if r.Devices != nil && !r.Devices.All {
+		for _, d := range r.Devices.List {
+			i, err := d.index(c.Machine)
+			if err != nil {
+				return sh, invalidf("%s: invalid %s.devices: %w", fileLine(f.Path, d.Line), res, err)
+			}
+			if slices.Contains(sh.GPUs, i) {
+				return sh, invalidf("%s: invalid %s.devices: GPU %d listed twice", fileLine(f.Path, d.Line), res, i)
+			}
+			sh.GPUs = append(sh.GPUs, i)
+		}
+		slices.Sort(sh.GPUs)
+	}
+	return sh, nil
+}
+
+// sharedSuffix is what renameByDefault appends to the resource name, as
+// NVIDIA's plugin does.
+const sharedSuffix = ".shared"
+
+// checkKind checks that path, if it can be seen, is a file of the given
+// type (0: a regular file). It never opens path, so it cannot block.
+func checkKind(path string, want os.FileMode) error {
+	fi, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return nil // missing, or not ours to see: the real open says why
+	case fi.Mode().Type() == want:
+		return nil
+	case want == os.ModeDir:
+		return fmt.Errorf("%s is not a directory", path)
+	}
+	return fmt.Errorf("%s is not a regular file", path)
+}
+
+// validateListenAddress checks a TCP listen address: host:port, the host
+// empty (every address), an IP address or a DNS name, the port a number
+// 0–65535 or a service name from /etc/services.
+func validateListenAddress(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return errors.New("want host:port, e.g. :9400 or 127.0.0.1:9400")
+	}
+	if port == "" {
+		return errors.New("no port: want host:port, e.g. :9400")
+	}
+	if n, err := strconv.Atoi(port); err == nil {
+		if n < 0 || n > 65535 {
+			return fmt.Errorf("port %d is out of range 0–65535", n)
+		}
+	} else if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Errorf("port %q is neither a number 0–65535 nor a known service name", port)
+	}
+	if host == "" {
+		return nil
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return nil
+	}
+	if len(host) > 253 || !dnsSubdomain.MatchString(strings.ToLower(host)) {
+		return fmt.Errorf("host %q is neither an IP address nor a DNS name", host)
+	}
+	return nil
+}
+
+var (
+	// dnsSubdomain is a DNS-1123 subdomain (RFC 1123), at most 253 bytes.
+	dnsSubdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+	// qualifiedName is the name part of a qualified name, at most 63
+	// bytes; also the rule of a label value.
+	qualifiedName = regexp.MustCompile(`^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$`)
+)
+
+// validateResourceName applies the rules the kubelet and API server apply to
+// a device plugin's extended resource name: domain/name, a DNS subdomain
+// outside kubernetes.io, a qualified name that also fits behind "requests.".
+func validateResourceName(name string) error {
+	domain, short, ok := strings.Cut(name, "/")
+	switch {
+	case !ok:
+		return errors.New(`must be <domain>/<name>, e.g. "unicore.mcyou.cc/gpu"`)
+	case domain == "kubernetes.io" || strings.HasSuffix(domain, ".kubernetes.io"):
+		return errors.New("the kubernetes.io domain is reserved")
+	case len(domain) > 253 || !dnsSubdomain.MatchString(domain):
+		return fmt.Errorf("domain %q is not a lowercase DNS subdomain", domain)
+	case len("requests."+short) > 63 || !qualifiedName.MatchString(short):
+		return fmt.Errorf("name %q must be at most 54 characters of [A-Za-z0-9-_.], starting and ending alphanumeric", short)
+	}
+	return nil
+}
+
+// AdminSocketPath returns the admin socket's path: flagValue, or, when it
+// is empty, admin.sock next to the state file. The path must be absolute
+// and fit a unix socket; it is returned clean.
+func AdminSocketPath(flagValue, statePath string) (string, error) {
+	p := flagValue
+	if p == "" {
+		p = filepath.Join(filepath.Dir(statePath), AdminSocketName)
+	}
+	if !filepath.IsAbs(p) {
+		return "", errors.New("must be an absolute path")
+	}
+	p = filepath.Clean(p)
+	if len(p) > maxSocketPath {
+		return "", fmt.Errorf("%s is %d bytes, unix sockets allow %d", p, len(p), maxSocketPath)
+	}
+	return p, nil
+}
