@@ -3,6 +3,7 @@ package telemetry_test
 import (
 	"bytes"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -177,3 +178,5 @@ func hold(ns, pod, container string, ids ...string) telemetry.Holding {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func itoa(i int) string { return strconv.Itoa(i) }

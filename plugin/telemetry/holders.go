@@ -17,8 +17,9 @@ type Holder struct {
 	Container string `json:"container"`
 }
 
-// String returns "namespace/pod/container".
-func (h Holder) String() string { return h.Namespace + "/" + h.Pod + "/" + h.Container }
+// name returns "namespace/pod/container", for messages. (Not a String
+// method: HolderReading would inherit it and print as its holder alone.)
+func (h Holder) name() string { return h.Namespace + "/" + h.Pod + "/" + h.Container }
 
 // Holding is one container and the device ids it holds now, as the kubelet
 // handed them out: GPU ids ("fake-0") or replica ids ("fake-0::3").

@@ -60,7 +60,7 @@ func (e *Exporter) SetOverride(gpu int, h Holder, o Override) error {
 	}
 	ov, err := e.checkOverride(o)
 	if err != nil {
-		return fmt.Errorf("telemetry override: GPU %d, %s: %w", gpu, h, err)
+		return fmt.Errorf("telemetry override: GPU %d, %s: %w", gpu, h.name(), err)
 	}
 	holders, err := e.holdersByGPU()
 	if err != nil {
@@ -71,7 +71,7 @@ func (e *Exporter) SetOverride(gpu int, h Holder, o Override) error {
 		held = held || g.Holder == h
 	}
 	if !held {
-		return fmt.Errorf("telemetry override: GPU %d, %s: %w", gpu, h, ErrNotHolder)
+		return fmt.Errorf("telemetry override: GPU %d, %s: %w", gpu, h.name(), ErrNotHolder)
 	}
 	ttl := o.TTL
 	if ttl == 0 {

@@ -48,12 +48,13 @@ func profileOf(family string) profile {
 //   - memory used: each holder's memFrac × size × (0.85 + 0.15 × util/100),
 //     or its override, summed and capped at the size; free = size − used;
 //   - memory copy utilization: Σ util × copyRate (at most 60 %);
-//   - power: idle ± 2 % when the GPU does nothing; else idle + (limit −
+//   - power: idle ± 2 % when the GPU does nothing (utilization below 0.5,
+//     reported as 0 %); else idle + (limit −
 //     idle) × (0.15 + 0.8 × util/100) ± 2 % of the range; never above the
 //     limit;
 //   - temperature: from the GPU's idle temperature (the family's + 0-4 °C)
 //     up to the family's maximum in proportion to power, ± 0.5 °C;
-//   - SM clock: the idle clock when utilization is 0, else the boost clock,
+//   - SM clock: the idle clock when the GPU does nothing, else the boost clock,
 //     falling towards base (half-way at the power limit) above 80 % of the
 //     power range.
 func sample(gm topology.GPUModel, prof profile, gk uint64, sec int64, loads []holderLoad, memMiB []float64) values {
@@ -86,7 +87,8 @@ func sample(gm topology.GPUModel, prof profile, gk uint64, sec int64, loads []ho
 	sk := secondKey(gk, sec)
 	idle, limit := float64(gm.IdlePowerW), float64(gm.PowerLimitW)
 	span := limit - idle
-	if v.util == 0 {
+	busy := v.util >= 0.5 // reported as at least 1 %
+	if !busy {
 		v.power = idle * (1 + 0.02*signed(draw(sk, tagPower)))
 	} else {
 		v.power = idle + span*(0.15+0.8*v.util/100) + 0.02*span*signed(draw(sk, tagPower))
@@ -95,7 +97,7 @@ func sample(gm topology.GPUModel, prof profile, gk uint64, sec int64, loads []ho
 	frac := clamp((v.power-idle)/span, 0, 1)
 	idleTemp := prof.idleTemp + 4*unit(draw(gk, tagTemp))
 	v.temp = idleTemp + (prof.maxTemp-idleTemp)*frac + 0.5*signed(draw(sk, tagTempNoise))
-	if v.util == 0 {
+	if !busy {
 		v.smClock = float64(prof.idleClock)
 	} else {
 		throttle := 0.5 * clamp((frac-0.8)/0.2, 0, 1)
