@@ -40,6 +40,8 @@ type Clock interface {
 
 type systemClock struct{}
 
+var _ Clock = systemClock{}
+
 func (systemClock) Now() time.Time { return time.Now() }
 
 // Config configures an Exporter. GPUs and GPUModel are required; every other
@@ -360,7 +362,10 @@ func (e *Exporter) holdersByGPU() ([][]gpuHolder, error) {
 			if i < 0 {
 				out[pos] = append(out[pos], gpuHolder{Holder: h.Holder, vgpu: vgpu})
 			} else if vgpu != "" {
-				out[pos][i].vgpu = vgpu // dcgm-exporter keeps the container's last replica id
+				// A container with two replicas of one GPU: one holder, its
+				// last replica (dcgm-exporter would print a sample per
+				// replica, vgpu telling them apart).
+				out[pos][i].vgpu = vgpu
 			}
 		}
 	}

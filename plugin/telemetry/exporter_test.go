@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -251,5 +253,50 @@ func TestStoreHolders(t *testing.T) {
 	rs := mustReadings(t, e)
 	if len(rs[0].Holders) != 2 || rs[0].Holders[1].Pod != "second" || rs[0].Holders[1].VGPU != "3" || len(rs[1].Holders) != 1 {
 		t.Errorf("readings from the store: %+v", rs)
+	}
+}
+
+// Scrapes, readings and overrides may run at once (run with -race).
+func TestExporter_Concurrent(t *testing.T) {
+	e, c, hs := overrideScenario(t)
+	h := e.Handler()
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := range 50 {
+				switch w {
+				case 0:
+					rec := httptest.NewRecorder()
+					h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+					if rec.Code != 200 {
+						t.Errorf("scrape: %d", rec.Code)
+					}
+				case 1:
+					if err := e.SetOverride(0, job, telemetry.Override{UtilizationPercent: ptr(float64(i))}); err != nil {
+						t.Error(err)
+					}
+					e.ClearOverride(1, job)
+				case 2:
+					c.Advance(time.Second)
+					hs.Set(hold("ml", "job", "main", "fake-0", "fake-1"), hold("ml", "other", "main", "fake-1"))
+				default:
+					if _, err := e.Readings(); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// Readings of GPUs an exporter does not have are skipped, not a panic.
+func TestAppendExposition_ForeignReadings(t *testing.T) {
+	rs := mustReadings(t, scenario(t, telemetry.ModelSteady, true))
+	m := mustMachine(t, "pcie-8gpu")
+	small := mustNew(t, telemetry.Config{GPUs: machineGPUs(m, nil)[:1], GPUModel: m.GPUModel()})
+	text := string(small.AppendExposition(nil, rs))
+	if strings.Contains(text, `gpu="1"`) || !strings.Contains(text, `gpu="0"`) {
+		t.Errorf("exposition of foreign readings:\n%s", text)
 	}
 }

@@ -95,7 +95,8 @@ func (e *Exporter) WriteTo(w io.Writer) (int64, error) {
 var _ io.WriterTo = (*Exporter)(nil)
 
 // AppendExposition appends the exposition of rs (from Readings or
-// ReadingsAt of this exporter) to b, as dcgm-exporter 4.5.3-4.8.2 prints
+// ReadingsAt of this exporter; a reading of a GPU it does not have is
+// skipped) to b, as dcgm-exporter 4.5.3-4.8.2 prints
 // it: per field, "# HELP" and "# TYPE" lines, then one sample per GPU in
 // index order, labelled gpu, UUID, pci_bus_id, device, modelName, Hostname,
 // DCGM_FI_DRIVER_VERSION, then in name order container, err_code, err_msg
@@ -111,10 +112,11 @@ func (e *Exporter) AppendExposition(b []byte, rs []Reading) []byte {
 	for fi := range families {
 		f := &families[fi]
 		header := false
-		for pos := range rs {
-			r := &rs[pos]
-			if r.Lost && !f.xid {
-				continue
+		for i := range rs {
+			r := &rs[i]
+			pos, ok := e.byIndex[r.Index]
+			if !ok || r.Lost && !f.xid {
+				continue // another exporter's GPU, or a lost GPU's field
 			}
 			if !header {
 				b = append(b, "# HELP "...)
