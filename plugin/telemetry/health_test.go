@@ -1,0 +1,150 @@
+package telemetry_test
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
+)
+
+func TestParseXID(t *testing.T) {
+	for _, tc := range []struct {
+		reason string
+		want   int
+		ok     bool
+	}{
+		{"XID 79", 79, true},
+		{"xid 48: double bit ECC", 48, true},
+		{"Xid 13", 13, true},
+		{"XID:94", 94, true},
+		{"xid=63", 63, true},
+		{"XID #31", 31, true},
+		{"fault injection: XID 79 on fake-3", 79, true},
+		{"admin: XID 79, then XID 48", 79, true},
+		{"XID 0", 0, true},
+		{"XID 999999", 999999, true},
+		{"", 0, false},
+		{"admin: drain", 0, false},
+		{"fault injection: down:fake-1:after=30s", 0, false},
+		{"XID", 0, false},
+		{"XID 1234567", 0, false}, // more than 6 digits
+		{"XIDS 79", 0, false},
+		{"noxid 79", 0, false},
+		{"XID 79abc", 0, false},
+		{"XID -1", 0, false},
+	} {
+		got, ok := telemetry.ParseXID(tc.reason)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("ParseXID(%q) = %d, %v; want %d, %v", tc.reason, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func FuzzParseXID(f *testing.F) {
+	for _, s := range []string{"XID 79", "xid 48: x", "admin", "XID 1234567", "XID:", "xid\t\n5"} {
+		f.Add(s)
+	}
+	digits := regexp.MustCompile(`[0-9]+`)
+	f.Fuzz(func(t *testing.T, reason string) {
+		n, ok := telemetry.ParseXID(reason)
+		switch {
+		case !ok && n != 0:
+			t.Fatalf("ParseXID(%q) = %d without an XID", reason, n)
+		case ok && (n < 0 || n > 999999):
+			t.Fatalf("ParseXID(%q) = %d: out of range", reason, n)
+		case ok && !strings.Contains(strings.ToLower(reason), "xid"):
+			t.Fatalf("ParseXID(%q) = %d: no xid in the reason", reason, n)
+		case ok && !digits.MatchString(reason):
+			t.Fatalf("ParseXID(%q) = %d: no number in the reason", reason, n)
+		}
+		_ = telemetry.XIDText(n)
+	})
+}
+
+func TestXIDText(t *testing.T) {
+	for xid, want := range map[int]string{
+		0: "No Error", 13: "Graphics Engine Exception", 48: "Double Bit ECC Error", 79: "GPU has fallen off the bus",
+		94: "Contained ECC error", 172: "Uncorrectable SRAM Error", 173: "Unknown Error", -1: "Unknown Error", 1 << 20: "Unknown Error",
+	} {
+		if got := telemetry.XIDText(xid); got != want {
+			t.Errorf("XIDText(%d) = %q, want %q", xid, got, want)
+		}
+	}
+}
+
+// series returns the sample lines of GPU gpu in an exposition.
+func series(text string, gpu string) []string {
+	var out []string
+	for _, line := range strings.Split(text, "\n") {
+		if strings.Contains(line, `{gpu="`+gpu+`",`) {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// A GPU marked unhealthy with an XID reason shows the XID, and nothing
+// else, as a GPU that fell off the bus does; healed, it reports as before
+// with XID 0. Without an XID in its reason it shows 0 while lost.
+func TestExporter_UnhealthyGPUShowsXIDOnly(t *testing.T) {
+	m := mustMachine(t, "dgx-a100")
+	gpus := machineGPUs(m, nil)[:2]
+	devs := newDevices(gpus)
+	hs := &holdings{}
+	hs.Set(hold("ml", "job", "main", "fake-1"))
+	e := mustNew(t, telemetry.Config{GPUs: gpus, GPUModel: m.GPUModel(), Devices: devs, Holders: hs, Seed: 1, Clock: newClock(epoch)})
+	healthy := series(exposition(t, e), "1")
+	if len(healthy) != 9 {
+		t.Fatalf("healthy held GPU has %d series, want 9:\n%s", len(healthy), strings.Join(healthy, "\n"))
+	}
+
+	for _, tc := range []struct {
+		reason, code, msg string
+	}{
+		{"XID 79", "79", "GPU has fallen off the bus"},
+		{"xid 48: double bit ECC", "48", "Double Bit ECC Error"},
+		{"admin: drain", "0", "No Error"},
+		{"XID 200", "200", "Unknown Error"},
+	} {
+		devs.SetHealth(1, false, tc.reason)
+		lines := series(exposition(t, e), "1")
+		if len(lines) != 1 || !strings.HasPrefix(lines[0], "DCGM_FI_DEV_XID_ERRORS{") {
+			t.Errorf("unhealthy %q: series %q, want only DCGM_FI_DEV_XID_ERRORS", tc.reason, lines)
+			continue
+		}
+		want := `,container="main",err_code="` + tc.code + `",err_msg="` + tc.msg + `",namespace="ml",pod="job"} ` + tc.code
+		if !strings.HasSuffix(lines[0], want) {
+			t.Errorf("unhealthy %q: %s\nwant suffix %s", tc.reason, lines[0], want)
+		}
+		rs := mustReadings(t, e)
+		if r := rs[1]; !r.Lost || r.UtilizationPercent != 0 || r.MemoryUsedMiB != 0 || r.PowerDrawW != 0 || r.SMClockMHz != 0 || len(r.Holders) != 1 {
+			t.Errorf("unhealthy %q: reading %+v, want lost with zero values and its holder", tc.reason, r)
+		}
+		if other := series(exposition(t, e), "0"); len(other) != 9 {
+			t.Errorf("unhealthy GPU 1 took GPU 0's series with it: %d left", len(other))
+		}
+	}
+
+	devs.SetHealth(1, true, "")
+	if healed := series(exposition(t, e), "1"); strings.Join(healed, "\n") != strings.Join(healthy, "\n") {
+		t.Errorf("healed GPU reports\n%s\nwant as before\n%s", strings.Join(healed, "\n"), strings.Join(healthy, "\n"))
+	}
+}
+
+// A shared GPU is unhealthy when any of its replicas is; its XID is the
+// first one a replica's reason names.
+func TestExporter_ReplicaHealth(t *testing.T) {
+	m := mustMachine(t, "dgx-a100")
+	gpus := machineGPUs(m, map[int]int{0: 3})[:1]
+	devs := newDevices(gpus)
+	e := mustNew(t, telemetry.Config{GPUs: gpus, GPUModel: m.GPUModel(), Devices: devs})
+	devs.mu.Lock()
+	devs.list[1].Healthy, devs.list[1].Reason = false, "admin: drain"
+	devs.list[2].Healthy, devs.list[2].Reason = false, "XID 94"
+	devs.mu.Unlock()
+	r := mustReadings(t, e)[0]
+	if !r.Lost || r.XID != 94 {
+		t.Errorf("replicas unhealthy (no XID, XID 94): lost %v, XID %d; want lost, 94", r.Lost, r.XID)
+	}
+}
