@@ -79,7 +79,7 @@ func TestDamage_AfterOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(rep, ReconcileReport{Added: []string{"b"}, Recreated: []string{"b"}}) {
+	if !reflect.DeepEqual(rep, ReconcileReport{Added: []string{"b"}, Recreated: []string{"b"}, Configured: 3}) {
 		t.Errorf("Reconcile report = %+v", rep)
 	}
 	got = damagedNames(t, s)
@@ -211,5 +211,51 @@ func TestPrune_DropsStaleIndexEntries(t *testing.T) {
 	})
 	if len(keys) != 1 || !bytes.Equal(keys[0], inactiveKey(released)) {
 		t.Errorf("index after Prune = %x, want only record %d", keys, released.Seq)
+	}
+}
+
+// TestConfigEvents_DamagedAfterOpen: a configuration event damaged while
+// the Store is open is skipped by ConfigEvents and named by Damaged; Prune
+// quarantines it when it walks over it, and never deletes the newest event.
+func TestConfigEvents_DamagedAfterOpen(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "state.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Reconcile([]DeviceSpec{{ID: "a"}}); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		if _, err := s.RecordConfigChange(ConfigEvent{Why: WhyFlags, Devices: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketConfig).Put(u64(2), []byte(`{"seq":2}`)) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := s.ConfigEvents(ConfigFilter{})
+	if err != nil || len(evs) != 3 || evs[0].Seq != 4 || evs[2].Seq != 1 {
+		t.Errorf("ConfigEvents() = %+v, %v; want 4 3 1", evs, err)
+	}
+	if got, want := damagedNames(t, s), []string{"config_events/2 in place"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("Damaged() = %v, want %v", got, want)
+	}
+	r, err := s.Prune(t.Context(), PruneOptions{MaxRecords: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r != (PruneResult{ConfigEvents: 2, Quarantined: 1}) {
+		t.Errorf("Prune = %+v, want 2 config events deleted, 1 quarantined", r)
+	}
+	if got, want := damagedNames(t, s), []string{"config_events/2 quarantined"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("after Prune, Damaged() = %v, want %v", got, want)
+	}
+	if r, err := s.Prune(t.Context(), PruneOptions{MaxRecords: 1, MaxBytes: 1, MaxAge: time.Nanosecond}); err != nil || r.ConfigEvents != 0 {
+		t.Errorf("Prune beyond every limit = %+v, %v; want the newest event kept", r, err)
+	}
+	if evs, err := s.ConfigEvents(ConfigFilter{}); err != nil || len(evs) != 1 || evs[0].Seq != 4 {
+		t.Errorf("kept %+v, %v; want the newest, 4", evs, err)
 	}
 }

@@ -204,7 +204,7 @@ func TestReconcile_QuarantinedDevice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := store.ReconcileReport{Added: []string{"fake-3"}, Recreated: []string{"fake-3"}}
+	want := store.ReconcileReport{Added: []string{"fake-3"}, Recreated: []string{"fake-3"}, Configured: 4}
 	if !reflect.DeepEqual(rep, want) {
 		t.Errorf("report = %+v, want %+v", rep, want)
 	}

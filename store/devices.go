@@ -30,6 +30,11 @@ type Device struct {
 	Since     time.Time `json:"since"`               // when Healthy or Reason last changed
 	Removed   bool      `json:"removed,omitempty"`   // no longer configured; history kept
 	RemovedAt time.Time `json:"removed_at,omitzero"` // zero unless Removed
+	// UUID is the device's GPU UUID as its caller derived it (nvidia-smi's
+	// form, "GPU-…"), stored by the first Reconcile that gave one and never
+	// changed after; empty until then (a device of a file from before schema
+	// version 3, or reconciled without one). Removed devices keep it.
+	UUID string `json:"uuid,omitempty"`
 }
 
 // DeviceSpec is one configured device as Reconcile takes it. ID is stable
@@ -39,6 +44,21 @@ type DeviceSpec struct {
 	ID    string
 	Index int
 	NUMA  int
+	// UUID is the device's GPU UUID as the caller derives it (from the
+	// node's identity and the device id). Reconcile stores it when the
+	// device has none and otherwise keeps the stored one, so a device's UUID
+	// never changes once stored. The store does not check its form; it must
+	// be unique among the specs. Empty gives none (and keeps a stored one).
+	UUID string
+}
+
+// UUIDConflict is a configured device whose spec gives a UUID other than
+// the stored one, for instance after the node was renamed: Reconcile keeps
+// the stored UUID, since a device's UUID never changes.
+type UUIDConflict struct {
+	ID     string
+	Stored string // the UUID kept
+	Given  string // the UUID of the spec, not stored
 }
 
 // DeviceChange is a configured device whose index or NUMA node differs from
@@ -51,8 +71,9 @@ type DeviceChange struct {
 	NewNUMA  int
 }
 
-// ReconcileReport says what Reconcile changed; ids are sorted. The zero
-// value means nothing changed.
+// ReconcileReport says what Reconcile changed; ids are sorted. With the
+// caller's description of the configuration it is what a ConfigEvent needs
+// (see ConfigEvent.FromReport). Empty reports whether anything changed.
 type ReconcileReport struct {
 	Added    []string       // new devices, stored healthy
 	Removed  []string       // no longer configured, flagged removed
@@ -62,11 +83,25 @@ type ReconcileReport struct {
 	// is in quarantine (see Store.Damaged): their stored health is lost and
 	// they start over, healthy. Their history is kept.
 	Recreated []string
+	// UUIDsAssigned are known devices (not in Added) that had no UUID and
+	// got the one of their spec: every device of a file from before schema
+	// version 3, at the first Reconcile after the upgrade. Added devices get
+	// the UUID of their spec without being listed here.
+	UUIDsAssigned []string
+	// UUIDConflicts are configured devices whose spec gave a UUID other than
+	// the stored one, which was kept (sorted by id). Nothing is written for
+	// them; every Reconcile with the same specs reports them again.
+	UUIDConflicts []UUIDConflict
+	// Configured is the number of devices Reconcile was given: the
+	// configured devices, none of them removed after it.
+	Configured int
 }
 
-// Empty reports whether the report records no change.
+// Empty reports whether the report records no change to the stored
+// devices. UUIDConflicts change nothing; UUIDsAssigned do.
 func (r ReconcileReport) Empty() bool {
-	return len(r.Added) == 0 && len(r.Removed) == 0 && len(r.Restored) == 0 && len(r.Changed) == 0
+	return len(r.Added) == 0 && len(r.Removed) == 0 && len(r.Restored) == 0 && len(r.Changed) == 0 &&
+		len(r.UUIDsAssigned) == 0
 }
 
 // Reconcile makes the stored devices match the configured ones, in one
@@ -74,9 +109,13 @@ func (r ReconcileReport) Empty() bool {
 // CauseReconcile), known ids keep their health and get the configured index
 // and NUMA node, ids no longer configured are flagged removed (never
 // deleted), and a removed id configured again is restored with the health it
-// had. No history is touched. Invalid specs (ErrInvalid) change nothing. A
-// device whose stored record is damaged is moved into quarantine (if Open
-// has not done so already) and added again, listed in Recreated.
+// had. A device's UUID is stored once, from the first spec that gives one,
+// and kept as it is after that: a spec with another UUID is reported in
+// UUIDConflicts and changes nothing; a removed device keeps its UUID and has
+// it again when restored. No history is touched except the health event of
+// an added device. Invalid specs (ErrInvalid) change nothing. A device whose
+// stored record is damaged is moved into quarantine (if Open has not done so
+// already) and added again, listed in Recreated, with the UUID of its spec.
 func (s *Store) Reconcile(devices []DeviceSpec) (ReconcileReport, error) {
 	if err := validateSpecs(devices); err != nil {
 		return ReconcileReport{}, fmt.Errorf("reconcile devices: %w", err)
@@ -107,7 +146,7 @@ func (s *Store) Reconcile(devices []DeviceSpec) (ReconcileReport, error) {
 				return err
 			}
 			if !found {
-				d = Device{ID: spec.ID, Index: spec.Index, NUMA: spec.NUMA, Healthy: true, Since: now}
+				d = Device{ID: spec.ID, Index: spec.Index, NUMA: spec.NUMA, Healthy: true, Since: now, UUID: spec.UUID}
 				if err := putJSON(b, []byte(d.ID), d); err != nil {
 					return err
 				}
@@ -130,6 +169,15 @@ func (s *Store) Reconcile(devices []DeviceSpec) (ReconcileReport, error) {
 				rep.Changed = append(rep.Changed, DeviceChange{ID: d.ID, OldIndex: d.Index, NewIndex: spec.Index, OldNUMA: d.NUMA, NewNUMA: spec.NUMA})
 				d.Index, d.NUMA = spec.Index, spec.NUMA
 				changed = true
+			}
+			switch {
+			case spec.UUID == "" || spec.UUID == d.UUID:
+			case d.UUID == "":
+				d.UUID = spec.UUID
+				rep.UUIDsAssigned = append(rep.UUIDsAssigned, d.ID)
+				changed = true
+			default:
+				rep.UUIDConflicts = append(rep.UUIDConflicts, UUIDConflict{ID: d.ID, Stored: d.UUID, Given: spec.UUID})
 			}
 			if changed {
 				if err := putJSON(b, []byte(d.ID), d); err != nil {
@@ -180,7 +228,10 @@ func (s *Store) Reconcile(devices []DeviceSpec) (ReconcileReport, error) {
 	slices.Sort(rep.Removed)
 	slices.Sort(rep.Restored)
 	slices.Sort(rep.Recreated)
+	slices.Sort(rep.UUIDsAssigned)
 	slices.SortFunc(rep.Changed, func(a, b DeviceChange) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(rep.UUIDConflicts, func(a, b UUIDConflict) int { return strings.Compare(a.ID, b.ID) })
+	rep.Configured = len(devices)
 	return rep, nil
 }
 
@@ -204,6 +255,7 @@ func quarantinedDevices(tx *bolt.Tx) (map[string]bool, error) {
 func validateSpecs(devices []DeviceSpec) error {
 	ids := make(map[string]bool, len(devices))
 	indexes := make(map[int]string, len(devices))
+	uuids := make(map[string]string, len(devices))
 	for _, d := range devices {
 		switch {
 		case d.ID == "":
@@ -214,9 +266,14 @@ func validateSpecs(devices []DeviceSpec) error {
 			return fmt.Errorf("device id %q listed twice: %w", d.ID, ErrInvalid)
 		case indexes[d.Index] != "":
 			return fmt.Errorf("devices %q and %q share index %d: %w", indexes[d.Index], d.ID, d.Index, ErrInvalid)
+		case d.UUID != "" && uuids[d.UUID] != "":
+			return fmt.Errorf("devices %q and %q share UUID %q: %w", uuids[d.UUID], d.ID, d.UUID, ErrInvalid)
 		}
 		ids[d.ID] = true
 		indexes[d.Index] = d.ID
+		if d.UUID != "" {
+			uuids[d.UUID] = d.ID
+		}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package store_test
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,7 +34,7 @@ func TestReconcile(t *testing.T) {
 		{
 			name:   "first start adds all, healthy",
 			config: []store.DeviceSpec{spec("a", 0, 0), spec("b", 1, 0), spec("c", 2, 1)},
-			want:   store.ReconcileReport{Added: []string{"a", "b", "c"}},
+			want:   store.ReconcileReport{Added: []string{"a", "b", "c"}, Configured: 3},
 			devs:   []dev{{"a", 0, true, false}, {"b", 1, true, false}, {"c", 2, true, false}},
 		},
 		{
@@ -43,25 +44,25 @@ func TestReconcile(t *testing.T) {
 				mustSetHealth(t, s, "c", false, "thermal")
 			},
 			config: []store.DeviceSpec{spec("c", 2, 1), spec("a", 0, 0), spec("b", 1, 0)},
-			want:   store.ReconcileReport{},
+			want:   store.ReconcileReport{Configured: 3},
 			devs:   []dev{{"a", 0, true, false}, {"b", 1, false, false}, {"c", 2, false, false}},
 		},
 		{
 			name:   "vanished device is flagged removed, not deleted",
 			config: []store.DeviceSpec{spec("a", 0, 0), spec("b", 1, 0)},
-			want:   store.ReconcileReport{Removed: []string{"c"}},
+			want:   store.ReconcileReport{Removed: []string{"c"}, Configured: 2},
 			devs:   []dev{{"a", 0, true, false}, {"b", 1, false, false}, {"c", 2, false, true}},
 		},
 		{
 			name:   "removed device may not be configured: stays removed",
 			config: []store.DeviceSpec{spec("a", 0, 0), spec("b", 1, 0)},
-			want:   store.ReconcileReport{},
+			want:   store.ReconcileReport{Configured: 2},
 			devs:   []dev{{"a", 0, true, false}, {"b", 1, false, false}, {"c", 2, false, true}},
 		},
 		{
 			name:   "re-appearing device restored with its health, new one added",
 			config: []store.DeviceSpec{spec("a", 0, 0), spec("b", 1, 0), spec("c", 2, 1), spec("d", 3, 1)},
-			want:   store.ReconcileReport{Added: []string{"d"}, Restored: []string{"c"}},
+			want:   store.ReconcileReport{Added: []string{"d"}, Restored: []string{"c"}, Configured: 4},
 			devs:   []dev{{"a", 0, true, false}, {"b", 1, false, false}, {"c", 2, false, false}, {"d", 3, true, false}},
 		},
 		{
@@ -71,7 +72,7 @@ func TestReconcile(t *testing.T) {
 				{ID: "a", OldIndex: 0, NewIndex: 1, OldNUMA: 0, NewNUMA: 0},
 				{ID: "b", OldIndex: 1, NewIndex: 0, OldNUMA: 0, NewNUMA: 0},
 				{ID: "d", OldIndex: 3, NewIndex: 3, OldNUMA: 1, NewNUMA: 0},
-			}},
+			}, Configured: 4},
 			devs: []dev{{"b", 0, false, false}, {"a", 1, true, false}, {"c", 2, false, false}, {"d", 3, true, false}},
 		},
 		{
@@ -251,5 +252,138 @@ func TestHealthEvents_Filters(t *testing.T) {
 	first, _ := s.HealthEvents(store.EventFilter{DeviceID: "fake-1"})
 	if e := first[len(first)-1]; e.Cause != store.CauseReconcile || !e.Healthy || e.Time.Location() != time.UTC {
 		t.Errorf("device-added event = %+v", e)
+	}
+}
+
+// TestReconcile_UUID walks one store through the life of device UUIDs: set
+// once from the specs, kept across restarts, a renamed node and removal, and
+// assigned later to a device that had none.
+func TestReconcile_UUID(t *testing.T) {
+	c := newClock()
+	s := storetest.MustOpen(t, store.Options{Now: c.Now})
+	path := s.Path()
+	on := func(node string, ids ...string) []store.DeviceSpec {
+		out := make([]store.DeviceSpec, len(ids))
+		for i, id := range ids {
+			out[i] = store.DeviceSpec{ID: id, Index: i, UUID: ""}
+			if node != "" {
+				out[i].UUID = "GPU-" + node + "-" + id
+			}
+		}
+		return out
+	}
+	steps := []struct {
+		name    string
+		reopen  bool
+		config  []store.DeviceSpec
+		want    store.ReconcileReport
+		uuids   map[string]string // every stored device's UUID after the step
+		nothing bool              // the report is Empty
+	}{
+		{
+			name:   "first start stores the given UUIDs",
+			config: on("a", "fake-0", "fake-1"),
+			want:   store.ReconcileReport{Added: []string{"fake-0", "fake-1"}, Configured: 2},
+			uuids:  map[string]string{"fake-0": "GPU-a-fake-0", "fake-1": "GPU-a-fake-1"},
+		},
+		{
+			name:   "restart with the same node changes nothing",
+			reopen: true, config: on("a", "fake-0", "fake-1"),
+			want:    store.ReconcileReport{Configured: 2},
+			uuids:   map[string]string{"fake-0": "GPU-a-fake-0", "fake-1": "GPU-a-fake-1"},
+			nothing: true,
+		},
+		{
+			name:   "renamed node: stored UUIDs kept, conflicts reported",
+			config: on("b", "fake-0", "fake-1"),
+			want: store.ReconcileReport{UUIDConflicts: []store.UUIDConflict{
+				{ID: "fake-0", Stored: "GPU-a-fake-0", Given: "GPU-b-fake-0"},
+				{ID: "fake-1", Stored: "GPU-a-fake-1", Given: "GPU-b-fake-1"},
+			}, Configured: 2},
+			uuids:   map[string]string{"fake-0": "GPU-a-fake-0", "fake-1": "GPU-a-fake-1"},
+			nothing: true,
+		},
+		{
+			name:   "specs without UUIDs keep the stored ones",
+			config: on("", "fake-0", "fake-1"),
+			want:   store.ReconcileReport{Configured: 2},
+			uuids:  map[string]string{"fake-0": "GPU-a-fake-0", "fake-1": "GPU-a-fake-1"}, nothing: true,
+		},
+		{
+			name:   "a removed device keeps its UUID; one added without a UUID has none",
+			config: on("", "fake-0", "fake-2"),
+			want:   store.ReconcileReport{Added: []string{"fake-2"}, Removed: []string{"fake-1"}, Configured: 2},
+			uuids:  map[string]string{"fake-0": "GPU-a-fake-0", "fake-1": "GPU-a-fake-1", "fake-2": ""},
+		},
+		{
+			name:   "restored under a renamed node: the same UUID; a device without one gets it",
+			config: on("b", "fake-0", "fake-2", "fake-1"),
+			want: store.ReconcileReport{Restored: []string{"fake-1"}, UUIDsAssigned: []string{"fake-2"},
+				UUIDConflicts: []store.UUIDConflict{
+					{ID: "fake-0", Stored: "GPU-a-fake-0", Given: "GPU-b-fake-0"},
+					{ID: "fake-1", Stored: "GPU-a-fake-1", Given: "GPU-b-fake-1"},
+				},
+				Changed:    []store.DeviceChange{{ID: "fake-1", OldIndex: 1, NewIndex: 2}},
+				Configured: 3},
+			uuids: map[string]string{"fake-0": "GPU-a-fake-0", "fake-1": "GPU-a-fake-1", "fake-2": "GPU-b-fake-2"},
+		},
+		{
+			name:   "an assigned UUID is stored like any other",
+			reopen: true, config: on("c", "fake-0", "fake-2", "fake-1"),
+			want: store.ReconcileReport{UUIDConflicts: []store.UUIDConflict{
+				{ID: "fake-0", Stored: "GPU-a-fake-0", Given: "GPU-c-fake-0"},
+				{ID: "fake-1", Stored: "GPU-a-fake-1", Given: "GPU-c-fake-1"},
+				{ID: "fake-2", Stored: "GPU-b-fake-2", Given: "GPU-c-fake-2"},
+			}, Configured: 3},
+			uuids:   map[string]string{"fake-0": "GPU-a-fake-0", "fake-1": "GPU-a-fake-1", "fake-2": "GPU-b-fake-2"},
+			nothing: true,
+		},
+	}
+	for _, step := range steps {
+		if step.reopen {
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			s = storetest.MustOpenPath(t, path, store.Options{Now: c.Now})
+		}
+		got, err := s.Reconcile(step.config)
+		if err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		if !reflect.DeepEqual(got, step.want) {
+			t.Errorf("%s: report = %+v\nwant %+v", step.name, got, step.want)
+		}
+		if got.Empty() != step.nothing {
+			t.Errorf("%s: Empty() = %v, want %v", step.name, got.Empty(), step.nothing)
+		}
+		devs, err := s.Devices()
+		if err != nil {
+			t.Fatal(err)
+		}
+		uuids := map[string]string{}
+		for _, d := range devs {
+			uuids[d.ID] = d.UUID
+			if one, err := s.Device(d.ID); err != nil || one.UUID != d.UUID {
+				t.Errorf("%s: Device(%s) = %+v, %v; Devices() says UUID %q", step.name, d.ID, one, err, d.UUID)
+			}
+		}
+		if !reflect.DeepEqual(uuids, step.uuids) {
+			t.Errorf("%s: UUIDs = %v, want %v", step.name, uuids, step.uuids)
+		}
+	}
+}
+
+// TestReconcile_DuplicateUUID: two specs with one UUID are refused whole.
+func TestReconcile_DuplicateUUID(t *testing.T) {
+	s, _ := mustDevices(t, 2)
+	_, err := s.Reconcile([]store.DeviceSpec{{ID: "fake-0", Index: 0, UUID: "GPU-x"}, {ID: "fake-1", Index: 1, UUID: "GPU-x"}})
+	if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), `"fake-0" and "fake-1" share UUID "GPU-x"`) {
+		t.Fatalf("err = %v, want ErrInvalid naming both devices and the UUID", err)
+	}
+	devs, _ := s.Devices()
+	for _, d := range devs {
+		if d.UUID != "" {
+			t.Errorf("refused specs stored UUID %q for %s", d.UUID, d.ID)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 // Package store keeps the plugin's durable state in one bbolt file: the
-// virtual devices with their health, the history of health changes, and the
-// history of allocations handed to the kubelet. The file lives on a hostPath
+// virtual devices with their health and GPU UUIDs, the history of health
+// changes, the history of configuration changes, and the history of
+// allocations handed to the kubelet. The file lives on a hostPath
 // and survives plugin restarts. The package imports nothing else from the
 // project and logs nothing: it returns errors (see errors.go) and reports
 // (ReconcileReport, Stats) for the caller to log.
@@ -50,10 +51,11 @@
 // # Damaged records
 //
 // One bad record must not hide the rest. Open also checks every record
-// value (devices, allocations, health_events): it must be a JSON object that
-// decodes into its type and makes sense (a device's "id" and a record's
-// "seq" match the key, times are set, an allocation has device ids and a
-// known state, an event a device id). A read-write Open moves every value
+// value (devices, allocations, health_events, config_events): it must be a
+// JSON object that decodes into its type and makes sense (a device's "id"
+// and a record's "seq" match the key, times are set, an allocation has
+// device ids and a known state, a health event a device id, a configuration
+// event a "why", no negative count and no empty or repeated device id). A read-write Open moves every value
 // that fails into the quarantine bucket, with its original bytes, the bucket
 // and key it came from, the reason and the time, deleting it from its bucket,
 // all in one transaction; a file without damage is not written. A read-only
@@ -67,19 +69,35 @@
 // known: Reconcile adds it again as new, healthy, and lists it in
 // ReconcileReport.Recreated. Quarantine entries are never pruned.
 //
-// # Schema (version 2)
+// # Device identity
+//
+// A device's "uuid" is its GPU UUID, which the caller derives (from the
+// node's identity and the device id) and passes in DeviceSpec.UUID. The
+// store keeps the first one it is given, for good: Reconcile stores it for a
+// device that has none (a new device, or one of a file from before version
+// 3) and never replaces it. A spec with another UUID (a renamed node, a
+// changed derivation) leaves the stored one and is reported in
+// ReconcileReport.UUIDConflicts. A removed device keeps its UUID and has it
+// again when restored. A device recreated after its record was damaged gets
+// the UUID of its spec (the same, when the derivation has not changed).
+//
+// # Schema (version 3)
 //
 // Top-level buckets; integers in keys are 8-byte big-endian, so byte order
 // is numeric order; values are JSON objects with snake_case keys and RFC 3339
 // times in UTC, omitting unset optional fields:
 //
 //	meta                  "schema_version" -> uint64 (8 bytes big-endian), = SchemaVersion
-//	devices               device id        -> Device      {"id","index","numa","healthy","reason","since","removed","removed_at"}
+//	devices               device id        -> Device      {"id","index","numa","healthy","reason","since","removed","removed_at",
+//	                                                       "uuid" (version 3)}
 //	allocations           seq (uint64)     -> Allocation  {"seq","time","device_ids","envs","state",
 //	                                                       "namespace","pod","container","held_since","released_at"}
 //	health_events         seq (uint64)     -> HealthEvent {"seq","time","device_id","healthy","reason","cause"}
 //	quarantine            seq (uint64)     -> entry       {"bucket","key","value","reason","time"}      (version 2)
 //	inactive_allocations  since+seq        -> empty       (16-byte key, see below)                       (version 2)
+//	config_events         seq (uint64)     -> ConfigEvent {"seq","time","profile","previous_profile","why","detail",
+//	                                                       "resource_name","machine","devices","replicas",
+//	                                                       "added","removed","restored"}                 (version 3)
 //
 // Sequence numbers come from the bucket's NextSequence: they start at 1, only
 // grow and are never reused, even after Prune deletes the oldest records. The
@@ -88,7 +106,14 @@
 // never deleted (a damaged one is moved to quarantine): a device no longer
 // configured is flagged "removed" by Reconcile, so history always resolves
 // its ids. Allocation
-// "state" is one of allocated, held, released, abandoned. A quarantine
+// "state" is one of allocated, held, released, abandoned. A configuration
+// event records a configuration taking effect: the "profile" in force ("" or
+// absent: none, flags only) and the one before, "why" it was chosen
+// (node-label, file-changed, default, flags, or another short string), an
+// optional "detail", the "resource_name", the "machine" (topology) name, the
+// number of "devices" and of "replicas" per GPU (absent: not shared), and
+// the device ids Reconcile "added", flagged "removed" and "restored" for it;
+// every id names a device of the devices bucket. A quarantine
 // entry holds a damaged record: "bucket" it came from, its "key" and "value"
 // bytes exactly as found (base64, as JSON encodes bytes), the "reason" it was
 // refused and the "time" it was moved.
@@ -104,8 +129,8 @@
 //
 // Records written by earlier builds may carry an "annotations" object in
 // allocations; readers ignore it and a rewrite drops it. The JSON tags of
-// Device, Allocation and HealthEvent describe this file format only; they are
-// nobody's output format.
+// Device, Allocation, HealthEvent and ConfigEvent describe this file format
+// only; they are nobody's output format.
 //
 // # Versions and migration
 //
@@ -118,22 +143,28 @@
 // values but no version; the 0→1 step creates the missing buckets and
 // refuses a file holding any other bucket (ErrCorrupt: not a state file).
 // The 1→2 step creates the quarantine bucket and builds the
-// inactive_allocations index. A read-only Store reads an older file as it
-// is. To change the layout, bump SchemaVersion and append a step; never edit
+// inactive_allocations index. The 2→3 step creates the config_events bucket;
+// device records keep their format (the "uuid" field is optional), and the
+// devices of an upgraded file get their UUIDs at the next Reconcile, which
+// lists them in ReconcileReport.UUIDsAssigned. A read-only Store reads an
+// older file as it is (a missing bucket reads as empty). To change the layout, bump SchemaVersion and append a step; never edit
 // a shipped step.
 //
 // # Retention
 //
-// History grows with every Allocate and health change. Prune deletes
-// records beyond a count per kind (PruneOptions.MaxRecords), beyond a byte
-// size of both kinds together (MaxBytes: keys plus JSON values, as
-// Stats.HistoryBytes reports; the file is about twice that, from bbolt's
-// page overhead and free pages) and inactive records older than an age
-// (MaxAge, counted from when they became inactive), in small transactions.
-// What is still active is kept: records of allocations in state allocated
-// or held go only after every inactive record (released or abandoned
-// allocations, health events) that a limit could take instead, oldest
-// first, and never for their age; only when nothing but active records is
+// History grows with every Allocate, health change and configuration
+// change. Prune deletes records beyond a count per kind
+// (PruneOptions.MaxRecords), beyond a byte size of the three kinds together
+// (MaxBytes: keys plus JSON values, as Stats.HistoryBytes reports; the file
+// is about twice that, from bbolt's page overhead and free pages) and
+// inactive records older than an age (MaxAge, counted from when they became
+// inactive), in small transactions, oldest first across the kinds. The
+// newest configuration event is never deleted: it describes the
+// configuration in force. What is still active is kept: records of
+// allocations in state allocated or held go only after every inactive
+// record (released or abandoned allocations, health and configuration
+// events) that a limit could take instead, oldest first, and never for
+// their age; only when nothing but active records is
 // left over a count or byte limit are the oldest of them deleted, so that
 // the file stays bounded when every record stays allocated (the lifecycle
 // tracker off). Counting bytes reads bbolt's page statistics, as counting

@@ -40,8 +40,8 @@ var (
 	ErrDamaged = errors.New("damaged record")
 
 	// ErrInvalid means an argument was rejected before anything was written:
-	// an empty or duplicate device id or index, an unknown allocation state, a
-	// changed sequence number.
+	// an empty or duplicate device id, index or UUID, an unknown allocation
+	// state, a changed sequence number, a configuration event without a why.
 	ErrInvalid = errors.New("invalid argument")
 
 	// ErrNotRegularFile means the state path exists but is not a regular

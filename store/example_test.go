@@ -99,6 +99,68 @@ func ExampleStore_Reconcile() {
 	// added [] removed [] restored [fake-2 fake-3]
 }
 
+// At every start the plugin reconciles the configured devices, each with
+// the UUID it derives, and records a configuration change when the
+// configuration differs from the newest stored one. A device keeps the first
+// UUID stored for it.
+func ExampleStore_RecordConfigChange() {
+	dir, cleanup := exampleDir()
+	defer cleanup()
+	s, err := store.Open(filepath.Join(dir, "state.db"), store.Options{Now: exampleClock})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close()
+
+	start := func(node, profile string, n int) {
+		specs := make([]store.DeviceSpec, n)
+		for i := range specs {
+			id := fmt.Sprintf("fake-%d", i)
+			specs[i] = store.DeviceSpec{ID: id, Index: i, UUID: "GPU-" + node + "-" + id} // the caller's derivation
+		}
+		rep, err := s.Reconcile(specs)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		for _, c := range rep.UUIDConflicts {
+			fmt.Println("kept", c.Stored, "for", c.ID, "not", c.Given)
+		}
+		now := store.ConfigEvent{Profile: profile, Why: store.WhyNodeLabel, Machine: "workstation-4gpu"}.FromReport(rep)
+		last, err := s.ConfigEvents(store.ConfigFilter{Limit: 1})
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		if len(last) == 1 && last[0].SameConfig(now) {
+			return
+		}
+		if len(last) == 1 {
+			now.PreviousProfile = last[0].Profile
+		}
+		if _, err := s.RecordConfigChange(now); err != nil {
+			fmt.Println(err)
+		}
+	}
+	start("node-a", "four", 4)
+	start("node-a", "four", 4) // a restart: nothing to record
+	start("node-b", "two", 2)  // renamed node, another profile
+
+	evs, _ := s.ConfigEvents(store.ConfigFilter{})
+	for _, e := range evs {
+		fmt.Printf("%d %q after %q: %d devices, added %v, removed %v\n", e.Seq, e.Profile, e.PreviousProfile, e.Devices, e.Added, e.Removed)
+	}
+	d, _ := s.Device("fake-3")
+	fmt.Println(d.ID, d.UUID, "removed:", d.Removed)
+	// Output:
+	// kept GPU-node-a-fake-0 for fake-0 not GPU-node-b-fake-0
+	// kept GPU-node-a-fake-1 for fake-1 not GPU-node-b-fake-1
+	// 2 "two" after "four": 2 devices, added [], removed [fake-2 fake-3]
+	// 1 "four" after "": 4 devices, added [fake-0 fake-1 fake-2 fake-3], removed []
+	// fake-3 GPU-node-a-fake-3 removed: true
+}
+
 // The lifecycle reconciler fills in who holds an allocation.
 func ExampleStore_UpdateAllocation() {
 	dir, cleanup := exampleDir()

@@ -24,6 +24,7 @@ func FuzzOpen(f *testing.F) {
 	for range 3 {
 		mustRecord(f, s, store.Allocation{DeviceIDs: []string{"fake-1"}, Envs: map[string]string{"K": "V"}})
 	}
+	mustConfig(f, s, store.ConfigEvent{Profile: "p", Why: store.WhyNodeLabel, Devices: 2, Added: []string{"fake-0", "fake-1"}})
 	s.Close()
 	valid, err := os.ReadFile(seed)
 	if err != nil {
@@ -53,6 +54,7 @@ func FuzzOpen(f *testing.F) {
 				func() error { _, err := s.Devices(); return err },
 				func() error { _, err := s.Allocations(store.AllocationFilter{}); return err },
 				func() error { _, err := s.HealthEvents(store.EventFilter{}); return err },
+				func() error { _, err := s.ConfigEvents(store.ConfigFilter{}); return err },
 				func() error { _, err := s.Stats(); return err },
 				func() error { _, err := s.Damaged(); return err },
 			} {

@@ -14,31 +14,33 @@ import (
 // PruneOptions.Batch is zero.
 const DefaultPruneBatch = 100
 
-// PruneOptions bound the history Prune keeps: allocation records and health
-// events. The zero value prunes nothing.
+// PruneOptions bound the history Prune keeps: allocation records, health
+// events and configuration events. The zero value prunes nothing.
 //
 // Prune keeps what is still active: a record of an allocation in
 // StateAllocated or StateHeld is never deleted while an inactive record
-// (StateReleased, StateAbandoned, or any health event) could be deleted
-// instead, and never for its age. Only when nothing but active records is
-// left over MaxRecords or MaxBytes are the oldest active records deleted, so
-// that the file stays bounded even when every record stays active (the
-// lifecycle tracker off).
+// (StateReleased, StateAbandoned, or any health or configuration event)
+// could be deleted instead, and never for its age. Only when nothing but
+// active records is left over MaxRecords or MaxBytes are the oldest active
+// records deleted, so that the file stays bounded even when every record
+// stays active (the lifecycle tracker off). The newest configuration event
+// is never deleted: it describes the configuration in force.
 type PruneOptions struct {
 	// MaxRecords keeps at most this many records of each kind (allocation
-	// records, health events), deleting the oldest inactive first. Zero
-	// means no count limit.
+	// records, health events, configuration events), deleting the oldest
+	// inactive first. Zero means no count limit.
 	MaxRecords int
-	// MaxBytes keeps the encoded size of the allocation records and health
-	// events together (their keys and JSON values, as Stats.HistoryBytes
-	// reports it) at or below this, deleting the oldest inactive records of
-	// either kind first. The file is larger by bbolt's page overhead. Zero
-	// means no byte limit.
+	// MaxBytes keeps the encoded size of the allocation records, health
+	// events and configuration events together (their keys and JSON values,
+	// as Stats.HistoryBytes reports it) at or below this, deleting the
+	// oldest inactive records of any kind first. The file is larger by
+	// bbolt's page overhead. Zero means no byte limit.
 	MaxBytes int64
 	// MaxAge deletes inactive records that became inactive before
 	// Now-MaxAge: an allocation record released or abandoned then
-	// (ReleasedAt, or Time when unset), a health event recorded then.
-	// Active records are kept whatever their age. Zero means no age limit.
+	// (ReleasedAt, or Time when unset), a health or configuration event
+	// recorded then. Active records (and the newest configuration event)
+	// are kept whatever their age. Zero means no age limit.
 	MaxAge time.Duration
 	// Batch is the most deletions per transaction, so that writers such as
 	// RecordAllocation wait at most one small transaction. Zero means
@@ -60,6 +62,7 @@ type PruneResult struct {
 	Allocations       int // allocation records deleted
 	ActiveAllocations int // of those, records still active: only active records were left over a limit
 	HealthEvents      int // health events deleted
+	ConfigEvents      int // configuration events deleted
 	Quarantined       int // damaged records met on the way and moved into quarantine
 }
 
@@ -67,6 +70,7 @@ func (r *PruneResult) add(o PruneResult) {
 	r.Allocations += o.Allocations
 	r.ActiveAllocations += o.ActiveAllocations
 	r.HealthEvents += o.HealthEvents
+	r.ConfigEvents += o.ConfigEvents
 	r.Quarantined += o.Quarantined
 }
 
@@ -144,17 +148,18 @@ type pruneTx struct {
 	o      PruneOptions
 	cutoff time.Time
 
-	allocs, events, index *bolt.Bucket
-	ic, ec                *bolt.Cursor
-	ik, ek, ev            []byte // cursor positions (ev: value at ek); nil at the end
+	allocs, events, configs, index *bolt.Bucket
+	ic, ec, cc                     *bolt.Cursor
+	ik, ek, ev, ck, cv             []byte // cursor positions (ev, cv: values at ek, ck); nil at the end
+	lastConfig                     []byte // key of the newest configuration event, never deleted
 
-	excessA, excessE int   // records over MaxRecords, per kind
-	excessB          int64 // bytes over MaxBytes
+	excessA, excessE, excessC int   // records over MaxRecords, per kind
+	excessB                   int64 // bytes over MaxBytes
 
-	delAllocs, delIndex, delEvents [][]byte
-	doomed                         map[string]bool // allocation keys planned for deletion or quarantine
-	bad                            []damage
-	result                         PruneResult
+	delAllocs, delIndex, delEvents, delConfigs [][]byte
+	doomed                                     map[string]bool // allocation keys planned for deletion or quarantine
+	bad                                        []damage
+	result                                     PruneResult
 }
 
 func newPruneTx(s *Store, tx *bolt.Tx, o PruneOptions, cutoff time.Time) (*pruneTx, error) {
@@ -169,26 +174,33 @@ func newPruneTx(s *Store, tx *bolt.Tx, o PruneOptions, cutoff time.Time) (*prune
 	if p.index, err = bucket(tx, bucketInactive); err != nil {
 		return nil, err
 	}
+	if p.configs, err = bucket(tx, bucketConfig); err != nil {
+		return nil, err
+	}
+	if k, _ := p.configs.Cursor().Last(); k != nil {
+		p.lastConfig = bytes.Clone(k)
+	}
 	na, ba := kvStats(p.allocs)
 	ne, be := kvStats(p.events)
+	nc, bc := kvStats(p.configs)
 	if o.MaxRecords > 0 {
-		p.excessA, p.excessE = na-o.MaxRecords, ne-o.MaxRecords
+		p.excessA, p.excessE, p.excessC = na-o.MaxRecords, ne-o.MaxRecords, nc-o.MaxRecords
 	}
 	if o.MaxBytes > 0 {
-		p.excessB = ba + be - o.MaxBytes
+		p.excessB = ba + be + bc - o.MaxBytes
 	}
 	return p, nil
 }
 
 func (p *pruneTx) ops() int {
-	return len(p.delAllocs) + len(p.delEvents) + len(p.bad)
+	return len(p.delAllocs) + len(p.delEvents) + len(p.delConfigs) + len(p.bad)
 }
 
 func (p *pruneTx) room() bool { return p.ops() < p.o.Batch }
 
 func (p *pruneTx) tooOld(t time.Time) bool { return !p.cutoff.IsZero() && t.Before(p.cutoff) }
 
-// plan picks this batch's deletions: inactive records of both kinds, then,
+// plan picks this batch's deletions: inactive records of every kind, then,
 // if only active allocation records are left over a limit, the oldest of
 // those.
 func (p *pruneTx) plan() error {
@@ -196,7 +208,9 @@ func (p *pruneTx) plan() error {
 	p.ik, _ = p.ic.First()
 	p.ec = p.events.Cursor()
 	p.ek, p.ev = p.ec.First()
-	var a, e *candidate
+	p.cc = p.configs.Cursor()
+	p.ck, p.cv = p.cc.First()
+	var a, e, c *candidate
 	for p.room() {
 		if a == nil {
 			a = p.nextInactive()
@@ -204,13 +218,23 @@ func (p *pruneTx) plan() error {
 		if e == nil {
 			e = p.nextEvent()
 		}
+		if c == nil {
+			c = p.nextConfig()
+		}
 		takeA := a != nil && (p.tooOld(a.at) || p.excessA > 0)
 		takeE := e != nil && (p.tooOld(e.at) || p.excessE > 0)
-		if !takeA && !takeE && p.excessB > 0 {
-			takeA = a != nil && (e == nil || !e.at.Before(a.at))
-			takeE = !takeA && e != nil
+		takeC := c != nil && (p.tooOld(c.at) || p.excessC > 0)
+		if !takeA && !takeE && !takeC && p.excessB > 0 {
+			switch oldest(a, e, c) {
+			case 0:
+				takeA = true
+			case 1:
+				takeE = true
+			case 2:
+				takeC = true
+			}
 		}
-		if !takeA && !takeE {
+		if !takeA && !takeE && !takeC {
 			break
 		}
 		if takeA {
@@ -229,13 +253,20 @@ func (p *pruneTx) plan() error {
 			p.result.HealthEvents++
 			e = nil
 		}
+		if takeC && p.room() {
+			p.delConfigs = append(p.delConfigs, c.key)
+			p.excessC--
+			p.excessB -= c.size
+			p.result.ConfigEvents++
+			c = nil
+		}
 	}
 	if !p.room() || (p.excessA <= 0 && p.excessB <= 0) {
 		return nil
 	}
 	// Nothing inactive is left over the limits: the oldest active records go.
-	c := p.allocs.Cursor()
-	for k, v := c.First(); k != nil && p.room() && (p.excessA > 0 || p.excessB > 0); k, v = c.Next() {
+	ac := p.allocs.Cursor()
+	for k, v := ac.First(); k != nil && p.room() && (p.excessA > 0 || p.excessB > 0); k, v = ac.Next() {
 		if p.doomed[string(k)] || v == nil {
 			continue
 		}
@@ -315,6 +346,42 @@ func (p *pruneTx) nextEvent() *candidate {
 	return nil
 }
 
+// nextConfig returns the oldest configuration event not yet planned, or
+// nil. The newest is never a candidate.
+func (p *pruneTx) nextConfig() *candidate {
+	for ; p.ck != nil && p.room(); p.ck, p.cv = p.cc.Next() {
+		k, v := p.ck, p.cv
+		if bytes.Equal(k, p.lastConfig) {
+			return nil
+		}
+		if v == nil {
+			continue
+		}
+		e, err := decodeConfigEvent(k, v)
+		if err != nil {
+			p.damaged(bucketConfig, k, v, err)
+			p.excessC--
+			continue
+		}
+		c := &candidate{key: bytes.Clone(k), at: e.Time, size: int64(len(k) + len(v))}
+		p.ck, p.cv = p.cc.Next()
+		return c
+	}
+	return nil
+}
+
+// oldest returns the index of the candidate that became inactive first
+// (the first of those on a tie), or -1 when all are nil.
+func oldest(cs ...*candidate) int {
+	best := -1
+	for i, c := range cs {
+		if c != nil && (best < 0 || c.at.Before(cs[best].at)) {
+			best = i
+		}
+	}
+	return best
+}
+
 func (p *pruneTx) damaged(name, k, v []byte, err error) {
 	if string(name) == string(bucketAllocations) {
 		p.doomed[string(k)] = true
@@ -335,7 +402,7 @@ func (p *pruneTx) apply() error {
 	for _, del := range []struct {
 		b    *bolt.Bucket
 		keys [][]byte
-	}{{p.allocs, p.delAllocs}, {p.index, p.delIndex}, {p.events, p.delEvents}} {
+	}{{p.allocs, p.delAllocs}, {p.index, p.delIndex}, {p.events, p.delEvents}, {p.configs, p.delConfigs}} {
 		for _, k := range del.keys {
 			if err := del.b.Delete(k); err != nil {
 				return fmt.Errorf("delete %x: %w", k, err)

@@ -410,3 +410,74 @@ func TestOpen_FixesInactiveIndex(t *testing.T) {
 		})
 	}
 }
+
+// TestPrune_ConfigEvents: configuration events are history under the limits
+// of the other kinds (count per kind, bytes of all kinds together, age),
+// oldest first across kinds, and the newest event is always kept.
+func TestPrune_ConfigEvents(t *testing.T) {
+	base := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	now := base.Add(4*time.Hour + 30*time.Minute)
+	// Health event 1 (the device added) at base; configuration events 1..5
+	// at base-1h, +1h, +2h, +3h, +4h; allocation 1 released at base+30m,
+	// allocation 2 held since base+10m.
+	fill := func(t *testing.T) *store.Store {
+		s := storetest.MustOpen(t, store.Options{Now: func() time.Time { return base }})
+		if _, err := s.Reconcile(specs(1)); err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range []int{-1, 1, 2, 3, 4} {
+			mustConfig(t, s, store.ConfigEvent{Time: base.Add(time.Duration(h) * time.Hour), Why: store.WhyFlags, Devices: 1})
+		}
+		mustRecord(t, s, store.Allocation{DeviceIDs: []string{"fake-0"}, Time: base.Add(30 * time.Minute), State: store.StateReleased})
+		mustRecord(t, s, store.Allocation{DeviceIDs: []string{"fake-0"}, Time: base.Add(10 * time.Minute), State: store.StateHeld})
+		return s
+	}
+	for _, tc := range []struct {
+		name        string
+		o           func(st store.Stats) store.PruneOptions
+		wantConfigs []uint64
+		want        store.PruneResult
+	}{
+		{"count per kind", func(store.Stats) store.PruneOptions { return store.PruneOptions{MaxRecords: 2} },
+			[]uint64{5, 4}, store.PruneResult{ConfigEvents: 3}},
+		{"count 1 keeps the newest", func(store.Stats) store.PruneOptions { return store.PruneOptions{MaxRecords: 1} },
+			[]uint64{5}, store.PruneResult{Allocations: 1, ConfigEvents: 4}},
+		{"age", func(store.Stats) store.PruneOptions { return store.PruneOptions{MaxAge: 2 * time.Hour, Now: now} },
+			[]uint64{5, 4}, store.PruneResult{Allocations: 1, HealthEvents: 1, ConfigEvents: 3}},
+		{"age spares the newest", func(store.Stats) store.PruneOptions {
+			return store.PruneOptions{MaxAge: time.Nanosecond, Now: now.Add(24 * time.Hour)}
+		}, []uint64{5}, store.PruneResult{Allocations: 1, HealthEvents: 1, ConfigEvents: 4}},
+		{"bytes: the oldest record of any kind goes first", func(st store.Stats) store.PruneOptions {
+			return store.PruneOptions{MaxBytes: st.HistoryBytes - 1}
+		}, []uint64{5, 4, 3, 2}, store.PruneResult{ConfigEvents: 1}},
+		{"bytes: everything but the newest event, active records last", func(store.Stats) store.PruneOptions {
+			return store.PruneOptions{MaxBytes: 1, Batch: 2}
+		}, []uint64{5}, store.PruneResult{Allocations: 2, ActiveAllocations: 1, HealthEvents: 1, ConfigEvents: 4}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := fill(t)
+			st, err := s.Stats()
+			if err != nil || st.ConfigEvents != 5 || st.HealthEvents != 1 || st.Allocations != 2 {
+				t.Fatalf("Stats() = %+v, %v", st, err)
+			}
+			got, err := s.Prune(t.Context(), tc.o(st))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("Prune = %+v, want %+v", got, tc.want)
+			}
+			evs, _ := s.ConfigEvents(store.ConfigFilter{})
+			if seqs := configSeqs(evs); !reflect.DeepEqual(seqs, tc.wantConfigs) {
+				t.Errorf("kept config events %v, want %v", seqs, tc.wantConfigs)
+			}
+			after, _ := s.Stats()
+			if after.ConfigEvents != len(tc.wantConfigs) || after.HistoryBytes >= st.HistoryBytes {
+				t.Errorf("Stats() after = %+v; want %d config events and fewer bytes than %d", after, len(tc.wantConfigs), st.HistoryBytes)
+			}
+			if e := mustConfig(t, s, store.ConfigEvent{Why: store.WhyFlags}); e.Seq != 6 {
+				t.Errorf("next seq %d, want 6", e.Seq)
+			}
+		})
+	}
+}

@@ -15,8 +15,8 @@ import (
 // that does not match its key, a missing time, an unknown state). The rest of
 // the file stays readable; see Store.Damaged.
 type DamagedRecord struct {
-	// Bucket is where the record was: devices, allocations or
-	// health_events (quarantine for a damaged quarantine entry).
+	// Bucket is where the record was: devices, allocations, health_events
+	// or config_events (quarantine for a damaged quarantine entry).
 	Bucket string
 	// Key names the record: the device id, or the sequence number in
 	// decimal; a key that is neither is shown in hex ("0x…").
@@ -169,9 +169,9 @@ func (r recordScan) empty() bool {
 func scanRecords(tx *bolt.Tx) (recordScan, error) {
 	var r recordScan
 	want := map[string]bool{} // index keys the records call for
-	for _, name := range dataBuckets {
+	for _, name := range recordBuckets {
 		b := tx.Bucket(name)
-		if b == nil {
+		if b == nil { // an older file, read-only
 			continue
 		}
 		err := b.ForEach(func(k, v []byte) error {
@@ -189,6 +189,8 @@ func scanRecords(tx *bolt.Tx) (recordScan, error) {
 				}
 			case string(bucketEvents):
 				_, err = decodeEvent(k, v)
+			case string(bucketConfig):
+				_, err = decodeConfigEvent(k, v)
 			}
 			if err != nil {
 				r.damaged = append(r.damaged, damage{bucket: string(name), key: bytes.Clone(k), value: bytes.Clone(v), reason: reasonOf(err)})

@@ -9,10 +9,10 @@ import (
 	"strconv"
 )
 
-// Record validation. Every value read from the devices, allocations and
-// health_events buckets goes through one of the decode functions below, at
-// Open and in every reader, so that what Open accepted the readers accept
-// too. A value they refuse is a damaged record: Open moves it to the
+// Record validation. Every value read from the devices, allocations,
+// health_events and config_events buckets goes through one of the decode
+// functions below, at Open and in every reader, so that what Open accepted
+// the readers accept too. A value they refuse is a damaged record: Open moves it to the
 // quarantine bucket (read-write) or reports it (read-only), readers skip
 // and report it (see Store.Damaged).
 
@@ -128,6 +128,30 @@ func decodeEvent(k, v []byte) (HealthEvent, error) {
 		return HealthEvent{}, damaged("no time")
 	case e.DeviceID == "":
 		return HealthEvent{}, damaged("no device id")
+	}
+	return e, nil
+}
+
+// decodeConfigEvent decodes and checks the configuration event stored
+// under key k: a JSON object whose "seq" is the key, with a time, a why, and
+// what RecordConfigChange accepts.
+func decodeConfigEvent(k, v []byte) (ConfigEvent, error) {
+	seq, err := seqKey(k)
+	if err != nil {
+		return ConfigEvent{}, err
+	}
+	var e ConfigEvent
+	if err := decodeObject(v, &e); err != nil {
+		return ConfigEvent{}, err
+	}
+	switch {
+	case e.Seq != seq:
+		return ConfigEvent{}, damaged("seq %d does not match its key %d", e.Seq, seq)
+	case e.Time.IsZero():
+		return ConfigEvent{}, damaged("no time")
+	}
+	if err := validateConfigEvent(e); err != nil {
+		return ConfigEvent{}, damaged("%v", err)
 	}
 	return e, nil
 }

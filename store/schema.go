@@ -10,7 +10,7 @@ import (
 // SchemaVersion is the layout version this build reads and writes. Open
 // migrates files with a smaller version (see doc.go) and refuses files with a
 // larger one (ErrNewerSchema).
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // Bucket and key names. They are part of the on-disk format: never rename them
 // without a migration step.
@@ -21,6 +21,7 @@ var (
 	bucketEvents      = []byte("health_events")
 	bucketQuarantine  = []byte("quarantine")           // since version 2
 	bucketInactive    = []byte("inactive_allocations") // since version 2
+	bucketConfig      = []byte("config_events")        // since version 3
 
 	keySchemaVersion = []byte("schema_version")
 )
@@ -34,8 +35,13 @@ const appendFillPercent = 0.9
 // top-level bucket a version-1 file has.
 var dataBuckets = [][]byte{bucketDevices, bucketAllocations, bucketEvents}
 
+// recordBuckets are the buckets whose values are records Open checks (and
+// quarantines when damaged): dataBuckets and, since version 3,
+// config_events.
+var recordBuckets = [][]byte{bucketDevices, bucketAllocations, bucketEvents, bucketConfig}
+
 // currentBuckets are every top-level bucket a file of SchemaVersion has.
-var currentBuckets = [][]byte{bucketMeta, bucketDevices, bucketAllocations, bucketEvents, bucketQuarantine, bucketInactive}
+var currentBuckets = [][]byte{bucketMeta, bucketDevices, bucketAllocations, bucketEvents, bucketQuarantine, bucketInactive, bucketConfig}
 
 // migration is one step of the schema history: it turns a file of version
 // from into a file of version from+1. Steps run inside the single read-write
@@ -53,6 +59,7 @@ type migration struct {
 var migrations = []migration{
 	{from: 0, name: "create buckets and record the schema version", apply: migrateV0toV1},
 	{from: 1, name: "create the quarantine bucket and index inactive allocations", apply: migrateV1toV2},
+	{from: 2, name: "create the config_events bucket", apply: migrateV2toV3},
 }
 
 // migrateV0toV1 adopts a version-0 file: one without a meta bucket. That is a
@@ -109,6 +116,18 @@ func migrateV1toV2(tx *bolt.Tx) error {
 		if err := idx.Put(k, []byte{}); err != nil {
 			return fmt.Errorf("index inactive allocations: %w", err)
 		}
+	}
+	return nil
+}
+
+// migrateV2toV3 creates the config_events bucket. Device records keep their
+// format: the "uuid" field they gain in version 3 is optional, and Reconcile
+// stores it for a device that has none, so a device of an upgraded file gets
+// its UUID at the next Reconcile rather than here (the store does not derive
+// UUIDs; its caller does).
+func migrateV2toV3(tx *bolt.Tx) error {
+	if _, err := tx.CreateBucketIfNotExists(bucketConfig); err != nil {
+		return fmt.Errorf("create bucket %q: %w", bucketConfig, err)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -142,5 +143,105 @@ func TestOpen_V1MissingBucket(t *testing.T) {
 	rawUpdate(t, path, func(tx *bolt.Tx) error { return tx.DeleteBucket([]byte("allocations")) })
 	if _, err := store.Open(path, store.Options{}); !errors.Is(err, store.ErrCorrupt) {
 		t.Errorf("err = %v, want ErrCorrupt", err)
+	}
+}
+
+// writeV2 writes a version-2 file as the build before UUIDs and
+// configuration events left it: every version-2 bucket, device records
+// without "uuid", no config_events bucket.
+func writeV2(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "state.db")
+	rawUpdate(t, path, func(tx *bolt.Tx) error {
+		for _, name := range []string{"meta", "devices", "allocations", "health_events", "quarantine", "inactive_allocations"} {
+			if _, err := tx.CreateBucket([]byte(name)); err != nil {
+				return err
+			}
+		}
+		if err := tx.Bucket([]byte("meta")).Put([]byte("schema_version"), binary.BigEndian.AppendUint64(nil, 2)); err != nil {
+			return err
+		}
+		devs := tx.Bucket([]byte("devices"))
+		for _, kv := range [][2]string{
+			{"fake-0", `{"id":"fake-0","index":0,"numa":0,"healthy":true,"since":"2026-01-01T00:00:00Z"}`},
+			{"fake-1", `{"id":"fake-1","index":1,"numa":0,"healthy":false,"reason":"ecc","since":"2026-01-02T00:00:00Z"}`},
+			{"fake-2", `{"id":"fake-2","index":2,"numa":1,"healthy":true,"since":"2026-01-01T00:00:00Z","removed":true,"removed_at":"2026-01-03T00:00:00Z"}`},
+		} {
+			if err := devs.Put([]byte(kv[0]), []byte(kv[1])); err != nil {
+				return err
+			}
+		}
+		events := tx.Bucket([]byte("health_events"))
+		if err := events.SetSequence(1); err != nil {
+			return err
+		}
+		return events.Put(binary.BigEndian.AppendUint64(nil, 1),
+			[]byte(`{"seq":1,"time":"2026-01-02T00:00:00Z","device_id":"fake-1","healthy":false,"reason":"ecc","cause":"admin"}`))
+	})
+	return path
+}
+
+// TestOpen_MigratesV2: a version-2 file is read as it is read-only, and
+// read-write gets the config_events bucket; its devices, removed ones
+// included, get their UUIDs at the next Reconcile, and keep them.
+func TestOpen_MigratesV2(t *testing.T) {
+	path := writeV2(t)
+	before := fileHash(t, path)
+
+	ro := storetest.MustOpenPath(t, path, store.Options{ReadOnly: true})
+	if ro.SchemaVersion() != 2 {
+		t.Errorf("read-only SchemaVersion() = %d, want 2", ro.SchemaVersion())
+	}
+	if evs, err := ro.ConfigEvents(store.ConfigFilter{}); err != nil || len(evs) != 0 {
+		t.Errorf("read-only v2 ConfigEvents() = %v, %v; want none", evs, err)
+	}
+	if devs, err := ro.Devices(); err != nil || len(devs) != 3 || devs[0].UUID != "" {
+		t.Errorf("read-only v2 Devices() = %+v, %v", devs, err)
+	}
+	if dmg, err := ro.Damaged(); err != nil || len(dmg) != 0 {
+		t.Errorf("read-only v2 Damaged() = %+v, %v; want none", dmg, err)
+	}
+	ro.Close()
+	if fileHash(t, path) != before {
+		t.Fatal("read-only open migrated the file")
+	}
+
+	s := storetest.MustOpenPath(t, path, store.Options{})
+	if v, migrated := s.MigratedFrom(); v != 2 || !migrated || s.SchemaVersion() != 3 {
+		t.Errorf("MigratedFrom() = %d, %v, SchemaVersion() = %d; want 2, true, 3", v, migrated, s.SchemaVersion())
+	}
+	uuid := func(id string) string { return "GPU-node-" + id }
+	config := []store.DeviceSpec{{ID: "fake-0", Index: 0, NUMA: 0, UUID: uuid("fake-0")}, {ID: "fake-1", Index: 1, NUMA: 0, UUID: uuid("fake-1")}}
+	rep, err := s.Reconcile(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := store.ReconcileReport{UUIDsAssigned: []string{"fake-0", "fake-1"}, Configured: 2}
+	if !reflect.DeepEqual(rep, want) || rep.Empty() {
+		t.Errorf("first Reconcile after the upgrade = %+v, want %+v (not empty)", rep, want)
+	}
+	// The removed fake-2 gets its UUID when it is configured again.
+	config = append(config, store.DeviceSpec{ID: "fake-2", Index: 2, NUMA: 1, UUID: uuid("fake-2")})
+	rep, err = s.Reconcile(config)
+	if want := (store.ReconcileReport{Restored: []string{"fake-2"}, UUIDsAssigned: []string{"fake-2"}, Configured: 3}); err != nil || !reflect.DeepEqual(rep, want) {
+		t.Errorf("restoring fake-2 = %+v, %v; want %+v", rep, err, want)
+	}
+	devs, err := s.Devices()
+	if err != nil || len(devs) != 3 {
+		t.Fatalf("Devices() = %+v, %v", devs, err)
+	}
+	for _, d := range devs {
+		if d.UUID != uuid(d.ID) {
+			t.Errorf("%s: UUID %q, want %q", d.ID, d.UUID, uuid(d.ID))
+		}
+	}
+	if devs[1].Healthy || devs[1].Reason != "ecc" {
+		t.Errorf("fake-1 = %+v: health lost in the upgrade", devs[1])
+	}
+	if _, err := s.RecordConfigChange(store.ConfigEvent{Why: store.WhyFlags, Devices: 3}); err != nil {
+		t.Errorf("RecordConfigChange after the upgrade: %v", err)
+	}
+	if rep, err := s.Reconcile(config); err != nil || !rep.Empty() {
+		t.Errorf("Reconcile again = %+v, %v; want no change", rep, err)
 	}
 }

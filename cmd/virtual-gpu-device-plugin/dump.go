@@ -174,8 +174,8 @@ func dump(ctx context.Context, args []string, stdout io.Writer, getenv func(stri
 	fset.BoolVar(&active, "active", false, "only allocations that still hold their devices")
 	pos, err := parseSubcommand(fset, args, getenv)
 	if errors.Is(err, flag.ErrHelp) {
-		printUsage(fset, stdout, dumpSynopsis, "Shows the devices (health, NUMA node, holder), the allocation history and the health events,\n"+
-			"newest first, from the running plugin or, when none runs, from the state file (read-only).")
+		printUsage(fset, stdout, dumpSynopsis, "Shows the devices (health, NUMA node, holder), the allocation history, the health events and the\n"+
+			"configuration changes, newest first, from the running plugin or, when none runs, from the state file (read-only).")
 		return nil
 	}
 	if err != nil {
@@ -233,7 +233,7 @@ func writeSnapshot(w io.Writer, snap admin.Snapshot, f inspectFlags) error {
 		return err
 	}
 	t := table{tw: tabwriter.NewWriter(w, 0, 4, 2, ' ', 0), wide: f.output == "wide", headers: !f.noHeaders}
-	devicesOnly := snap.Allocations == nil && snap.HealthEvents == nil
+	devicesOnly := snap.Allocations == nil && snap.HealthEvents == nil && snap.ConfigEvents == nil
 	if !devicesOnly && t.headers {
 		fmt.Fprintf(t.tw, "source: %s %s\n\n", snap.Source.Type, cell(snap.Source.Path))
 	}
@@ -241,6 +241,7 @@ func writeSnapshot(w io.Writer, snap admin.Snapshot, f inspectFlags) error {
 	if !devicesOnly {
 		t.allocations(snap.Allocations)
 		t.events(snap.HealthEvents)
+		t.configEvents(snap.ConfigEvents)
 		t.damaged(snap.DamagedRecords)
 	}
 	return t.tw.Flush()
@@ -279,7 +280,7 @@ func (t table) empty(what string) {
 
 func (t table) devices(devs []admin.Device) {
 	if t.wide {
-		t.header(true, "DEVICE", "INDEX", "NUMA", "TOPOLOGY NUMA", "HEALTH", "REASON", "SINCE", "HOLDER", "ALLOCATION")
+		t.header(true, "DEVICE", "INDEX", "UUID", "NUMA", "TOPOLOGY NUMA", "HEALTH", "REASON", "SINCE", "HOLDER", "ALLOCATION")
 	} else {
 		t.header(true, "DEVICE", "NUMA", "HEALTH", "REASON", "SINCE", "HOLDER")
 	}
@@ -289,7 +290,7 @@ func (t table) devices(devs []admin.Device) {
 			health = "Removed"
 		}
 		if t.wide {
-			t.row(cell(d.ID), strconv.Itoa(d.Index), reportedNUMA(d), numa(d.NUMANode), health, cell(d.Reason), fmtTime(d.Since), holder(d.Holder), allocation(d.Holder))
+			t.row(cell(d.ID), strconv.Itoa(d.Index), cell(d.UUID), reportedNUMA(d), numa(d.NUMANode), health, cell(d.Reason), fmtTime(d.Since), holder(d.Holder), allocation(d.Holder))
 		} else {
 			t.row(cell(d.ID), reportedNUMA(d), health, cell(d.Reason), fmtTime(d.Since), holder(d.Holder))
 		}
@@ -315,6 +316,50 @@ func (t table) events(events []admin.HealthEvent) {
 	if len(events) == 0 {
 		t.empty("health events")
 	}
+}
+
+// configEvents prints the configuration changes; wide adds the profile
+// before, the detail, the resource name and the replicas.
+func (t table) configEvents(events []admin.ConfigEvent) {
+	if t.wide {
+		t.header(false, "CONFIG EVENT", "TIME", "PROFILE", "PREVIOUS", "WHY", "DETAIL", "RESOURCE", "MACHINE", "DEVICES", "REPLICAS", "CHANGES")
+	} else {
+		t.header(false, "CONFIG EVENT", "TIME", "PROFILE", "WHY", "MACHINE", "DEVICES", "CHANGES")
+	}
+	for _, e := range events {
+		seq, devices := strconv.FormatUint(e.Seq, 10), strconv.Itoa(e.Devices)
+		if t.wide {
+			t.row(seq, fmtTime(e.Time), cell(e.Profile), cell(e.PreviousProfile), cell(e.Why), cell(e.Detail), cell(e.ResourceName),
+				cell(e.Machine), devices, replicas(e.Replicas), deviceChanges(e))
+		} else {
+			t.row(seq, fmtTime(e.Time), cell(e.Profile), cell(e.Why), cell(e.Machine), devices, deviceChanges(e))
+		}
+	}
+	if len(events) == 0 {
+		t.empty("config events")
+	}
+}
+
+// deviceChanges says which devices a configuration change added, removed
+// and restored: "added fake-4,fake-5; removed fake-0", or "-".
+func deviceChanges(e admin.ConfigEvent) string {
+	var parts []string
+	for _, c := range []struct {
+		what string
+		ids  []string
+	}{{"added", e.Added}, {"removed", e.Removed}, {"restored", e.Restored}} {
+		if len(c.ids) > 0 {
+			parts = append(parts, c.what+" "+strings.Join(c.ids, ","))
+		}
+	}
+	return cell(strings.Join(parts, "; "))
+}
+
+func replicas(n int) string {
+	if n <= 0 {
+		return "-"
+	}
+	return strconv.Itoa(n)
 }
 
 // damaged prints the damaged records, only when there are some.

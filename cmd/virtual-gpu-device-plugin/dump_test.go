@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -13,29 +14,37 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/admin"
+	"github.com/unicore/virtual-gpu-device-plugin/store"
 )
 
 func intp(n int) *int { return &n }
 
 // snapshotFixture has a device the kubelet was told no NUMA node for, one
 // whose reported node is unknown, a removed one, a reason with control
-// characters, history and a damaged record.
+// characters, device UUIDs (one not stored yet), history with configuration
+// changes and a damaged record.
 func snapshotFixture() admin.Snapshot {
 	t0 := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
 	return admin.Snapshot{
 		APIVersion: admin.APIVersion, Kind: admin.KindSnapshot,
 		Source: admin.SourceInfo{Type: admin.SourcePlugin, Path: "/run/vgpu/admin.sock"},
 		Devices: []admin.Device{
-			{ID: "fake-0", Index: 0, NUMANode: 0, ReportedNUMANode: intp(0), Healthy: true, Since: t0,
+			{ID: "fake-0", Index: 0, UUID: "GPU-5e3f8a2c-1b4d-9e7f-0a6c-3d2b1e4f5a6b", NUMANode: 0, ReportedNUMANode: intp(0), Healthy: true, Since: t0,
 				Holder: &admin.Holder{Seq: 7, State: "held", Namespace: "default", Pod: "vgpu-demo", Container: "demo"}},
-			{ID: "fake-1", Index: 1, NUMANode: 1, ReportedNUMANode: intp(-1), Healthy: false, Reason: "XID 79\n\x1b[2Jgone\tnow", Since: t0,
+			{ID: "fake-1", Index: 1, UUID: "GPU-0c1d2e3f-4a5b-6c7d-8e9f-a0b1c2d3e4f5", NUMANode: 1, ReportedNUMANode: intp(-1), Healthy: false, Reason: "XID 79\n\x1b[2Jgone\tnow", Since: t0,
 				Holder: &admin.Holder{Seq: 8, State: "allocated"}},
 			{ID: "fake-2", Index: 2, NUMANode: 1, Healthy: true, Since: t0},
 			{ID: "fake-3", Index: 3, NUMANode: 1, Healthy: true, Since: t0, Removed: true, RemovedAt: t0},
 		},
 		Allocations: []admin.Allocation{{Seq: 8, Time: t0, DeviceIDs: []string{"fake-1"}, State: "allocated"},
 			{Seq: 7, Time: t0, DeviceIDs: []string{"fake-0"}, State: "held", Namespace: "default", Pod: "vgpu-demo", Container: "demo", HeldSince: t0}},
-		HealthEvents:   []admin.HealthEvent{{Seq: 3, Time: t0, DeviceID: "fake-1", Reason: "XID 79\n\x1b[2Jgone\tnow", Cause: "admin"}},
+		HealthEvents: []admin.HealthEvent{{Seq: 3, Time: t0, DeviceID: "fake-1", Reason: "XID 79\n\x1b[2Jgone\tnow", Cause: "admin"}},
+		ConfigEvents: []admin.ConfigEvent{
+			{Seq: 2, Time: t0, Profile: "three", PreviousProfile: "four", Why: "node-label", Detail: "unicore.mcyou.cc/gpu-profile=three\x1b",
+				ResourceName: "unicore.mcyou.cc/gpu", Machine: "workstation-4gpu", Devices: 3, Replicas: 2, Removed: []string{"fake-3"}},
+			{Seq: 1, Time: t0.Add(-time.Hour), Why: "flags", ResourceName: "unicore.mcyou.cc/gpu", Machine: "workstation-4gpu", Devices: 4,
+				Added: []string{"fake-0", "fake-1", "fake-2", "fake-3"}},
+		},
 		DamagedRecords: []admin.DamagedRecord{{Bucket: "allocations", Key: "0000000000000009", Reason: "not JSON: \x00\xff"}},
 	}
 }
@@ -68,6 +77,7 @@ func TestWriteSnapshot_Table(t *testing.T) {
 		"source: plugin /run/vgpu/admin.sock",
 		"DEVICE  NUMA     HEALTH",
 		`XID 79\n\x1b[2Jgone\tnow`,
+		"CONFIG EVENT",
 		"DAMAGED RECORD",
 		`not JSON: \x00\xff`,
 	} {
@@ -90,22 +100,53 @@ func TestWriteSnapshot_Table(t *testing.T) {
 	if got := fields(t, out, "fake-1 "); got[len(got)-2] != "#8" || got[len(got)-1] != "(allocated)" {
 		t.Errorf("fake-1 holder = %v", got)
 	}
+	if strings.Contains(out, "GPU-") {
+		t.Errorf("UUIDs are for wide output only:\n%s", out)
+	}
+	if h := fields(t, out, "CONFIG EVENT"); strings.Join(h, " ") != "CONFIG EVENT TIME PROFILE WHY MACHINE DEVICES CHANGES" {
+		t.Errorf("config event header = %v", h)
+	}
+	if got := strings.Join(fields(t, out, "2 "), " "); got != "2 2026-11-30T08:00:00Z three node-label workstation-4gpu 3 removed fake-3" {
+		t.Errorf("config event 2 = %q", got)
+	}
+	if got := strings.Join(fields(t, out, "1 "), " "); got != "1 2026-11-30T07:00:00Z - flags workstation-4gpu 4 added fake-0,fake-1,fake-2,fake-3" {
+		t.Errorf("config event 1 = %q", got)
+	}
+	// Newest first, before the damaged records.
+	if i, j, k := strings.Index(out, "\n2  "), strings.Index(out, "\n1  "), strings.Index(out, "DAMAGED"); !(0 <= i && i < j && j < k) {
+		t.Errorf("config events out of order:\n%s", out)
+	}
 }
 
 func TestWriteSnapshot_Wide(t *testing.T) {
 	out := renderSnapshot(t, snapshotFixture(), inspectFlags{output: "wide"})
-	if h := fields(t, out, "DEVICE"); strings.Join(h, " ") != "DEVICE INDEX NUMA TOPOLOGY NUMA HEALTH REASON SINCE HOLDER ALLOCATION" {
+	if h := fields(t, out, "DEVICE"); strings.Join(h, " ") != "DEVICE INDEX UUID NUMA TOPOLOGY NUMA HEALTH REASON SINCE HOLDER ALLOCATION" {
 		t.Errorf("wide header = %v", h)
 	}
-	// fake-1: told no NUMA node, topology node 1.
-	if got := fields(t, out, "fake-1 "); got[1] != "1" || got[2] != "-" || got[3] != "1" || got[len(got)-2] != "#8" {
-		t.Errorf("fake-1 wide = %v, want index 1, NUMA -, topology NUMA 1, allocation #8", got)
+	// fake-1: its UUID, told no NUMA node, topology node 1.
+	if got := fields(t, out, "fake-1 "); got[1] != "1" || got[2] != "GPU-0c1d2e3f-4a5b-6c7d-8e9f-a0b1c2d3e4f5" || got[3] != "-" || got[4] != "1" || got[len(got)-2] != "#8" {
+		t.Errorf("fake-1 wide = %v, want index 1, its UUID, NUMA -, topology NUMA 1, allocation #8", got)
+	}
+	// fake-2 has no UUID stored yet.
+	if got := fields(t, out, "fake-2 "); got[2] != "-" {
+		t.Errorf("fake-2 wide = %v, want UUID -", got)
+	}
+	if h := fields(t, out, "CONFIG EVENT"); strings.Join(h, " ") != "CONFIG EVENT TIME PROFILE PREVIOUS WHY DETAIL RESOURCE MACHINE DEVICES REPLICAS CHANGES" {
+		t.Errorf("wide config event header = %v", h)
+	}
+	want := `2 2026-11-30T08:00:00Z three four node-label unicore.mcyou.cc/gpu-profile=three\x1b unicore.mcyou.cc/gpu workstation-4gpu 3 2 removed fake-3`
+	if got := strings.Join(fields(t, out, "2 "), " "); got != want {
+		t.Errorf("wide config event 2 = %q\nwant %q", got, want)
+	}
+	if got := fields(t, out, "1 "); got[3] != "-" || got[len(got)-3] != "-" {
+		t.Errorf("wide config event 1 = %v, want no previous profile, no replicas", got)
 	}
 }
 
 func TestWriteSnapshot_NoHeaders(t *testing.T) {
 	snap := snapshotFixture()
 	snap.Allocations, snap.HealthEvents, snap.DamagedRecords = []admin.Allocation{}, []admin.HealthEvent{}, []admin.DamagedRecord{}
+	snap.ConfigEvents = []admin.ConfigEvent{}
 	out := renderSnapshot(t, snap, inspectFlags{output: "table", noHeaders: true})
 	for _, absent := range []string{"source:", "DEVICE", "SEQ", "EVENT", "(no ", "DAMAGED"} {
 		if strings.Contains(out, absent) {
@@ -118,6 +159,19 @@ func TestWriteSnapshot_NoHeaders(t *testing.T) {
 	devs := renderSnapshot(t, admin.Snapshot{Devices: snap.Devices}, inspectFlags{output: "table"})
 	if strings.Contains(devs, "source:") || strings.Contains(devs, "SEQ") || strings.Count(devs, "\n") != 5 {
 		t.Errorf("a devices-only snapshot prints more than the device table:\n%s", devs)
+	}
+}
+
+// TestWriteSnapshot_EmptyHistory: every history section says it is empty;
+// an answer without configEvents (a plugin older than them) reads as none.
+func TestWriteSnapshot_EmptyHistory(t *testing.T) {
+	snap := snapshotFixture()
+	snap.Allocations, snap.HealthEvents, snap.ConfigEvents = []admin.Allocation{}, []admin.HealthEvent{}, nil
+	out := renderSnapshot(t, snap, inspectFlags{output: "table"})
+	for _, want := range []string{"(no allocations)", "(no health events)", "CONFIG EVENT", "(no config events)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
 	}
 }
 
@@ -144,7 +198,7 @@ func TestWriteSnapshot_YAMLIsTheJSONDocument(t *testing.T) {
 	if !reflect.DeepEqual(fromJSON, fromYAML) {
 		t.Errorf("json and yaml differ:\n%#v\n%#v", fromJSON, fromYAML)
 	}
-	for _, want := range []string{"apiVersion: virtual-gpu.unicore.mcyou.cc/v1\n", "kind: Snapshot\n", "  reportedNUMANode: -1\n", "healthEvents:\n", "damagedRecords:\n"} {
+	for _, want := range []string{"apiVersion: virtual-gpu.unicore.mcyou.cc/v1\n", "kind: Snapshot\n", "  reportedNUMANode: -1\n", "healthEvents:\n", "configEvents:\n", "  uuid: GPU-5e3f8a2c-1b4d-9e7f-0a6c-3d2b1e4f5a6b\n", "damagedRecords:\n"} {
 		if !strings.Contains(y, want) {
 			t.Errorf("yaml lacks %q:\n%s", want, y)
 		}
@@ -186,4 +240,78 @@ func FuzzCell(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestBinary_Dump_UUIDsAndConfigEvents: dump reads device UUIDs and the
+// configuration history from a stopped plugin's state file, in every
+// format, and --device, --since and --limit select the events.
+func TestBinary_Dump_UUIDsAndConfigEvents(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	st, err := store.Open(path, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs := []store.DeviceSpec{{ID: "fake-0", Index: 0, UUID: "GPU-aaaaaaaa-0000-0000-0000-000000000000"},
+		{ID: "fake-1", Index: 1, UUID: "GPU-bbbbbbbb-0000-0000-0000-000000000000"}}
+	first := time.Date(2026, 11, 30, 7, 0, 0, 0, time.UTC)
+	for i, step := range []struct {
+		config  []store.DeviceSpec
+		profile string
+	}{{specs, "two"}, {specs[:1], "one"}} {
+		rep, err := st.Reconcile(step.config)
+		if err == nil {
+			_, err = st.RecordConfigChange(store.ConfigEvent{Time: first.Add(time.Duration(i) * time.Hour), Profile: step.profile,
+				Why: store.WhyNodeLabel, Machine: "workstation-4gpu"}.FromReport(rep))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n := &node{state: path}
+
+	doc := n.dump(t)
+	if len(doc.Devices) != 2 || doc.Devices[0].UUID != specs[0].UUID || doc.Devices[1].UUID != specs[1].UUID || !doc.Devices[1].Removed {
+		t.Errorf("devices = %+v, want both UUIDs, fake-1 removed", doc.Devices)
+	}
+	seqs := func(evs []admin.ConfigEvent) (out []uint64) {
+		for _, e := range evs {
+			out = append(out, e.Seq)
+		}
+		return out
+	}
+	if got := seqs(doc.ConfigEvents); !reflect.DeepEqual(got, []uint64{2, 1}) || doc.ConfigEvents[0].PreviousProfile != "" ||
+		!reflect.DeepEqual(doc.ConfigEvents[0].Removed, []string{"fake-1"}) {
+		t.Errorf("configEvents = %+v, want 2 (removed fake-1) then 1", doc.ConfigEvents)
+	}
+	for _, tc := range []struct {
+		args []string
+		want []uint64
+	}{
+		{[]string{"--device", "fake-0"}, []uint64{1}},
+		{[]string{"--device", "fake-1"}, []uint64{2, 1}},
+		{[]string{"--limit", "1"}, []uint64{2}},
+		{[]string{"--since", first.Add(30 * time.Minute).Format(time.RFC3339)}, []uint64{2}},
+	} {
+		if got := seqs(n.dump(t, tc.args...).ConfigEvents); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("dump %v: config events %v, want %v", tc.args, got, tc.want)
+		}
+	}
+	wide, errOut, code := cli(t, "dump", "-o", "wide", "-state="+path)
+	if code != 0 {
+		t.Fatalf("dump -o wide: %s", errOut)
+	}
+	if got := fields(t, wide, "fake-1 "); got[2] != specs[1].UUID {
+		t.Errorf("fake-1 wide = %v, want its UUID", got)
+	}
+	_, configs, _ := strings.Cut(wide, "CONFIG EVENT")
+	if got := strings.Join(fields(t, configs, "2 "), " "); got != "2 2026-11-30T08:00:00Z one - node-label - - workstation-4gpu 1 - removed fake-1" {
+		t.Errorf("wide config event 2 = %q", got)
+	}
+	list, errOut, code := cli(t, "health", "list", "-o", "wide", "--no-headers", "-state="+path)
+	if code != 0 || fields(t, list, "fake-0 ")[2] != specs[0].UUID {
+		t.Errorf("health list -o wide: %s\n%s", errOut, list)
+	}
 }

@@ -515,8 +515,9 @@ func TestBinary_Dump_ReportedNUMANode(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("health list -o wide: %s", errOut)
 	}
-	if got := fields(t, wide, "fake-3 "); got[2] != "-" || got[3] != strconv.Itoa(topo) {
-		t.Errorf("fake-3 wide = %v, want NUMA - and topology NUMA %d", got, topo)
+	uuid := cell(doc.Devices[3].UUID) // "-" while none is stored
+	if got := fields(t, wide, "fake-3 "); got[2] != uuid || got[3] != "-" || got[4] != strconv.Itoa(topo) {
+		t.Errorf("fake-3 wide = %v, want UUID %s, NUMA - and topology NUMA %d", got, uuid, topo)
 	}
 	p.stop(t)
 

@@ -36,6 +36,9 @@ type Source interface {
 	Allocations(f store.AllocationFilter) ([]store.Allocation, error)
 	// HealthEvents returns the health events f selects, newest first.
 	HealthEvents(f store.EventFilter) ([]store.HealthEvent, error)
+	// ConfigEvents returns the configuration events f selects, newest
+	// first.
+	ConfigEvents(f store.ConfigFilter) ([]store.ConfigEvent, error)
 	// DamagedRecords returns the records the store set aside as damaged;
 	// nil when none.
 	DamagedRecords() ([]DamagedRecord, error)

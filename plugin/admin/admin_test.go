@@ -429,7 +429,7 @@ func TestSnapshot_JSON(t *testing.T) {
 	}
 	for _, want := range []string{
 		`"apiVersion":"virtual-gpu.unicore.mcyou.cc/v1"`, `"kind":"Snapshot"`,
-		`"numaNode":-1`, `"reportedNUMANode":-1`, `"allocations":[]`, `"damagedRecords":[]`, `"deviceID":"fake-0"`, `"cause":"reconcile"`,
+		`"numaNode":-1`, `"reportedNUMANode":-1`, `"allocations":[]`, `"configEvents":[]`, `"damagedRecords":[]`, `"deviceID":"fake-0"`, `"cause":"reconcile"`,
 	} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("snapshot JSON lacks %s:\n%s", want, b)
@@ -443,10 +443,105 @@ func TestSnapshot_JSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, absent := range []string{"allocations", "healthEvents", "damagedRecords", "reportedNUMANode", "holder"} {
+	for _, absent := range []string{"allocations", "healthEvents", "configEvents", "damagedRecords", "reportedNUMANode", "holder", "uuid"} {
 		if strings.Contains(string(b), absent) {
 			t.Errorf("devices-only snapshot has %s:\n%s", absent, b)
 		}
+	}
+}
+
+// TestSnapshot_JSON_UUIDAndConfigEvents pins the wire names of the device
+// UUID and of configuration events.
+func TestSnapshot_JSON_UUIDAndConfigEvents(t *testing.T) {
+	st := storetest.MustOpen(t, store.Options{})
+	rep, err := st.Reconcile([]store.DeviceSpec{{ID: "fake-0", UUID: "GPU-00000000-1111-2222-3333-444444444444"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = st.RecordConfigChange(store.ConfigEvent{Time: time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC), Profile: "one", PreviousProfile: "none",
+		Why: store.WhyNodeLabel, Detail: "unicore.mcyou.cc/gpu-profile=one", ResourceName: "unicore.mcyou.cc/gpu", Machine: "single", Replicas: 2}.FromReport(rep))
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := admin.Read(source{Store: st}, admin.Query{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `"configEvents":[{"seq":1,"time":"2026-11-30T08:00:00Z","profile":"one","previousProfile":"none","why":"node-label",` +
+		`"detail":"unicore.mcyou.cc/gpu-profile=one","resourceName":"unicore.mcyou.cc/gpu","machine":"single","devices":1,"replicas":2,"added":["fake-0"]}]`
+	for _, w := range []string{`"index":0,"uuid":"GPU-00000000-1111-2222-3333-444444444444"`, want} {
+		if !strings.Contains(string(b), w) {
+			t.Errorf("snapshot JSON lacks %s:\n%s", w, b)
+		}
+	}
+	// A minimal event: the optional fields are left out, devices is not.
+	if _, err := st.RecordConfigChange(store.ConfigEvent{Time: time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC), Why: store.WhyFlags}); err != nil {
+		t.Fatal(err)
+	}
+	snap, _ = admin.Read(source{Store: st}, admin.Query{Limit: 1}, nil)
+	b, _ = json.Marshal(snap.ConfigEvents)
+	if got := string(b); got != `[{"seq":2,"time":"2026-11-30T09:00:00Z","why":"flags","devices":0}]` {
+		t.Errorf("minimal config event = %s", got)
+	}
+}
+
+// TestClient_Snapshot_ConfigEvents: the configuration events come over the
+// socket newest first, selected like the rest of the history.
+func TestClient_Snapshot_ConfigEvents(t *testing.T) {
+	st := fixture(t) // fake-0 and fake-1
+	if _, err := st.RecordConfigChange(store.ConfigEvent{Why: store.WhyFlags, Devices: 2, Added: []string{"fake-0", "fake-1"}}); err != nil {
+		t.Fatal(err)
+	}
+	mid := time.Now()
+	rep, err := st.Reconcile([]store.DeviceSpec{{ID: "fake-0", Index: 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.RecordConfigChange(store.ConfigEvent{Profile: "small", Why: store.WhyNodeLabel}.FromReport(rep)); err != nil {
+		t.Fatal(err)
+	}
+	c := run(t, admin.ServerConfig{Source: source{Store: st}})
+	for _, tt := range []struct {
+		name string
+		q    admin.Query
+		want []uint64
+	}{
+		{"all, newest first", admin.Query{}, []uint64{2, 1}},
+		{"limit", admin.Query{Limit: 1}, []uint64{2}},
+		{"since", admin.Query{Since: mid}, []uint64{2}},
+		{"device added and removed", admin.Query{DeviceID: "fake-1"}, []uint64{2, 1}},
+		{"device only added", admin.Query{DeviceID: "fake-0"}, []uint64{1}},
+		{"active does not filter events", admin.Query{Active: true}, []uint64{2, 1}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			snap, err := c.Snapshot(context.Background(), tt.q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []uint64
+			for _, e := range snap.ConfigEvents {
+				got = append(got, e.Seq)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("config events %v, want %v", got, tt.want)
+			}
+		})
+	}
+	snap, err := c.Snapshot(context.Background(), admin.Query{Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := snap.ConfigEvents[0]; e.Profile != "small" || e.Why != store.WhyNodeLabel || e.Devices != 1 ||
+		!slices.Equal(e.Removed, []string{"fake-1"}) || e.Added != nil || e.Time.IsZero() {
+		t.Errorf("newest config event = %+v", e)
+	}
+	devs, err := c.Snapshot(context.Background(), admin.Query{DevicesOnly: true})
+	if err != nil || devs.ConfigEvents != nil {
+		t.Errorf("devices-only snapshot = %+v, %v; want no config events", devs, err)
 	}
 }
 
@@ -691,4 +786,5 @@ func (fuzzSource) Devices() ([]store.Device, error) {
 }
 func (fuzzSource) Allocations(store.AllocationFilter) ([]store.Allocation, error) { return nil, nil }
 func (fuzzSource) HealthEvents(store.EventFilter) ([]store.HealthEvent, error)    { return nil, nil }
+func (fuzzSource) ConfigEvents(store.ConfigFilter) ([]store.ConfigEvent, error)   { return nil, nil }
 func (fuzzSource) DamagedRecords() ([]admin.DamagedRecord, error)                 { return nil, nil }

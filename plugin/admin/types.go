@@ -28,7 +28,7 @@ const (
 // and `health list|set -o json|yaml`: the devices, and (for dump) the
 // history and the damaged records. Its JSON form (camelCase keys, RFC 3339
 // times) is stable: fields are only ever added. Devices are in index order;
-// allocations and health events newest first.
+// allocations, health events and configuration events newest first.
 type Snapshot struct {
 	// APIVersion is always APIVersion.
 	APIVersion string `json:"apiVersion"`
@@ -44,6 +44,9 @@ type Snapshot struct {
 	// HealthEvents are the health events the query selected; absent in a
 	// devices-only snapshot.
 	HealthEvents []HealthEvent `json:"healthEvents,omitzero"`
+	// ConfigEvents are the configuration changes the query selected; absent
+	// in a devices-only snapshot (and from a plugin too old to record them).
+	ConfigEvents []ConfigEvent `json:"configEvents,omitzero"`
 	// DamagedRecords are records of the state file the store could not read
 	// and set aside; absent in a devices-only snapshot, empty when none.
 	DamagedRecords []DamagedRecord `json:"damagedRecords,omitzero"`
@@ -63,6 +66,10 @@ type Device struct {
 	ID string `json:"id"`
 	// Index is the device's position in the topology.
 	Index int `json:"index"`
+	// UUID is the device's GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-
+	// xxxxxxxxxxxx), stored when the device was first configured and never
+	// changed; empty (absent) until the plugin has stored one.
+	UUID string `json:"uuid,omitempty"`
 	// NUMANode is the topology's NUMA node of the device; -1 none.
 	NUMANode int `json:"numaNode"`
 	// ReportedNUMANode is the NUMA node the kubelet was told in
@@ -140,6 +147,39 @@ type HealthEvent struct {
 	Cause string `json:"cause,omitempty"`
 }
 
+// ConfigEvent is one recorded change of the plugin's configuration.
+type ConfigEvent struct {
+	// Seq numbers the events: increasing, never reused.
+	Seq uint64 `json:"seq"`
+	// Time is when the configuration took effect.
+	Time time.Time `json:"time"`
+	// Profile names the profile in force; empty (absent) for none: flags
+	// only.
+	Profile string `json:"profile,omitempty"`
+	// PreviousProfile names the profile in force before; empty (absent)
+	// for none, or nothing known before.
+	PreviousProfile string `json:"previousProfile,omitempty"`
+	// Why says what chose the configuration: node-label, file-changed,
+	// default, flags, ….
+	Why string `json:"why"`
+	// Detail says more, e.g. the label and its value; optional.
+	Detail string `json:"detail,omitempty"`
+	// ResourceName is the extended resource advertised.
+	ResourceName string `json:"resourceName,omitempty"`
+	// Machine names the topology.
+	Machine string `json:"machine,omitempty"`
+	// Devices is the number of devices configured.
+	Devices int `json:"devices"`
+	// Replicas is the number of device ids each GPU is shared as; 0
+	// (absent) when GPUs are not shared.
+	Replicas int `json:"replicas,omitempty"`
+	// Added, Removed and Restored are the device ids the change added,
+	// removed and restored; absent when none.
+	Added    []string `json:"added,omitempty"`
+	Removed  []string `json:"removed,omitempty"`
+	Restored []string `json:"restored,omitempty"`
+}
+
 // DamagedRecord is a record of the state file that could not be read and
 // was set aside (quarantined) rather than dropped.
 type DamagedRecord struct {
@@ -154,14 +194,17 @@ type DamagedRecord struct {
 // Query selects what a Snapshot holds. The zero value selects every
 // device, every record and every event.
 type Query struct {
-	// DeviceID selects the history of one device; "" all. The device list
-	// is never filtered.
+	// DeviceID selects the history of one device (its allocations, its
+	// health events, and the configuration events that added, removed or
+	// restored it); "" all. The device list is never filtered.
 	DeviceID string
 	// Since selects history at or after this time; zero all.
 	Since time.Time
-	// Limit keeps the newest Limit records of each kind; 0 all.
+	// Limit keeps the newest Limit records of each kind (allocations,
+	// health events, configuration events); 0 all.
 	Limit int
-	// Active selects only allocations that still hold their devices.
+	// Active selects only allocations that still hold their devices; the
+	// events are not filtered by it.
 	Active bool
 	// DevicesOnly leaves out the history and the damaged records.
 	DevicesOnly bool
@@ -200,6 +243,10 @@ func Read(src Source, q Query, reported map[string]int) (Snapshot, error) {
 	if err != nil {
 		return snap, err
 	}
+	configs, err := src.ConfigEvents(store.ConfigFilter{DeviceID: q.DeviceID, Since: q.Since, Limit: q.Limit})
+	if err != nil {
+		return snap, err
+	}
 	damaged, err := src.DamagedRecords()
 	if err != nil {
 		return snap, err
@@ -212,6 +259,10 @@ func Read(src Source, q Query, reported map[string]int) (Snapshot, error) {
 	for i, e := range events {
 		snap.HealthEvents[i] = HealthEvent{Seq: e.Seq, Time: e.Time, DeviceID: e.DeviceID, Healthy: e.Healthy, Reason: e.Reason, Cause: e.Cause}
 	}
+	snap.ConfigEvents = make([]ConfigEvent, len(configs))
+	for i, e := range configs {
+		snap.ConfigEvents[i] = configEventOf(e)
+	}
 	snap.DamagedRecords = append([]DamagedRecord{}, damaged...)
 	return snap, nil
 }
@@ -219,7 +270,7 @@ func Read(src Source, q Query, reported map[string]int) (Snapshot, error) {
 // deviceOf converts a stored device, with its newest active allocation
 // (active is newest first) and its reported NUMA node.
 func deviceOf(d store.Device, active []store.Allocation, reported map[string]int) Device {
-	out := Device{ID: d.ID, Index: d.Index, NUMANode: max(d.NUMA, -1), Healthy: d.Healthy, Reason: d.Reason,
+	out := Device{ID: d.ID, Index: d.Index, UUID: d.UUID, NUMANode: max(d.NUMA, -1), Healthy: d.Healthy, Reason: d.Reason,
 		Since: d.Since, Removed: d.Removed, RemovedAt: d.RemovedAt}
 	if n, ok := reported[d.ID]; ok && !d.Removed {
 		n = max(n, -1)
@@ -237,6 +288,12 @@ func deviceOf(d store.Device, active []store.Allocation, reported map[string]int
 func allocationOf(a store.Allocation) Allocation {
 	return Allocation{Seq: a.Seq, Time: a.Time, DeviceIDs: a.DeviceIDs, Envs: a.Envs,
 		State: a.State, Namespace: a.Namespace, Pod: a.Pod, Container: a.Container, HeldSince: a.HeldSince, ReleasedAt: a.ReleasedAt}
+}
+
+func configEventOf(e store.ConfigEvent) ConfigEvent {
+	return ConfigEvent{Seq: e.Seq, Time: e.Time, Profile: e.Profile, PreviousProfile: e.PreviousProfile, Why: e.Why,
+		Detail: e.Detail, ResourceName: e.ResourceName, Machine: e.Machine, Devices: e.Devices, Replicas: e.Replicas,
+		Added: e.Added, Removed: e.Removed, Restored: e.Restored}
 }
 
 // deviceIDs lists the ids of devs, removed ones only if withRemoved.

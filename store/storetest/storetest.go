@@ -65,10 +65,11 @@ func CheckFile(t testing.TB, path string) {
 
 // Damage overwrites the value of one record in the closed state file at
 // path with bbolt directly, bypassing the store, as bit rot or a foreign
-// writer would: bucket is "devices" (key: the device id), "allocations" or
-// "health_events" (key: SeqKey(n)). It fails the test if the file cannot be
-// written or the bucket is missing. The next read-write store.Open moves the
-// record into quarantine; a read-only one reports it (see Store.Damaged).
+// writer would: bucket is "devices" (key: the device id), "allocations",
+// "health_events" or "config_events" (key: SeqKey(n)). It fails the test if
+// the file cannot be written or the bucket is missing. The next read-write
+// store.Open moves the record into quarantine; a read-only one reports it
+// (see Store.Damaged).
 func Damage(t testing.TB, path, bucket string, key, value []byte) {
 	t.Helper()
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})

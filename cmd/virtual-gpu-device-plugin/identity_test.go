@@ -1,0 +1,38 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestNodeIdentity(t *testing.T) {
+	const mid = "0123456789abcdef0123456789ABCDEF"
+	for _, tc := range []struct {
+		name, nodeName, machineID string
+		want, source, err         string
+	}{
+		{name: "node name wins", nodeName: "node-a", machineID: mid, want: "node-a", source: identityNodeName},
+		{name: "node name trimmed", nodeName: " node-a\n", want: "node-a", source: identityNodeName},
+		{name: "machine id, newline dropped, lower case", machineID: mid + "\n", want: strings.ToLower(mid), source: identityMachineID},
+		{name: "blank node name falls back", nodeName: "  ", machineID: mid, want: strings.ToLower(mid), source: identityMachineID},
+		{name: "neither", err: "set -node-name, or provide /etc/machine-id"},
+		{name: "empty machine id file", machineID: "\n", err: "set -node-name, or provide /etc/machine-id"},
+		{name: "uninitialized", machineID: "uninitialized\n", err: `machine id "uninitialized" is not 32 hexadecimal digits`},
+		{name: "too short", machineID: "0123", err: `machine id "0123" is not`},
+		{name: "not hex", machineID: "0123456789abcdef0123456789abcdeg", err: "not 32 hexadecimal digits"},
+		{name: "long garbage clipped", machineID: strings.Repeat("x", 100), err: strings.Repeat("x", 64) + "…\""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, source, err := nodeIdentity(tc.nodeName, tc.machineID)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("nodeIdentity = %q, %q, %v; want an error containing %q", got, source, err, tc.err)
+				}
+				return
+			}
+			if err != nil || got != tc.want || source != tc.source {
+				t.Errorf("nodeIdentity = %q, %q, %v; want %q, %q", got, source, err, tc.want, tc.source)
+			}
+		})
+	}
+}
