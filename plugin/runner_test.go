@@ -37,7 +37,7 @@ type runner struct {
 // A long poll interval makes the tests prove the directory watch works.
 func startRunner(t *testing.T, dir string, tweak func(*plugin.RunnerConfig)) *runner {
 	t.Helper()
-	srv := mustServer(t, plugin.ServerConfig{Devices: fakeDevices(4, false)})
+	srv := mustServer(t, plugin.ServerConfig{Catalog: plugin.Catalog{Devices: fakeDevices(4, false)}})
 	cfg := plugin.RunnerConfig{
 		Dir: dir, SocketName: sockName, ResourceName: resource, Server: srv,
 		PollInterval: time.Hour, Logger: zerolog.New(zerolog.NewTestWriter(t)),
