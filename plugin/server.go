@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -504,22 +505,23 @@ func (s *Server) preferOne(cat *catalogState, cr *pluginapi.ContainerPreferredAl
 	start := time.Now()
 	chosen, err := cat.prefer(availDevs, mustDevs, size)
 	took := time.Since(start)
-	if err != nil {
-		s.obs().Preferred(nil, ResultFailed, took)
-		return nil, status.Errorf(codes.InvalidArgument, "%v", err)
+	if err == nil {
+		// The kubelet does not check the answer; we do.
+		var devs []Device
+		if devs, err = checkChoice(cat, chosen, availDevs, mustDevs, size); err == nil {
+			s.obs().Preferred(Indices(devs), ResultOK, took)
+			ids := make([]string, len(devs))
+			for i, d := range devs {
+				ids[i] = d.ID
+			}
+			return ids, nil
+		}
 	}
-	// The kubelet does not check the answer; we do.
-	devs, err := checkChoice(cat, chosen, availDevs, mustDevs, size)
-	if err != nil {
-		s.obs().Preferred(nil, ResultFailed, took)
+	s.obs().Preferred(nil, ResultFailed, took)
+	if errors.Is(err, ErrInvalidChoice) {
 		return nil, status.Errorf(codes.Internal, "preference policy: %v", err)
 	}
-	s.obs().Preferred(Indices(devs), ResultOK, took)
-	ids := make([]string, len(devs))
-	for i, d := range devs {
-		ids[i] = d.ID
-	}
-	return ids, nil
+	return nil, status.Errorf(codes.InvalidArgument, "%v", err)
 }
 
 // checkChoice verifies a PreferFunc answer: size distinct ids, all of
