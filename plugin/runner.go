@@ -38,12 +38,11 @@ const (
 	stableRegistration = time.Minute
 )
 
-// DevicePlugin is what a Runner serves: the device plugin RPCs, and Close,
-// which the Runner calls when Run returns to end every ListAndWatch stream
-// still open. *Server implements it.
+// DevicePlugin is what a Runner serves: the device plugin RPCs. *Server
+// implements it. The Runner never closes it: it belongs to the Runner's
+// owner, which may serve it through several Runners one after another.
 type DevicePlugin interface {
 	pluginapi.DevicePluginServer
-	Close()
 }
 
 // RunnerConfig configures a Runner. Dir, SocketName, ResourceName and
@@ -57,7 +56,7 @@ type RunnerConfig struct {
 	// ResourceName is registered with the kubelet, e.g. unicore.mcyou.cc/gpu.
 	ResourceName string
 	// Server answers the RPCs; the Runner serves it again after each
-	// kubelet restart, and closes it when Run returns.
+	// kubelet restart. It is the caller's: Run does not close it.
 	Server DevicePlugin
 	// RegisterTimeout bounds one Register call (default 10 s).
 	RegisterTimeout time.Duration
@@ -74,7 +73,9 @@ type RunnerConfig struct {
 }
 
 // Runner keeps a DevicePlugin served on its socket and registered with the
-// kubelet. Build it with NewRunner; call Run once. Its methods are safe for
+// kubelet under one resource name. Build it with NewRunner; call Run once.
+// To register under another resource name, end this Runner's Run and run a
+// new Runner on the same DevicePlugin (see Run). Its methods are safe for
 // concurrent use.
 type Runner struct {
 	cfg         RunnerConfig
@@ -118,6 +119,9 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	}, nil
 }
 
+// ResourceName is the resource name the Runner registers.
+func (r *Runner) ResourceName() string { return r.cfg.ResourceName }
+
 // SocketPath is the plugin's socket.
 func (r *Runner) SocketPath() string { return r.socketPath }
 
@@ -129,15 +133,23 @@ func (r *Runner) Registered() bool { return r.registered.Load() }
 // first and every re-registration.
 func (r *Runner) Registrations() uint64 { return r.registrations.Load() }
 
-// Run serves and registers until ctx ends, then stops the server, removes
-// its socket and returns nil. It returns an error only for what retrying
-// cannot fix: the socket path is taken by something that is not a socket
+// Run serves and registers until ctx ends, then stops its gRPC server
+// (which ends its ListAndWatch streams: the kubelet marks the resource's
+// devices unhealthy), removes its socket and returns nil. It does not close
+// the DevicePlugin. It returns an error only for what retrying cannot fix:
+// the socket path is taken by something that is not a socket
 // (ErrNotSocket) or by a socket another process answers on (ErrSocketInUse:
 // a second plugin on the same path, which Run never removes), or the
 // directory cannot be watched. A failure to serve (the kubelet removing the
 // socket mid-start, a failed listen) is logged and retried with backoff.
+//
+// To change the resource name, cancel ctx, wait for Run to return (the
+// socket is then gone), and Run a new Runner with the new name, on the same
+// socket name and DevicePlugin if you like. The kubelet keys plugins by
+// resource name, so the old name's ended stream cannot disconnect the new
+// registration; should the kubelet drop it anyway, the new Runner
+// registers again.
 func (r *Runner) Run(ctx context.Context) error {
-	defer r.cfg.Server.Close()
 	if err := r.waitForDir(ctx); err != nil || ctx.Err() != nil {
 		return err
 	}

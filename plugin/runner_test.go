@@ -37,7 +37,7 @@ type runner struct {
 // A long poll interval makes the tests prove the directory watch works.
 func startRunner(t *testing.T, dir string, tweak func(*plugin.RunnerConfig)) *runner {
 	t.Helper()
-	srv := mustServer(t, plugin.ServerConfig{Devices: fakeDevices(4, false)})
+	srv := mustServer(t, plugin.ServerConfig{Catalog: plugin.Catalog{Devices: fakeDevices(4, false)}})
 	cfg := plugin.RunnerConfig{
 		Dir: dir, SocketName: sockName, ResourceName: resource, Server: srv,
 		PollInterval: time.Hour, Logger: zerolog.New(zerolog.NewTestWriter(t)),
@@ -441,5 +441,102 @@ func TestRunner_FailedCallsLoggedOnce(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), long[:65]) {
 		t.Error("the log carries the long id whole")
+	}
+}
+
+// The owner changes the resource name: it stops the Runner of A and runs a
+// Runner of B on the same Server and socket name. The kubelet sees A's
+// stream end, B registered and B's first list, with the catalog swapped in
+// between; the Server is not closed by A's Runner.
+func TestRunner_ResourceNameChange_NewRunnerSameServer(t *testing.T) {
+	const resourceB = "unicore.mcyou.cc/gpu.shared"
+	dir := plugintest.ShortTempDir(t)
+	k := plugintest.StartKubelet(t, dir)
+	a := startRunner(t, dir, nil)
+	regA := k.WaitRegistration(wait)
+	if got := health(plugintest.NextList(t, regA, wait)); got != "fake-0=Healthy fake-1=Healthy fake-2=Healthy fake-3=Healthy " {
+		t.Fatalf("A's first list = %s", got)
+	}
+
+	a.stop()
+	if err := runErr(t, a); err != nil {
+		t.Fatalf("A's Run = %v", err)
+	}
+	endOfStream(t, regA)
+	if _, err := os.Lstat(a.SocketPath()); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("A's socket after its Run returned: %v, want removed", err)
+	}
+	shared := devicesNamed("fake-0::0", "fake-0::1", "fake-1::0", "fake-1::1")
+	if err := a.srv.SetCatalog(plugin.Catalog{Devices: shared, Prefer: lowestIndex(t, 4), Limit: plugin.Limit{Max: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	b := startRunner(t, dir, func(c *plugin.RunnerConfig) {
+		c.ResourceName = resourceB
+		c.Server = a.srv
+	})
+	regB := k.WaitRegistration(wait)
+	if regB.Request.ResourceName != resourceB || regB.Request.Endpoint != sockName {
+		t.Errorf("B registered %q at %q, want %q at %q", regB.Request.ResourceName, regB.Request.Endpoint, resourceB, sockName)
+	}
+	if got := health(plugintest.NextList(t, regB, wait)); got != "fake-0::0=Healthy fake-0::1=Healthy fake-1::0=Healthy fake-1::1=Healthy " {
+		t.Errorf("B's first list = %s", got)
+	}
+	if b.ResourceName() != resourceB || a.ResourceName() != resource {
+		t.Errorf("ResourceName() = %q and %q", a.ResourceName(), b.ResourceName())
+	}
+	if _, err := regB.Client.Allocate(context.Background(), allocReq([]string{"fake-1::0"})); err != nil {
+		t.Errorf("B's Allocate: %v", err)
+	}
+	plugintest.WaitFor(t, wait, "B registered", b.Registered)
+	if a.Registered() {
+		t.Error("A still says it is registered")
+	}
+}
+
+// A catalog swap without a resource change is one more ListAndWatch
+// message on the registered stream: no new Register, the new devices, and
+// the health of the devices present before and after kept.
+func TestRunner_CatalogSwap_NoReregister(t *testing.T) {
+	dir := plugintest.ShortTempDir(t)
+	k := plugintest.StartKubelet(t, dir)
+	r := startRunner(t, dir, nil)
+	reg := k.WaitRegistration(wait)
+	plugintest.NextList(t, reg, wait)
+	plugintest.WaitFor(t, wait, "the Register call to return", r.Registered)
+	if _, err := r.srv.SetHealth("fake-1", false, "XID 79", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if got := health(plugintest.NextList(t, reg, wait)); got != "fake-0=Healthy fake-1=Unhealthy fake-2=Healthy fake-3=Healthy " {
+		t.Fatalf("list after SetHealth = %s", got)
+	}
+	err := r.srv.UpdateCatalog(func(cur plugin.Catalog) (plugin.Catalog, error) {
+		cur.Devices = append(cur.Devices[:2], plugin.Device{ID: "fake-5", Index: 5, NUMA: -1, Healthy: true})
+		return cur, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := health(plugintest.NextList(t, reg, wait)); got != "fake-0=Healthy fake-1=Unhealthy fake-5=Healthy " {
+		t.Errorf("list after the swap = %s", got)
+	}
+	// A round trip after the swap: the session has seen whatever the swap
+	// caused by now.
+	if _, err := reg.Client.Allocate(context.Background(), allocReq([]string{"fake-5"})); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case again := <-k.Registrations():
+		t.Errorf("registered again after a catalog swap: %v", again.Request)
+	default:
+	}
+	if n := r.Registrations(); n != 1 || !r.Registered() {
+		t.Errorf("Registrations() = %d, Registered() = %v, want 1, true", n, r.Registered())
+	}
+	select {
+	case _, ok := <-reg.Lists:
+		if !ok {
+			t.Error("the stream ended after a catalog swap")
+		}
+	default:
 	}
 }

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -23,40 +24,6 @@ import (
 // allocated device ids, joined by commas, in device-index order.
 const EnvIDs = "VIRTUAL_GPU_IDS"
 
-// Device is one device the Server advertises.
-type Device struct {
-	// ID is the device id the kubelet sees, e.g. "fake-0".
-	ID string
-	// Index orders devices: lists, VIRTUAL_GPU_IDS and PreferFunc use it.
-	Index int
-	// NUMA is the NUMA node reported in ListAndWatch; a negative value
-	// reports no topology for the device.
-	NUMA int
-	// Healthy devices are reported "Healthy"; the others "Unhealthy".
-	Healthy bool
-	// Reason says why a device is unhealthy (empty when healthy).
-	Reason string
-}
-
-// PreferFunc chooses size device indices from available, including every
-// index of mustInclude. The Server has validated the request before calling
-// it: the indices are known, distinct, and 0 < size <= len(available),
-// len(mustInclude) <= size, mustInclude ⊆ available. It must return exactly
-// size distinct indices from available, or an error.
-type PreferFunc func(available, mustInclude []int, size int) ([]int, error)
-
-// EnvFunc returns extra environment variables for a container that gets the
-// devices with these indices (sorted ascending). It must not set [EnvIDs].
-type EnvFunc func(indices []int) map[string]string
-
-// Recorder makes an allocation durable before Allocate answers it.
-type Recorder interface {
-	// RecordAllocation stores the allocation of ids with the response envs
-	// and returns the envs to hand to the kubelet (those of the stored
-	// record). An error fails the Allocate call with codes.Unavailable.
-	RecordAllocation(ctx context.Context, ids []string, envs map[string]string) (map[string]string, error)
-}
-
 // HealthRecorder makes a health change durable before it is broadcast.
 type HealthRecorder interface {
 	// RecordHealth stores the device's new health with its reason and cause.
@@ -70,13 +37,14 @@ const (
 	// ResultOK means the request was answered.
 	ResultOK Result = iota
 	// ResultRejected means an Allocate container request was refused for
-	// what it asked: no, unknown, repeated or unhealthy ids, or a device
-	// another container request of the call asked for (InvalidArgument or
-	// FailedPrecondition).
+	// what it asked: no, unknown, repeated or unhealthy ids, more devices
+	// than the catalog's Limit, or a device another container request of
+	// the call asked for (InvalidArgument or FailedPrecondition).
 	ResultRejected
 	// ResultFailed means a valid request could not be answered: the
-	// allocation was not recorded (Unavailable), or the preference policy
-	// failed or broke its contract.
+	// allocation was not recorded (Unavailable), the catalog's Respond
+	// failed or broke its rules (Internal), or the preference policy failed
+	// or broke its contract.
 	ResultFailed
 )
 
@@ -97,55 +65,55 @@ func (r Result) String() string {
 // on the RPC path: they must be fast and safe for concurrent use.
 type Observer interface {
 	// Allocated reports one container request of Allocate: its ids (as
-	// asked), how it ended, and how long it took, validation and the
-	// durable commit of its record included.
+	// asked), how it ended, and how long it took, validation, the durable
+	// commit of its record and the catalog's Respond included.
 	Allocated(ids []string, result Result, took time.Duration)
 	// Preferred reports one container request of GetPreferredAllocation
-	// that reached the preference policy: the chosen indices (nil unless
-	// ResultOK), ResultOK or ResultFailed, and how long the choice took.
+	// that reached the preference policy: the Index of each chosen device,
+	// ascending (nil unless ResultOK), ResultOK or ResultFailed, and how
+	// long the choice took.
 	Preferred(chosen []int, result Result, took time.Duration)
 	// HealthChanged reports a stored and broadcast health change.
 	HealthChanged(id string, healthy bool, cause string)
 }
 
-// ServerConfig configures a Server. Devices and Prefer are required.
+// ServerConfig configures a Server. Catalog is required.
 type ServerConfig struct {
-	// Devices are the advertised devices; ids and indices must be unique.
-	Devices []Device
-	// Prefer chooses preferred allocations (allocator.Policies, bound to
-	// the machine).
-	Prefer PreferFunc
-	// Env adds environment variables to Allocate answers; nil adds none.
-	Env EnvFunc
-	// Recorder stores allocations; nil records nothing.
+	// Catalog is the first catalog: the devices and how to answer for
+	// them (see [Catalog]; [Server.SetCatalog] replaces it).
+	Catalog Catalog
+	// Recorder stores allocations; nil records nothing (records then have
+	// Seq 0).
 	Recorder Recorder
 	// Health stores health changes; nil keeps them in memory only.
 	Health HealthRecorder
-	// Logger receives one info line per answered allocation and per
-	// health change; the zero Logger discards. Refused and failed calls are
-	// not logged here: the Server returns them, and the Runner logs them.
+	// Logger receives one info line per answered allocation, per health
+	// change and per catalog change; the zero Logger discards. Refused
+	// and failed calls are not logged here: the Server returns them, and
+	// the Runner logs them.
 	Logger zerolog.Logger
 }
 
-// Server answers the device plugin RPCs for one device set. It is safe for
-// concurrent use and outlives the gRPC servers that serve it. Its handlers
-// return gRPC status errors and log nothing about them.
+// Server answers the device plugin RPCs for one catalog at a time. It is
+// safe for concurrent use and outlives the gRPC servers (and Runners) that
+// serve it: its owner closes it. Its handlers return gRPC status errors and
+// log nothing about them.
 type Server struct {
 	pluginapi.UnimplementedDevicePluginServer
 
-	prefer   PreferFunc
-	env      EnvFunc
 	recorder Recorder
 	health   HealthRecorder
 	observer atomic.Pointer[observerRef]
 	log      zerolog.Logger
 
-	healthMu sync.Mutex     // serializes SetHealth calls
-	mu       sync.Mutex     // guards the fields below
-	devices  []Device       // sorted by Index
-	byID     map[string]int // id -> position in devices
-	changed  chan struct{}  // closed and replaced on every change
-	closed   chan struct{}  // closed by Close
+	// state is the current catalog, read without locks by the RPCs.
+	state atomic.Pointer[catalogState]
+	// writeMu serializes the writers of state (SetHealth, SetCatalog) for
+	// the whole of a change, store write included.
+	writeMu sync.Mutex
+	mu      sync.Mutex    // guards publishing state and changed
+	changed chan struct{} // closed and replaced on every change
+	closed  chan struct{} // closed by Close
 }
 
 var (
@@ -156,40 +124,23 @@ var (
 // observerRef holds an Observer for an atomic.Pointer.
 type observerRef struct{ Observer }
 
-// NewServer checks cfg and returns a Server for its devices.
+// NewServer checks cfg and returns a Server for its catalog. A catalog
+// without devices is ErrNoDevices, without Prefer ErrNoPreferFunc; an empty
+// id ErrEmptyID; a repeated id or index ErrDuplicateDevice; a negative
+// Limit.Max ErrInvalidLimit.
 func NewServer(cfg ServerConfig) (*Server, error) {
-	if len(cfg.Devices) == 0 {
-		return nil, fmt.Errorf("new server: %w", ErrNoDevices)
-	}
-	if cfg.Prefer == nil {
-		return nil, fmt.Errorf("new server: %w", ErrNoPreferFunc)
-	}
-	devices := slices.Clone(cfg.Devices)
-	slices.SortFunc(devices, func(a, b Device) int { return a.Index - b.Index })
-	byID := make(map[string]int, len(devices))
-	for i, d := range devices {
-		if d.ID == "" {
-			return nil, fmt.Errorf("new server: device at index %d: %w", d.Index, ErrEmptyID)
-		}
-		if _, dup := byID[d.ID]; dup {
-			return nil, fmt.Errorf("new server: device %q: %w", d.ID, ErrDuplicateDevice)
-		}
-		if i > 0 && devices[i-1].Index == d.Index {
-			return nil, fmt.Errorf("new server: devices %q and %q share index %d: %w", devices[i-1].ID, d.ID, d.Index, ErrDuplicateDevice)
-		}
-		byID[d.ID] = i
+	st, err := newCatalogState(cfg.Catalog)
+	if err != nil {
+		return nil, fmt.Errorf("new server: %w", err)
 	}
 	s := &Server{
-		prefer:   cfg.Prefer,
-		env:      cfg.Env,
 		recorder: cfg.Recorder,
 		health:   cfg.Health,
 		log:      cfg.Logger,
-		devices:  devices,
-		byID:     byID,
 		changed:  make(chan struct{}),
 		closed:   make(chan struct{}),
 	}
+	s.state.Store(st)
 	s.SetObserver(nil)
 	return s, nil
 }
@@ -208,8 +159,10 @@ func (s *Server) SetObserver(o Observer) {
 // obs is the current Observer.
 func (s *Server) obs() Observer { return s.observer.Load().Observer }
 
-// Close ends every ListAndWatch stream; later streams end at once. Close is
-// idempotent.
+// Close ends every ListAndWatch stream; later streams end at once. The
+// Server still answers the other RPCs and takes catalog and health changes.
+// Close is idempotent; the Server's owner calls it when it is done with
+// the Server (a Runner does not).
 func (s *Server) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -220,35 +173,85 @@ func (s *Server) Close() {
 	}
 }
 
-// Devices returns a copy of the device list, sorted by index.
-func (s *Server) Devices() []Device {
+// Devices returns a copy of the current catalog's devices, sorted by index.
+func (s *Server) Devices() []Device { return slices.Clone(s.state.Load().devices) }
+
+// Catalog returns the current catalog, with a copy of its devices as they
+// are now (health included).
+func (s *Server) Catalog() Catalog { return s.state.Load().catalog() }
+
+// publish makes next the current catalog and wakes every ListAndWatch
+// stream. The caller holds writeMu.
+func (s *Server) publish(next *catalogState) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.Clone(s.devices)
+	s.state.Store(next)
+	close(s.changed)
+	s.changed = make(chan struct{})
 }
 
-// SetHealth changes a device's health, stores it through the
-// HealthRecorder first (if any), and sends the new list to every
+// SetCatalog replaces the catalog with c, checked as NewServer checks it
+// (an invalid c leaves the current one and returns the error). The swap is
+// atomic: every open ListAndWatch stream gets c's full device list at once,
+// with the health c gives; an RPC that began before the swap finishes with
+// the catalog it began with, and one that begins after uses c only, so an
+// id c lacks is then "unknown device" (InvalidArgument). Registration is
+// not the Server's: if the resource name changes too, the owner stops the
+// Runner and starts another (see [Runner.Run]). SetCatalog waits for a
+// SetHealth in progress, and SetHealth for it.
+func (s *Server) SetCatalog(c Catalog) error {
+	return s.replace("set catalog", func(Catalog) (Catalog, error) { return c, nil })
+}
+
+// UpdateCatalog is SetCatalog with the new catalog built by build from the
+// current one (a copy, health as it is now). No health change can happen
+// between build's call and the swap: a caller that builds the catalog from
+// the stored health (store.Store.Devices after a reconcile) cannot lose a
+// concurrent SetHealth. build must not call the Server's SetHealth,
+// SetCatalog or UpdateCatalog (they would wait forever); an error from build
+// is returned wrapped and changes nothing.
+func (s *Server) UpdateCatalog(build func(current Catalog) (Catalog, error)) error {
+	return s.replace("update catalog", build)
+}
+
+func (s *Server) replace(op string, build func(Catalog) (Catalog, error)) error {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	cur := s.state.Load()
+	c, err := build(cur.catalog())
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	next, err := newCatalogState(c)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	s.publish(next)
+	added, removed := cur.diff(next)
+	s.log.Info().Int("devices", len(next.devices)).Int("added", added).Int("removed", removed).Msg("device catalog replaced")
+	return nil
+}
+
+// SetHealth changes a device's health in the current catalog, stores it
+// through the HealthRecorder first (if any), and sends the new list to every
 // ListAndWatch stream. It reports whether anything changed; setting the
 // same health and reason again is a no-op. cause says who asked ("admin",
-// "fault-injection", ...). An unknown id is an error wrapping
-// store.ErrUnknownDevice.
+// "fault-injection", ...). An id the current catalog lacks is an error
+// wrapping store.ErrUnknownDevice.
 func (s *Server) SetHealth(id string, healthy bool, reason, cause string) (bool, error) {
 	if healthy {
 		reason = ""
 	}
-	// Health writers take turns; RPCs only wait for the in-memory change,
-	// never for the disk.
-	s.healthMu.Lock()
-	defer s.healthMu.Unlock()
-	s.mu.Lock()
-	pos, ok := s.byID[id]
-	unchanged := ok && s.devices[pos].Healthy == healthy && s.devices[pos].Reason == reason
-	s.mu.Unlock()
+	// Writers take turns; RPCs only see the published catalog, never wait
+	// for the disk.
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	cur := s.state.Load()
+	pos, ok := cur.byID[id]
 	switch {
 	case !ok:
 		return false, fmt.Errorf("set health of %s: %w", quoteID(id), store.ErrUnknownDevice)
-	case unchanged:
+	case cur.devices[pos].Healthy == healthy && cur.devices[pos].Reason == reason:
 		return false, nil
 	}
 	if s.health != nil {
@@ -256,12 +259,7 @@ func (s *Server) SetHealth(id string, healthy bool, reason, cause string) (bool,
 			return false, fmt.Errorf("set health of %s: %w", quoteID(id), err)
 		}
 	}
-	s.mu.Lock()
-	d := &s.devices[pos]
-	d.Healthy, d.Reason = healthy, reason
-	close(s.changed)
-	s.changed = make(chan struct{})
-	s.mu.Unlock()
+	s.publish(cur.withHealth(pos, healthy, reason))
 	s.log.Info().Str("device", id).Bool("healthy", healthy).Str("reason", reason).Str("cause", cause).Msg("device health changed")
 	s.obs().HealthChanged(id, healthy, cause)
 	return true, nil
@@ -277,8 +275,9 @@ func (s *Server) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*plu
 	return Options(), nil
 }
 
-// ListAndWatch sends the full device list at once and again on every change,
-// until the stream's context ends or the Server is closed.
+// ListAndWatch sends the full device list at once and again on every change
+// (health, catalog), until the stream's context ends or the Server is
+// closed.
 func (s *Server) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
 	ctx := stream.Context()
 	for {
@@ -300,9 +299,10 @@ func (s *Server) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingSer
 // change.
 func (s *Server) snapshot() (*pluginapi.ListAndWatchResponse, <-chan struct{}) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	resp := &pluginapi.ListAndWatchResponse{Devices: make([]*pluginapi.Device, len(s.devices))}
-	for i, d := range s.devices {
+	st, changed := s.state.Load(), s.changed
+	s.mu.Unlock()
+	resp := &pluginapi.ListAndWatchResponse{Devices: make([]*pluginapi.Device, len(st.devices))}
+	for i, d := range st.devices {
 		pd := &pluginapi.Device{ID: d.ID, Health: pluginapi.Unhealthy}
 		if d.Healthy {
 			pd.Health = pluginapi.Healthy
@@ -312,20 +312,27 @@ func (s *Server) snapshot() (*pluginapi.ListAndWatchResponse, <-chan struct{}) {
 		}
 		resp.Devices[i] = pd
 	}
-	return resp, s.changed
+	return resp, changed
 }
 
-// Allocate answers each container request with VIRTUAL_GPU_IDS (and the
-// EnvFunc's variables) after recording it. Empty requests, unknown ids and
-// ids repeated within a container request or across two of them are
-// InvalidArgument; unhealthy ids FailedPrecondition; a failed record
-// Unavailable. Every container request is checked before any is recorded.
-// The same ids always get the same answer.
+// Allocate answers each container request from its stored record: it
+// checks every container request against one catalog, then for each one
+// computes the environment (the catalog's Env and VIRTUAL_GPU_IDS), records
+// it, and builds the answer from the stored record (its environment, and
+// the catalog's Respond: mounts, device nodes, CDI devices, annotations,
+// more variables). Empty requests, unknown ids, ids repeated within a
+// container request or across two of them, and requests over the
+// catalog's Limit are InvalidArgument; unhealthy ids FailedPrecondition; a
+// failed record Unavailable; a failed or invalid Respond Internal. Every
+// container request is checked before any is recorded. The answer is a
+// function of the stored record: the same ids always get the same answer
+// unless Respond uses the record's sequence number.
 func (s *Server) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	crs := req.GetContainerRequests()
 	if len(crs) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "allocate: no container requests")
 	}
+	cat := s.state.Load()
 	obs := s.obs()
 	sets := make([][]Device, len(crs))
 	took := make([]time.Duration, len(crs))
@@ -335,7 +342,10 @@ func (s *Server) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 	}
 	for i, cr := range crs {
 		start := time.Now()
-		devs, err := s.lookup(cr.GetDevicesIds(), true)
+		devs, err := cat.lookup(cr.GetDevicesIds(), true)
+		if err == nil {
+			err = cat.checkLimit(len(devs))
+		}
 		if err == nil && owner != nil {
 			err = claimDevices(owner, devs, i)
 		}
@@ -348,32 +358,54 @@ func (s *Server) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 	resp := &pluginapi.AllocateResponse{ContainerResponses: make([]*pluginapi.ContainerAllocateResponse, len(sets))}
 	for i, devs := range sets {
 		start := time.Now()
-		ids := make([]string, len(devs))
-		indices := make([]int, len(devs))
-		for j, d := range devs {
-			ids[j], indices[j] = d.ID, d.Index
-		}
-		envs := map[string]string{}
-		if s.env != nil {
-			for k, v := range s.env(indices) {
-				envs[k] = v
-			}
-		}
-		envs[EnvIDs] = strings.Join(ids, ",")
-		if s.recorder != nil {
-			stored, err := s.recorder.RecordAllocation(ctx, ids, envs)
-			if err != nil {
-				obs.Allocated(ids, ResultFailed, took[i]+time.Since(start))
-				// The store's error names its own operation.
-				return nil, status.Errorf(codes.Unavailable, "allocate %s: not recorded: %v", shortIDs(ids), err)
-			}
-			envs = stored
+		cr, ids, err := s.allocateOne(ctx, cat, devs)
+		if err != nil {
+			obs.Allocated(ids, ResultFailed, took[i]+time.Since(start))
+			return nil, err
 		}
 		obs.Allocated(ids, ResultOK, took[i]+time.Since(start))
-		s.log.Info().Strs("ids", ids).Msg("allocated")
-		resp.ContainerResponses[i] = &pluginapi.ContainerAllocateResponse{Envs: envs}
+		resp.ContainerResponses[i] = cr
 	}
 	return resp, nil
+}
+
+// allocateOne records the allocation of devs (checked, sorted by Index)
+// and builds its answer from the stored record. It returns the ids and a
+// gRPC status error.
+func (s *Server) allocateOne(ctx context.Context, cat *catalogState, devs []Device) (*pluginapi.ContainerAllocateResponse, []string, error) {
+	ids := make([]string, len(devs))
+	for j, d := range devs {
+		ids[j] = d.ID
+	}
+	envs := map[string]string{}
+	if cat.env != nil {
+		for k, v := range cat.env(devs) {
+			envs[k] = v
+		}
+	}
+	envs[EnvIDs] = strings.Join(ids, ",")
+	rec := Record{IDs: ids, Envs: envs}
+	if s.recorder != nil {
+		stored, err := s.recorder.RecordAllocation(ctx, ids, envs)
+		if err != nil {
+			// The store's error names its own operation.
+			return nil, ids, status.Errorf(codes.Unavailable, "allocate %s: not recorded: %v", shortIDs(ids), err)
+		}
+		rec = stored
+	}
+	var spec ContainerSpec
+	if cat.respond != nil {
+		var err error
+		if spec, err = cat.respond(rec, devs); err != nil {
+			return nil, ids, status.Errorf(codes.Internal, "allocate %s: container response: %v", shortIDs(ids), err)
+		}
+	}
+	cr, err := containerResponse(rec, spec)
+	if err != nil {
+		return nil, ids, status.Errorf(codes.Internal, "allocate %s: container response: %v", shortIDs(ids), err)
+	}
+	s.log.Info().Strs("ids", ids).Uint64("seq", rec.Seq).Msg("allocated")
+	return cr, ids, nil
 }
 
 // claimDevices records in owner that container request i asks for devs, and
@@ -389,15 +421,14 @@ func claimDevices(owner map[string]int, devs []Device, i int) error {
 	return nil
 }
 
-// lookup resolves ids to devices sorted by index. It rejects an empty list,
-// unknown and duplicate ids (InvalidArgument) and, if requireHealthy,
-// unhealthy devices (FailedPrecondition). The error is a gRPC status.
-func (s *Server) lookup(ids []string, requireHealthy bool) ([]Device, error) {
+// lookup resolves ids to devices of the catalog sorted by index. It rejects
+// an empty list, unknown and duplicate ids (InvalidArgument) and, if
+// requireHealthy, unhealthy devices (FailedPrecondition). The error is a
+// gRPC status.
+func (c *catalogState) lookup(ids []string, requireHealthy bool) ([]Device, error) {
 	if len(ids) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "no device ids")
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	devs := make([]Device, 0, len(ids))
 	seen := make(map[string]bool, len(ids))
 	for _, id := range ids {
@@ -405,11 +436,11 @@ func (s *Server) lookup(ids []string, requireHealthy bool) ([]Device, error) {
 			return nil, status.Errorf(codes.InvalidArgument, "device %s requested twice", quoteID(id))
 		}
 		seen[id] = true
-		pos, ok := s.byID[id]
+		pos, ok := c.byID[id]
 		if !ok {
 			return nil, status.Errorf(codes.InvalidArgument, "unknown device %s", quoteID(id))
 		}
-		d := s.devices[pos]
+		d := c.devices[pos]
 		if requireHealthy && !d.Healthy {
 			return nil, status.Errorf(codes.FailedPrecondition, "device %s is unhealthy: %s", quoteID(id), d.Reason)
 		}
@@ -421,15 +452,18 @@ func (s *Server) lookup(ids []string, requireHealthy bool) ([]Device, error) {
 
 // GetPreferredAllocation answers each container request with exactly
 // allocation_size ids from available_deviceIDs, including every
-// must_include_deviceIDs, chosen by the PreferFunc. Impossible or malformed
-// requests are InvalidArgument.
+// must_include_deviceIDs, chosen by the catalog's Prefer, sorted by device
+// index. Impossible or malformed requests, and sizes over the catalog's
+// Limit, are InvalidArgument; an answer of Prefer that breaks this contract
+// Internal.
 func (s *Server) GetPreferredAllocation(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
 	if len(req.GetContainerRequests()) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "preferred allocation: no container requests")
 	}
+	cat := s.state.Load()
 	resp := &pluginapi.PreferredAllocationResponse{}
 	for i, cr := range req.GetContainerRequests() {
-		ids, err := s.preferOne(cr)
+		ids, err := s.preferOne(cat, cr)
 		if err != nil {
 			return nil, status.Errorf(status.Code(err), "preferred allocation: container request %d: %s", i, status.Convert(err).Message())
 		}
@@ -438,7 +472,7 @@ func (s *Server) GetPreferredAllocation(_ context.Context, req *pluginapi.Prefer
 	return resp, nil
 }
 
-func (s *Server) preferOne(cr *pluginapi.ContainerPreferredAllocationRequest) ([]string, error) {
+func (s *Server) preferOne(cat *catalogState, cr *pluginapi.ContainerPreferredAllocationRequest) ([]string, error) {
 	size := int(cr.GetAllocationSize())
 	avail := cr.GetAvailableDeviceIDs()
 	must := cr.GetMustIncludeDeviceIDs()
@@ -450,69 +484,73 @@ func (s *Server) preferOne(cr *pluginapi.ContainerPreferredAllocationRequest) ([
 	case len(must) > size:
 		return nil, status.Errorf(codes.InvalidArgument, "%d must-include devices do not fit allocation size %d", len(must), size)
 	}
-	availDevs, err := s.lookup(avail, false)
+	if err := cat.checkLimit(size); err != nil {
+		return nil, err
+	}
+	availDevs, err := cat.lookup(avail, false)
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "available devices: %s", status.Convert(err).Message())
 	}
-	var mustIdx []int
+	var mustDevs []Device
 	if len(must) > 0 {
-		mustDevs, err := s.lookup(must, false)
-		if err != nil {
+		if mustDevs, err = cat.lookup(must, false); err != nil {
 			return nil, status.Errorf(codes.InvalidArgument, "must-include devices: %s", status.Convert(err).Message())
 		}
 		for _, d := range mustDevs {
 			if !slices.Contains(avail, d.ID) {
 				return nil, status.Errorf(codes.InvalidArgument, "must-include device %s is not available", quoteID(d.ID))
 			}
-			mustIdx = append(mustIdx, d.Index)
 		}
-	}
-	availIdx := make([]int, len(availDevs))
-	idOf := make(map[int]string, len(availDevs))
-	for i, d := range availDevs {
-		availIdx[i] = d.Index
-		idOf[d.Index] = d.ID
 	}
 	start := time.Now()
-	chosen, err := s.prefer(availIdx, mustIdx, size)
+	chosen, err := cat.prefer(availDevs, mustDevs, size)
 	took := time.Since(start)
-	if err != nil {
-		s.obs().Preferred(nil, ResultFailed, took)
-		return nil, status.Errorf(codes.InvalidArgument, "%v", err)
+	if err == nil {
+		// The kubelet does not check the answer; we do.
+		var devs []Device
+		if devs, err = checkChoice(cat, chosen, availDevs, mustDevs, size); err == nil {
+			s.obs().Preferred(Indices(devs), ResultOK, took)
+			ids := make([]string, len(devs))
+			for i, d := range devs {
+				ids[i] = d.ID
+			}
+			return ids, nil
+		}
 	}
-	// The kubelet does not check the answer; we do.
-	if err := checkChoice(chosen, idOf, mustIdx, size); err != nil {
-		s.obs().Preferred(nil, ResultFailed, took)
+	s.obs().Preferred(nil, ResultFailed, took)
+	if errors.Is(err, ErrInvalidChoice) {
 		return nil, status.Errorf(codes.Internal, "preference policy: %v", err)
 	}
-	s.obs().Preferred(chosen, ResultOK, took)
-	slices.Sort(chosen)
-	ids := make([]string, len(chosen))
-	for i, idx := range chosen {
-		ids[i] = idOf[idx]
-	}
-	return ids, nil
+	return nil, status.Errorf(codes.InvalidArgument, "%v", err)
 }
 
-// checkChoice verifies a PreferFunc answer: size distinct indices, all
-// available, every must-include among them.
-func checkChoice(chosen []int, available map[int]string, must []int, size int) error {
+// checkChoice verifies a PreferFunc answer: size distinct ids, all of
+// available, every must-include among them. It returns the chosen devices
+// sorted by index.
+func checkChoice(cat *catalogState, chosen []string, available, must []Device, size int) ([]Device, error) {
 	if len(chosen) != size {
-		return fmt.Errorf("%d devices chosen, want %d: %w", len(chosen), size, ErrInvalidChoice)
+		return nil, fmt.Errorf("%d devices chosen, want %d: %w", len(chosen), size, ErrInvalidChoice)
 	}
-	seen := make(map[int]bool, len(chosen))
-	for _, c := range chosen {
-		if _, ok := available[c]; !ok || seen[c] {
-			return fmt.Errorf("index %d unavailable or repeated: %w", c, ErrInvalidChoice)
+	isAvail := make(map[string]bool, len(available))
+	for _, d := range available {
+		isAvail[d.ID] = true
+	}
+	seen := make(map[string]bool, len(chosen))
+	devs := make([]Device, 0, len(chosen))
+	for _, id := range chosen {
+		if !isAvail[id] || seen[id] {
+			return nil, fmt.Errorf("device %s unavailable or repeated: %w", quoteID(id), ErrInvalidChoice)
 		}
-		seen[c] = true
+		seen[id] = true
+		devs = append(devs, cat.devices[cat.byID[id]])
 	}
-	for _, m := range must {
-		if !seen[m] {
-			return fmt.Errorf("must-include index %d missing: %w", m, ErrInvalidChoice)
+	for _, d := range must {
+		if !seen[d.ID] {
+			return nil, fmt.Errorf("must-include device %s missing: %w", quoteID(d.ID), ErrInvalidChoice)
 		}
 	}
-	return nil
+	slices.SortFunc(devs, func(a, b Device) int { return a.Index - b.Index })
+	return devs, nil
 }
 
 // PreStartContainer answers with an empty response; the Server does not ask

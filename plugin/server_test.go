@@ -53,17 +53,11 @@ func mustServer(t testing.TB, cfg plugin.ServerConfig) *plugin.Server {
 // policy by default) that logs to cfg.Logger.
 func mustServerLogging(t testing.TB, cfg plugin.ServerConfig) *plugin.Server {
 	t.Helper()
-	if cfg.Devices == nil {
-		cfg.Devices = fakeDevices(4, false)
+	if cfg.Catalog.Devices == nil {
+		cfg.Catalog.Devices = fakeDevices(4, false)
 	}
-	if cfg.Prefer == nil {
-		m, err := topology.Generic(len(cfg.Devices))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.Prefer = func(available, mustInclude []int, size int) ([]int, error) {
-			return allocator.LowestIndex(m, available, mustInclude, size)
-		}
+	if cfg.Catalog.Prefer == nil {
+		cfg.Catalog.Prefer = lowestIndex(t, len(cfg.Catalog.Devices))
 	}
 	srv, err := plugin.NewServer(cfg)
 	if err != nil {
@@ -71,6 +65,18 @@ func mustServerLogging(t testing.TB, cfg plugin.ServerConfig) *plugin.Server {
 	}
 	t.Cleanup(srv.Close)
 	return srv
+}
+
+// lowestIndex is the lowest-index policy for n devices fake-0 … fake-n-1.
+func lowestIndex(t testing.TB, n int) plugin.PreferFunc {
+	t.Helper()
+	m, err := topology.Generic(max(n, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return plugin.PreferByIndex(func(available, mustInclude []int, size int) ([]int, error) {
+		return allocator.LowestIndex(m, available, mustInclude, size)
+	})
 }
 
 // dial serves srv on a real unix socket in a temp dir and returns a client.
@@ -102,8 +108,10 @@ func allocReq(sets ...[]string) *pluginapi.AllocateRequest {
 }
 
 func TestServer_Allocate_Env(t *testing.T) {
-	extra := func(idx []int) map[string]string { return map[string]string{"VIRTUAL_GPU_COUNT": fmt.Sprint(len(idx))} }
-	client := dial(t, mustServer(t, plugin.ServerConfig{Env: extra}))
+	extra := func(devs []plugin.Device) map[string]string {
+		return map[string]string{"VIRTUAL_GPU_COUNT": fmt.Sprint(len(devs))}
+	}
+	client := dial(t, mustServer(t, plugin.ServerConfig{Catalog: plugin.Catalog{Env: extra}}))
 	resp, err := client.Allocate(context.Background(), allocReq([]string{"fake-2", "fake-0"}, []string{"fake-3"}))
 	if err != nil {
 		t.Fatalf("Allocate: %v", err)
@@ -168,8 +176,8 @@ func TestServer_Allocate_BadInput(t *testing.T) {
 
 type failingRecorder struct{}
 
-func (failingRecorder) RecordAllocation(context.Context, []string, map[string]string) (map[string]string, error) {
-	return nil, errors.New("disk full")
+func (failingRecorder) RecordAllocation(context.Context, []string, map[string]string) (plugin.Record, error) {
+	return plugin.Record{}, errors.New("disk full")
 }
 
 func TestServer_Allocate_RecordFails_Unavailable(t *testing.T) {
@@ -251,8 +259,8 @@ func TestServer_Preferred_BadInput(t *testing.T) {
 }
 
 func TestServer_Preferred_PolicyAnswerChecked(t *testing.T) {
-	bad := func(avail, must []int, size int) ([]int, error) { return avail[:1], nil }
-	client := dial(t, mustServer(t, plugin.ServerConfig{Prefer: bad}))
+	bad := func(avail, must []plugin.Device, size int) ([]string, error) { return []string{avail[0].ID}, nil }
+	client := dial(t, mustServer(t, plugin.ServerConfig{Catalog: plugin.Catalog{Prefer: bad}}))
 	_, err := client.GetPreferredAllocation(context.Background(), prefReq([]string{"fake-0", "fake-1"}, nil, 2))
 	assertStatus(t, err, codes.Internal, "1 devices chosen, want 2")
 }
@@ -301,7 +309,7 @@ func health(l *pluginapi.ListAndWatchResponse) string {
 }
 
 func TestServer_ListAndWatch_BroadcastsToEveryStream(t *testing.T) {
-	srv := mustServer(t, plugin.ServerConfig{Devices: fakeDevices(4, true)})
+	srv := mustServer(t, plugin.ServerConfig{Catalog: plugin.Catalog{Devices: fakeDevices(4, true)}})
 	client := dial(t, srv)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -384,11 +392,11 @@ func TestNewServer_BadDevices(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			prefer := func([]int, []int, int) ([]int, error) { return nil, nil }
+			prefer := func([]plugin.Device, []plugin.Device, int) ([]string, error) { return nil, nil }
 			if tt.want == plugin.ErrNoPreferFunc {
 				prefer = nil
 			}
-			if _, err := plugin.NewServer(plugin.ServerConfig{Devices: tt.devices, Prefer: prefer}); !errors.Is(err, tt.want) {
+			if _, err := plugin.NewServer(plugin.ServerConfig{Catalog: plugin.Catalog{Devices: tt.devices, Prefer: prefer}}); !errors.Is(err, tt.want) {
 				t.Errorf("err = %v, want %v", err, tt.want)
 			}
 		})
@@ -398,7 +406,7 @@ func TestNewServer_BadDevices(t *testing.T) {
 func BenchmarkAllocate_UnixSocket(b *testing.B) {
 	for _, n := range []int{1, 4} {
 		b.Run(fmt.Sprintf("ids=%d", n), func(b *testing.B) {
-			client := dial(b, mustServer(b, plugin.ServerConfig{Devices: fakeDevices(8, false)}))
+			client := dial(b, mustServer(b, plugin.ServerConfig{Catalog: plugin.Catalog{Devices: fakeDevices(8, false)}}))
 			ids := make([]string, n)
 			for i := range ids {
 				ids[i] = fmt.Sprintf("fake-%d", i)
@@ -423,14 +431,14 @@ type flakyRecorder struct {
 	records [][]string
 }
 
-func (r *flakyRecorder) RecordAllocation(_ context.Context, ids []string, envs map[string]string) (map[string]string, error) {
+func (r *flakyRecorder) RecordAllocation(_ context.Context, ids []string, envs map[string]string) (plugin.Record, error) {
 	if slices.Contains(ids, r.failFor) {
-		return nil, errors.New("record allocation: disk full")
+		return plugin.Record{}, errors.New("record allocation: disk full")
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.records = append(r.records, slices.Clone(ids))
-	return envs, nil
+	return plugin.Record{Seq: uint64(len(r.records)), IDs: ids, Envs: envs}, nil
 }
 
 func (r *flakyRecorder) recorded() [][]string {
@@ -460,7 +468,7 @@ func TestServer_Messages_ShortIDs(t *testing.T) {
 	cut := strings.Repeat("a", 64) + "…"
 	wide := strings.Repeat("é", 40) // 80 bytes: cut on a rune boundary
 	devs := fakeDevices(20, false)
-	srv := mustServer(t, plugin.ServerConfig{Devices: devs, Recorder: &flakyRecorder{failFor: "fake-19"}})
+	srv := mustServer(t, plugin.ServerConfig{Catalog: plugin.Catalog{Devices: devs}, Recorder: &flakyRecorder{failFor: "fake-19"}})
 	client := dial(t, srv)
 	var all []string
 	for _, d := range devs {
@@ -501,9 +509,9 @@ func TestServer_Messages_ShortIDs(t *testing.T) {
 // storeRecorder records in a real store, as the command does.
 type storeRecorder struct{ st *store.Store }
 
-func (r storeRecorder) RecordAllocation(_ context.Context, ids []string, envs map[string]string) (map[string]string, error) {
+func (r storeRecorder) RecordAllocation(_ context.Context, ids []string, envs map[string]string) (plugin.Record, error) {
 	a, err := r.st.RecordAllocation(store.Allocation{DeviceIDs: ids, Envs: envs})
-	return a.Envs, err
+	return plugin.Record{Seq: a.Seq, IDs: a.DeviceIDs, Envs: a.Envs}, err
 }
 
 // A store that cannot record: the message names the store's operation once.
@@ -521,7 +529,7 @@ func TestServer_Allocate_NotRecorded_StoreError(t *testing.T) {
 	if storeErr == nil {
 		t.Fatal("a read-only store recorded")
 	}
-	client := dial(t, mustServer(t, plugin.ServerConfig{Devices: fakeDevices(1, false), Recorder: storeRecorder{ro}}))
+	client := dial(t, mustServer(t, plugin.ServerConfig{Catalog: plugin.Catalog{Devices: fakeDevices(1, false)}, Recorder: storeRecorder{ro}}))
 	_, err := client.Allocate(context.Background(), allocReq([]string{"fake-0"}))
 	want := "allocate fake-0: not recorded: " + storeErr.Error()
 	if st := status.Convert(err); st.Code() != codes.Unavailable || st.Message() != want {
@@ -576,14 +584,14 @@ func (o *recordingObserver) take() []observation {
 // slowRecorder takes at least d to record, as a disk commit does.
 type slowRecorder struct{ d time.Duration }
 
-func (r slowRecorder) RecordAllocation(_ context.Context, _ []string, envs map[string]string) (map[string]string, error) {
+func (r slowRecorder) RecordAllocation(_ context.Context, ids []string, envs map[string]string) (plugin.Record, error) {
 	time.Sleep(r.d)
-	return envs, nil
+	return plugin.Record{IDs: ids, Envs: envs}, nil
 }
 
 func TestServer_Observer_Results(t *testing.T) {
 	const commit = 20 * time.Millisecond
-	bad := func(avail, must []int, size int) ([]int, error) { return avail[:1], nil }
+	bad := func(avail, must []plugin.Device, size int) ([]string, error) { return []string{avail[0].ID}, nil }
 	tests := []struct {
 		name string
 		cfg  plugin.ServerConfig
@@ -610,7 +618,7 @@ func TestServer_Observer_Results(t *testing.T) {
 				_, err := c.GetPreferredAllocation(context.Background(), prefReq([]string{"fake-3", "fake-2"}, nil, 1))
 				return err
 			}, []observation{{call: "Preferred", chosen: []int{2}, result: plugin.ResultOK}}},
-		{"policy breaks its contract", plugin.ServerConfig{Prefer: bad},
+		{"policy breaks its contract", plugin.ServerConfig{Catalog: plugin.Catalog{Prefer: bad}},
 			func(c pluginapi.DevicePluginClient) error {
 				_, err := c.GetPreferredAllocation(context.Background(), prefReq([]string{"fake-0", "fake-1"}, nil, 2))
 				return err

@@ -28,11 +28,11 @@ type memRecorder struct {
 	recs [][]string
 }
 
-func (m *memRecorder) RecordAllocation(_ context.Context, ids []string, envs map[string]string) (map[string]string, error) {
+func (m *memRecorder) RecordAllocation(_ context.Context, ids []string, envs map[string]string) (plugin.Record, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.recs = append(m.recs, ids)
-	return envs, nil
+	return plugin.Record{Seq: uint64(len(m.recs)), IDs: ids, Envs: envs}, nil
 }
 
 // BenchmarkAllocate_Store measures the Allocate round trip over a unix socket
@@ -69,8 +69,11 @@ func BenchmarkAllocate_Store(b *testing.B) {
 				devices = append(devices, plugin.Device{ID: machine.ID(i), Index: i, NUMA: -1, Healthy: true})
 			}
 			srv, err := plugin.NewServer(plugin.ServerConfig{
-				Devices: devices, Env: machine.ContainerEnv, Recorder: rec,
-				Prefer: func(a, m []int, n int) ([]int, error) { return allocator.Preferred(machine, a, m, n) },
+				Catalog: plugin.Catalog{
+					Devices: devices, Env: plugin.EnvByIndex(machine.ContainerEnv),
+					Prefer: plugin.PreferByIndex(func(a, m []int, n int) ([]int, error) { return allocator.Preferred(machine, a, m, n) }),
+				},
+				Recorder: rec,
 			})
 			if err != nil {
 				b.Fatal(err)
@@ -133,9 +136,11 @@ func BenchmarkHealthSet_ToListAndWatch(b *testing.B) {
 		b.Fatal(err)
 	}
 	srv, err := plugin.NewServer(plugin.ServerConfig{
-		Devices: []plugin.Device{{ID: "fake-0", Index: 0, NUMA: -1, Healthy: true}, {ID: "fake-1", Index: 1, NUMA: -1, Healthy: true}},
-		Prefer:  func(a, m []int, n int) ([]int, error) { return a[:n], nil },
-		Health:  healthRecorder{st},
+		Catalog: plugin.Catalog{
+			Devices: []plugin.Device{{ID: "fake-0", Index: 0, NUMA: -1, Healthy: true}, {ID: "fake-1", Index: 1, NUMA: -1, Healthy: true}},
+			Prefer:  plugin.PreferByIndex(func(a, m []int, n int) ([]int, error) { return a[:n], nil }),
+		},
+		Health: healthRecorder{st},
 	})
 	if err != nil {
 		b.Fatal(err)

@@ -87,11 +87,13 @@ func serve(ctx context.Context, cfg *options.Config, logw io.Writer) error {
 		return err
 	}
 	srv, err := plugin.NewServer(plugin.ServerConfig{
-		Devices: devices,
-		Prefer: func(available, mustInclude []int, size int) ([]int, error) {
-			return policy(machine, available, mustInclude, size)
+		Catalog: plugin.Catalog{
+			Devices: devices,
+			Prefer: plugin.PreferByIndex(func(available, mustInclude []int, size int) ([]int, error) {
+				return policy(machine, available, mustInclude, size)
+			}),
+			Env: plugin.EnvByIndex(machine.ContainerEnv),
 		},
-		Env:      machine.ContainerEnv,
 		Recorder: recorder{st: st, kick: pruner.Kick, recorded: tracker.Notify},
 		Health:   healthRecorder{st},
 		Logger:   log,
@@ -99,6 +101,7 @@ func serve(ctx context.Context, cfg *options.Config, logw io.Writer) error {
 	if err != nil {
 		return err
 	}
+	defer srv.Close() // the Server is ours, not the Runner's
 	runner, err := plugin.NewRunner(plugin.RunnerConfig{
 		Dir:          cfg.DevicePluginPath,
 		SocketName:   cfg.SocketName,
@@ -262,10 +265,10 @@ type recorder struct {
 
 var _ plugin.Recorder = recorder{}
 
-func (r recorder) RecordAllocation(_ context.Context, ids []string, envs map[string]string) (map[string]string, error) {
+func (r recorder) RecordAllocation(_ context.Context, ids []string, envs map[string]string) (plugin.Record, error) {
 	a, err := r.st.RecordAllocation(store.Allocation{DeviceIDs: ids, Envs: envs})
 	if err != nil {
-		return nil, err
+		return plugin.Record{}, err
 	}
 	if r.recorded != nil {
 		r.recorded()
@@ -273,7 +276,7 @@ func (r recorder) RecordAllocation(_ context.Context, ids []string, envs map[str
 	if r.kick != nil {
 		r.kick()
 	}
-	return a.Envs, nil
+	return plugin.Record{Seq: a.Seq, IDs: a.DeviceIDs, Envs: a.Envs}, nil
 }
 
 // healthRecorder stores health changes.
