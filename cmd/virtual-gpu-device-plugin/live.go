@@ -444,5 +444,11 @@ func (s *selector) syncLabels(ctx context.Context) error {
 	return nil
 }
 
-// score rates a preferred set on the machine in force, for the metrics.
-func (s *selector) score(chosen []int) int { return s.current.Load().score(chosen) }
+// score rates a preferred set on the machine in force, for the metrics;
+// 0 before start.
+func (s *selector) score(chosen []int) int {
+	if set := s.current.Load(); set != nil {
+		return set.score(chosen)
+	}
+	return 0
+}
