@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"reflect"
@@ -52,7 +53,7 @@ type deviceSet struct {
 func newDeviceSet(cfg *options.Config, identity string) (*deviceSet, error) {
 	m := cfg.Machine
 	if m == nil || m.Len() == 0 {
-		return nil, fmt.Errorf("device set: no machine")
+		return nil, errors.New("device set: no machine")
 	}
 	s := &deviceSet{
 		cfg:      cfg,

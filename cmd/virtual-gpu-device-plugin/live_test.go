@@ -807,3 +807,35 @@ func TestBinary_Profiles_NoAPI(t *testing.T) {
 	}
 	p.stop(t)
 }
+
+// TestServe_UUIDs_StoredOnceKept: without a node name the UUIDs come from
+// the machine id; a later start with a node name (as if renamed) keeps the
+// stored UUIDs and says so once per device, not again at the next change.
+func TestServe_UUIDs_StoredOnceKept(t *testing.T) {
+	n := newLiveNode(t)
+	plugintest.NextList(t, n.start(t, nil, "-node-name="), 10*time.Second)
+	const machineID = "0123456789abcdef0123456789abcdef" // as start writes it
+	for _, d := range n.snapshot(t).Devices {
+		if want := status.DeriveUUID(machineID, d.ID); d.UUID != want {
+			t.Fatalf("device %s: UUID %q, want %q (from the machine id)", d.ID, d.UUID, want)
+		}
+	}
+	n.stop(t)
+
+	reg := n.start(t, nil)
+	plugintest.NextList(t, reg, 10*time.Second)
+	const kept = `"message":"device keeps its stored UUID`
+	n.waitLog(t, kept, 4)
+	// Another policy: applied (reconciled again), not stored (the same
+	// devices under the same profile).
+	n.writeProfile(t, "small", "version: v1\nflags:\n  topology: workstation-4gpu\n  allocationPolicy: lowest-index\n")
+	n.waitLog(t, `"message":"configuration applied"`, 1)
+	if c := n.logs.Count(kept); c != 4 {
+		t.Errorf("%d lines about kept UUIDs, want one per device (4)", c)
+	}
+	for _, d := range n.snapshot(t).Devices {
+		if want := status.DeriveUUID(machineID, d.ID); d.UUID != want {
+			t.Errorf("after the rename: device %s UUID %q, want the stored %q", d.ID, d.UUID, want)
+		}
+	}
+}

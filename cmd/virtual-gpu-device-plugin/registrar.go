@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"sync"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
@@ -51,7 +51,7 @@ func (r *registrar) Run(ctx context.Context) error {
 	r.mu.Lock()
 	if r.ended {
 		r.mu.Unlock()
-		return fmt.Errorf("registrar: run twice")
+		return errors.New("registrar: run twice")
 	}
 	r.ctx = ctx
 	err := r.startLocked()
