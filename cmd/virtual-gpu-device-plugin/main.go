@@ -125,11 +125,11 @@ func runCommand(ctx context.Context, name string, args []string, stdout, stderr 
 			printVersion(stdout)
 			return nil
 		}
-		cfg, _, err := o.Load()
+		cfg, profiles, err := o.Load()
 		if err != nil {
 			return usageError{err}
 		}
-		return serve(ctx, cfg, stderr)
+		return serve(ctx, o, cfg, profiles, stderr, defaultServeEnv())
 	case "dump":
 		return dump(ctx, args, stdout, getenv)
 	case "health":

@@ -7,20 +7,19 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/unicore/virtual-gpu-device-plugin/allocator"
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/admin"
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/faults"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/lifecycle"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/metrics"
+	nodeapi "github.com/unicore/virtual-gpu-device-plugin/plugin/node"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
-	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 // newLogger builds the root logger from the validated config.
@@ -31,26 +30,76 @@ func newLogger(cfg *options.Config, w io.Writer) zerolog.Logger {
 	return zerolog.New(w).Level(cfg.LogLevel).With().Timestamp().Logger()
 }
 
-// serve runs the device plugin until ctx ends.
-func serve(ctx context.Context, cfg *options.Config, logw io.Writer) error {
-	log := newLogger(cfg, logw)
-	logConfig(log, cfg)
-	machine, plan := cfg.Machine, cfg.Faults
-	ids := make([]string, machine.Len())
-	for i := range ids {
-		ids[i] = machine.ID(i)
-	}
+// serveEnv is what serve takes from outside its configuration: how it
+// reaches the API server, the host's machine id, and how patiently it
+// watches. defaultServeEnv is the process's; tests replace parts of it.
+type serveEnv struct {
+	// newAPI connects to the API server (nodeapi.NewClient); an error
+	// wrapping nodeapi.ErrNoAPIAccess means there is no way to reach one.
+	newAPI func(nodeapi.Options) (nodeapi.API, error)
+	// machineIDPath is read for the GPU UUIDs' node identity when
+	// -node-name is not set (default /etc/machine-id).
+	machineIDPath string
+	// profilePoll is the fallback check of the profiles directory
+	// (default 10 s).
+	profilePoll time.Duration
+	// labelWait bounds the wait for the Node's labels at start (default
+	// 10 s).
+	labelWait time.Duration
+}
 
-	st, err := openState(cfg, log)
+// defaultServeEnv is the process's serveEnv.
+func defaultServeEnv() serveEnv {
+	return serveEnv{
+		newAPI: func(o nodeapi.Options) (nodeapi.API, error) {
+			c, err := nodeapi.NewClient(o)
+			if err != nil {
+				return nil, err
+			}
+			return c, nil
+		},
+		machineIDPath: machineIDPath,
+		profilePoll:   defaultProfilePoll,
+		labelWait:     defaultLabelWait,
+	}
+}
+
+// serve runs the device plugin until ctx ends. start is the configuration
+// options.Load resolved and profiles the -config directory's profiles (nil
+// when -config is not a directory); with the Node's label known, its
+// profile is served instead, and every later change of the label or the
+// profiles is applied live (selector).
+func serve(ctx context.Context, o *options.Options, start *options.Config, profiles *options.Profiles, logw io.Writer, env serveEnv) error {
+	log := newLogger(start, logw)
+	identity := identityFor(o.NodeName, env.machineIDPath, log)
+	api, err := connectAPI(o, profiles, env, log)
+	if err != nil {
+		return err
+	}
+	st, err := openState(start, log)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	specs := make([]store.DeviceSpec, machine.Len())
-	for i := range specs {
-		specs[i] = store.DeviceSpec{ID: machine.ID(i), Index: i, NUMA: machine.NUMA(i)}
+
+	ctx, cancel := context.WithCancel(ctx)
+	g, ctx := errgroup.WithContext(ctx)
+	defer func() { // on an early return, end what started
+		cancel()
+		_ = g.Wait()
+	}()
+	sel := newSelector(o, profiles, api, identity, log)
+	if api != nil {
+		g.Go(func() error { return sel.watchNode(ctx) })
+		sel.waitLabels(ctx, env.labelWait)
 	}
-	report, err := st.Reconcile(specs)
+	cfg, why, detail := sel.initial(start)
+	logConfig(log, cfg)
+	set, err := newDeviceSet(cfg, identity)
+	if err != nil {
+		return err
+	}
+	report, err := st.Reconcile(set.specs)
 	if err != nil {
 		return err
 	}
@@ -61,12 +110,17 @@ func serve(ctx context.Context, cfg *options.Config, logw io.Writer) error {
 	if err := logDamaged(log, st, report); err != nil {
 		return err
 	}
-	devices, err := pluginDevices(cfg, machine, st, log)
+	stored, err := st.Devices()
 	if err != nil {
 		return err
 	}
+	catalog, err := set.build(stored)
+	if err != nil {
+		return err
+	}
+	logUnhealthy(log, catalog.Devices, stored)
+	logNUMA(log, cfg, set)
 
-	policy := cfg.Policy
 	// The history is pruned off the RPC path: at start, every minute, and
 	// after allocations (at most once a second).
 	pruner, err := store.NewPruner(st, store.PruneOptions{MaxRecords: cfg.HistoryMaxRecords, MaxBytes: cfg.HistoryMaxBytes, MaxAge: cfg.HistoryMaxAge},
@@ -77,7 +131,7 @@ func serve(ctx context.Context, cfg *options.Config, logw io.Writer) error {
 	// The tracker first: the recorder tells it about each allocation.
 	tracker, err := lifecycle.New(lifecycle.Config{
 		Socket:       cfg.PodResourcesSocket,
-		ResourceName: cfg.ResourceName,
+		ResourceName: set.resource,
 		Store:        st,
 		Interval:     cfg.ReconcileInterval,
 		AbandonAfter: cfg.AbandonAfter,
@@ -86,14 +140,12 @@ func serve(ctx context.Context, cfg *options.Config, logw io.Writer) error {
 	if err != nil {
 		return err
 	}
+	last, err := followEarlierNames(st, tracker)
+	if err != nil {
+		return err
+	}
 	srv, err := plugin.NewServer(plugin.ServerConfig{
-		Catalog: plugin.Catalog{
-			Devices: devices,
-			Prefer: plugin.PreferByIndex(func(available, mustInclude []int, size int) ([]int, error) {
-				return policy(machine, available, mustInclude, size)
-			}),
-			Env: plugin.EnvByIndex(machine.ContainerEnv),
-		},
+		Catalog:  catalog,
 		Recorder: recorder{st: st, kick: pruner.Kick, recorded: tracker.Notify},
 		Health:   healthRecorder{st},
 		Logger:   log,
@@ -101,23 +153,24 @@ func serve(ctx context.Context, cfg *options.Config, logw io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer srv.Close() // the Server is ours, not the Runner's
-	runner, err := plugin.NewRunner(plugin.RunnerConfig{
-		Dir:          cfg.DevicePluginPath,
-		SocketName:   cfg.SocketName,
-		ResourceName: cfg.ResourceName,
-		Server:       srv,
-		Logger:       log,
-	})
-	if err != nil {
+	defer srv.Close() // the Server is ours, not the Runners'
+	reg := newRegistrar(plugin.RunnerConfig{
+		Dir:        cfg.DevicePluginPath,
+		SocketName: cfg.SocketName,
+		Server:     srv,
+		Logger:     log,
+	}, set.resource)
+	faultPlan := &faultRunner{log: log, set: func(id string, healthy bool, reason string) error {
+		_, err := srv.SetHealth(id, healthy, reason, store.CauseFaultInjection)
 		return err
-	}
+	}}
+	faultPlan.Restart(cfg.FaultPlan, cfg.Faults, set.faultIDs)
 	m := metrics.New(metrics.Config{
 		Version:      version,
 		Devices:      srv,
-		Registration: runner,
+		Registration: reg,
 		Allocations:  st,
-		Score:        func(set []int) int { return allocator.Score(machine, set) },
+		Score:        sel.score,
 		Logger:       log,
 	})
 	srv.SetObserver(m) // before anything serves srv
@@ -130,12 +183,6 @@ func serve(ctx context.Context, cfg *options.Config, logw io.Writer) error {
 		return err
 	}
 	defer adminSrv.Close()
-
-	host, _ := os.Hostname()
-	log.Info().Str("version", version).Str("node", host).Str("topology", machine.Name()).Int("devices", machine.Len()).
-		Str("resource", cfg.ResourceName).Str("dir", cfg.DevicePluginPath).Str("state", st.Path()).
-		Str("policy", cfg.AllocationPolicy).Msg("starting")
-
 	var metricsLis net.Listener
 	if cfg.MetricsAddress != "" {
 		if metricsLis, err = net.Listen("tcp", cfg.MetricsAddress); err != nil {
@@ -144,15 +191,29 @@ func serve(ctx context.Context, cfg *options.Config, logw io.Writer) error {
 		log.Info().Str("address", metricsLis.Addr().String()).Msg("serving /metrics, /healthz, /readyz")
 	}
 
-	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return runner.Run(ctx) })
+	nodeName := o.NodeName
+	if nodeName == "" {
+		nodeName, _ = os.Hostname()
+	}
+	log.Info().Str("version", version).Str("node", nodeName).Str("topology", cfg.Machine.Name()).Int("devices", cfg.Machine.Len()).
+		Str("resource", set.resource).Str("profile", cfg.Profile).Str("why", why).Str("dir", cfg.DevicePluginPath).Str("state", st.Path()).
+		Str("policy", cfg.AllocationPolicy).Msg("starting")
+	// From here on a new label or profile is applied live.
+	sel.start(ctx, liveParts{st: st, srv: srv, reg: reg, tracker: tracker, faults: faultPlan}, set, report, last, why, detail)
+
+	g.Go(func() error { return reg.Run(ctx) })
 	g.Go(func() error { return adminSrv.Run(ctx) })
 	g.Go(func() error { return tracker.Run(ctx) })
 	g.Go(func() error { return pruner.Run(ctx) })
+	g.Go(func() error { return faultPlan.Run(ctx) })
+	if profiles != nil {
+		w := &dirWatch{dir: profiles.Dir, poll: env.profilePoll, log: log}
+		g.Go(func() error { return w.Run(ctx, func() { sel.reload(ctx) }) })
+	}
 	if metricsLis != nil {
 		live := func() error { _, err := st.Devices(); return err }
 		ready := func() error { // registered, and the state file takes writes (Allocate needs them)
-			if !runner.Registered() {
+			if !reg.Registered() {
 				return errors.New("not registered with the kubelet")
 			}
 			if err := st.Writable(); err != nil {
@@ -162,17 +223,82 @@ func serve(ctx context.Context, cfg *options.Config, logw io.Writer) error {
 		}
 		g.Go(func() error { return metrics.Serve(ctx, metricsLis, m.Handler(live, ready)) })
 	}
-	if len(plan) > 0 {
-		log.Info().Str("plan", cfg.FaultPlan).Msg("fault injection on")
-		g.Go(func() error {
-			faults.Run(ctx, plan, ids, func(id string, healthy bool, reason string) error {
-				_, err := srv.SetHealth(id, healthy, reason, store.CauseFaultInjection)
-				return err
-			}, faults.Options{OnError: func(err error) { log.Error().Err(err).Msg("fault injection") }})
-			return nil
-		})
-	}
 	return g.Wait()
+}
+
+// identityFor returns the identity GPU UUIDs are derived from: the node's
+// name, else the machine id read from machineIDPath. Without either it
+// says so and returns "": the devices then get no UUID.
+func identityFor(nodeName, machineIDPath string, log zerolog.Logger) string {
+	var machineID string
+	if strings.TrimSpace(nodeName) == "" {
+		machineID = readMachineID(machineIDPath)
+	}
+	identity, source, err := nodeIdentity(nodeName, machineID)
+	if err != nil {
+		log.Warn().Err(err).Msg("devices get no GPU UUIDs")
+		return ""
+	}
+	log.Debug().Str("source", source).Msg("GPU UUIDs derived from the node's identity")
+	return identity
+}
+
+// readMachineID returns the content of the machine-id file at path, or ""
+// when it is not a small regular file that reads.
+func readMachineID(path string) string {
+	fi, err := os.Stat(path)
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() > 4096 {
+		return ""
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+// connectAPI returns a client of the API server when the plugin needs one
+// (-node-name set, and a profiles directory or -label-node), nil when it
+// does not or has no API access; then it says once what the plugin does
+// without. Only an explicit -kubeconfig that cannot be used is an error.
+func connectAPI(o *options.Options, profiles *options.Profiles, env serveEnv, log zerolog.Logger) (nodeapi.API, error) {
+	switch {
+	case profiles == nil && !o.LabelNode:
+		return nil, nil
+	case o.NodeName == "":
+		log.Warn().Str("config", o.ConfigPath).
+			Msg("no -node-name (nor NODE_NAME): the node's profile label is not read; serving the -config-default profile")
+		return nil, nil
+	}
+	api, err := env.newAPI(nodeapi.Options{Kubeconfig: o.Kubeconfig, Version: version, Logger: log})
+	switch {
+	case err == nil:
+		return api, nil
+	case o.Kubeconfig != "":
+		return nil, usageError{fmt.Errorf("-kubeconfig: %w", err)}
+	}
+	log.Warn().Err(err).Str("node", o.NodeName).
+		Msg("no API access: the node's profile label is not read and no GPU labels are written; serving the -config-default profile")
+	return nil, nil
+}
+
+// followEarlierNames makes tracker follow the resource names of the
+// configuration history too (containers may hold devices under a name of
+// an earlier configuration) and returns the newest stored configuration
+// event, nil if there is none.
+func followEarlierNames(st *store.Store, tracker *lifecycle.Tracker) (*store.ConfigEvent, error) {
+	const lookBack = 100
+	events, err := st.ConfigEvents(store.ConfigFilter{Limit: lookBack})
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range events {
+		tracker.FollowResourceName(e.ResourceName)
+	}
+	if len(events) == 0 {
+		return nil, nil
+	}
+	return &events[0], nil
 }
 
 // logConfig logs, once, where the configuration came from and what in it
@@ -225,32 +351,31 @@ func openState(cfg *options.Config, log zerolog.Logger) (*store.Store, error) {
 	return store.Open(cfg.StatePath, opts)
 }
 
-// pluginDevices builds the served devices from the stored ones (health
-// survives restarts) and the NUMA nodes to report.
-func pluginDevices(cfg *options.Config, machine *topology.Machine, st *store.Store, log zerolog.Logger) ([]plugin.Device, error) {
-	stored, err := st.Devices()
-	if err != nil {
-		return nil, err
+// logUnhealthy logs the served devices that are unhealthy since before
+// this start.
+func logUnhealthy(log zerolog.Logger, served []plugin.Device, stored []store.Device) {
+	since := make(map[string]time.Time, len(stored))
+	for _, d := range stored {
+		since[d.ID] = d.Since
 	}
-	numa := machine.ReportNUMA(cfg.NUMAReport, os.DirFS(cfg.SysfsRoot))
+	for _, d := range served {
+		if !d.Healthy {
+			log.Info().Str("device", d.ID).Str("reason", d.Reason).Time("since", since[d.ID]).Msg("device unhealthy since before this start")
+		}
+	}
+}
+
+// logNUMA says what of the machine's NUMA nodes is not reported: the
+// host's nodes could not be read, or it lacks some.
+func logNUMA(log zerolog.Logger, cfg *options.Config, set *deviceSet) {
+	numa := set.numa
 	if numa.HostErr != nil {
 		log.Warn().Err(numa.HostErr).Str("sysfs", cfg.SysfsRoot).Msg("cannot read the host's NUMA nodes; reporting none")
-	}
-	var devices []plugin.Device
-	for _, d := range stored {
-		if d.Removed {
-			continue
-		}
-		devices = append(devices, plugin.Device{ID: d.ID, Index: d.Index, NUMA: numa.Node(d.Index), Healthy: d.Healthy, Reason: d.Reason})
-		if !d.Healthy {
-			log.Info().Str("device", d.ID).Str("reason", d.Reason).Time("since", d.Since).Msg("device unhealthy since before this start")
-		}
 	}
 	if len(numa.Dropped) > 0 {
 		log.Info().Ints("host_numa_nodes", numa.Host).Ints("not_reported", numa.Dropped).
 			Msg("the host lacks some topology NUMA nodes; those devices report no NUMA node (-numa-report=always to force)")
 	}
-	return devices, nil
 }
 
 // recorder stores every allocation before Allocate answers it, then asks

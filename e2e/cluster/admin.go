@@ -61,6 +61,7 @@ type DumpDoc struct {
 	Devices      []DumpDevice      `json:"devices"`
 	Allocations  []DumpAllocation  `json:"allocations"`
 	HealthEvents []DumpHealthEvent `json:"healthEvents"`
+	ConfigEvents []DumpConfigEvent `json:"configEvents"`
 }
 
 // DumpSource says where a dump was read: Type "plugin" (the running plugin's admin socket at Path) or
@@ -79,6 +80,8 @@ type DumpDevice struct {
 	Reason  string      `json:"reason"`
 	Since   time.Time   `json:"since"`
 	Holder  *DumpHolder `json:"holder"`
+	UUID    string      `json:"uuid"`
+	Removed bool        `json:"removed"`
 }
 
 // DumpHolder is a device's current holder.
@@ -112,6 +115,22 @@ type DumpHealthEvent struct {
 	Healthy  bool      `json:"healthy"`
 	Reason   string    `json:"reason"`
 	Cause    string    `json:"cause"`
+}
+
+// DumpConfigEvent is one configuration change of DumpDoc (newest first in the dump).
+type DumpConfigEvent struct {
+	Seq             uint64    `json:"seq"`
+	Time            time.Time `json:"time"`
+	Profile         string    `json:"profile"`
+	PreviousProfile string    `json:"previousProfile"`
+	Why             string    `json:"why"`
+	Detail          string    `json:"detail"`
+	ResourceName    string    `json:"resourceName"`
+	Machine         string    `json:"machine"`
+	Devices         int       `json:"devices"`
+	Added           []string  `json:"added"`
+	Removed         []string  `json:"removed"`
+	Restored        []string  `json:"restored"`
 }
 
 // Device returns the device with id (nil if absent).

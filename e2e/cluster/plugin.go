@@ -27,7 +27,8 @@ const (
 type PluginOptions struct {
 	// Binary is the plugin executable. Required.
 	Binary string
-	// Devices is the -devices flag. Default 4, or not passed when Topology is set.
+	// Devices is the -devices flag. Default 4, or not passed when Topology is set; negative: not
+	// passed (a -config profile decides).
 	Devices int
 	// Topology is the -topology flag (a preset name or a file); empty: not passed.
 	Topology string
@@ -85,6 +86,7 @@ func (n *Node) StartPlugin(ctx context.Context, opts PluginOptions) (*Plugin, er
 		"-log-level=info",
 	}
 	switch {
+	case opts.Devices < 0:
 	case opts.Devices != 0:
 		argv = append(argv, "-devices="+strconv.Itoa(opts.Devices))
 	case opts.Topology == "":

@@ -28,7 +28,11 @@
 // A failed List changes nothing: while the kubelet restarts, the socket is
 // gone and every hold stays as it was; the Tracker retries every Interval.
 // After a plugin restart the first successful List rebuilds who holds what
-// and closes the records of pods that went away meanwhile. If the socket
+// and closes the records of pods that went away meanwhile.
+//
+// When the plugin's resource name changes (a new profile), FollowResourceName
+// adds the new name: containers that got devices under an earlier name keep
+// them, so their records stay held until those containers end. If the socket
 // never answers, the Tracker says so once and keeps trying quietly: the
 // plugin works without it.
 package lifecycle
@@ -39,6 +43,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -100,7 +105,8 @@ func (systemClock) NewTimer(d time.Duration) (<-chan time.Time, func() bool) {
 type Config struct {
 	// Socket is the kubelet's PodResources socket (absolute).
 	Socket string
-	// ResourceName selects our devices in the pod resources.
+	// ResourceName selects our devices in the pod resources (more with
+	// Tracker.FollowResourceName).
 	ResourceName string
 	// Store holds the allocation records.
 	Store Store
@@ -126,12 +132,16 @@ type Config struct {
 }
 
 // Tracker keeps allocation records in step with the pods holding them. Build
-// it with New; call Run once. Notify is safe for concurrent use at any time;
-// Sync must not run concurrently with itself or Run.
+// it with New; call Run once. Notify and FollowResourceName are safe for
+// concurrent use at any time; Sync must not run concurrently with itself or
+// Run.
 type Tracker struct {
 	cfg    Config
 	log    zerolog.Logger
 	notify chan struct{}
+
+	mu    sync.Mutex
+	names []string // resource names whose devices are ours; never shrinks
 }
 
 // New checks cfg and returns a Tracker.
@@ -164,7 +174,31 @@ func New(cfg Config) (*Tracker, error) {
 		cfg:    cfg,
 		log:    cfg.Logger.With().Str("component", "lifecycle").Logger(),
 		notify: make(chan struct{}, 1),
+		names:  []string{cfg.ResourceName},
 	}, nil
+}
+
+// FollowResourceName makes the Tracker count the devices containers hold
+// under name as the plugin's, from its next List on, besides those of
+// Config.ResourceName and every name followed before: when a new profile
+// registers the devices under another resource name, the containers that
+// got devices under the earlier one keep them, and their records must keep
+// their holders until those containers end. Following a name again changes
+// nothing. Call it before the plugin registers the new name, so no
+// allocation under it goes unseen.
+func (t *Tracker) FollowResourceName(name string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if name != "" && !slices.Contains(t.names, name) {
+		t.names = append(t.names, name)
+	}
+}
+
+// resourceNames returns the names whose devices are ours.
+func (t *Tracker) resourceNames() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.names)
 }
 
 // Notify tells the Tracker that a new allocation was recorded: it polls fast
@@ -277,12 +311,13 @@ func (t *Tracker) sync(ctx context.Context, client podresourcesapi.PodResourcesL
 		return res, fmt.Errorf("%w: %w", ErrListFailed, err)
 	}
 	// Containers by the exact set of our devices they hold.
+	names := t.resourceNames()
 	holders := map[string][]holderKey{}
 	for _, pod := range resp.GetPodResources() {
 		for _, c := range pod.GetContainers() {
 			var ids []string
 			for _, d := range c.GetDevices() {
-				if d.GetResourceName() == t.cfg.ResourceName {
+				if slices.Contains(names, d.GetResourceName()) {
 					ids = append(ids, d.GetDeviceIds()...)
 				}
 			}

@@ -452,3 +452,43 @@ func TestNew_BadConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestTracker_FollowResourceName_KeepsEarlierHolders: after the plugin's
+// resource name changed, a container that got its device under the old
+// name still holds it (its record stays held until it ends), and a
+// container of the new name claims its record; devices of names never
+// followed are not ours.
+func TestTracker_FollowResourceName_KeepsEarlierHolders(t *testing.T) {
+	const renamed = "unicore.mcyou.cc/gpu-a100"
+	f := newFixture(t)
+	old := f.allocate(t, "fake-0")
+	f.pr.SetPod("ns", "old", res, plugintest.Container{Name: "c", IDs: []string{"fake-0"}})
+	f.sync(t)
+	if a := f.record(t, old); holder(a) != "held ns/old/c" {
+		t.Fatalf("before the rename: %s", holder(a))
+	}
+
+	f.tr.FollowResourceName(renamed)
+	f.tr.FollowResourceName(renamed) // again: no change
+	f.clock.Advance(time.Second)
+	renamedSeq := f.allocate(t, "fake-1")
+	f.pr.SetPod("ns", "new", renamed, plugintest.Container{Name: "c", IDs: []string{"fake-1"}})
+	f.pr.SetPod("ns", "foreign", "example.com/gpu", plugintest.Container{Name: "c", IDs: []string{"fake-2"}})
+	foreign := f.allocate(t, "fake-2")
+	f.sync(t)
+	if a := f.record(t, old); holder(a) != "held ns/old/c" {
+		t.Errorf("the old name's holder after the rename: %s", holder(a))
+	}
+	if a := f.record(t, renamedSeq); holder(a) != "held ns/new/c" {
+		t.Errorf("the new name's holder: %s", holder(a))
+	}
+	if a := f.record(t, foreign); a.State != store.StateAllocated {
+		t.Errorf("a device held under a name never followed: %s", holder(a))
+	}
+
+	f.pr.DeletePod("ns", "old")
+	f.sync(t)
+	if a := f.record(t, old); a.State != store.StateReleased {
+		t.Errorf("after the old name's pod ended: %s", holder(a))
+	}
+}

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"slices"
+
+	"github.com/unicore/virtual-gpu-device-plugin/allocator"
+	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin"
+	nodeapi "github.com/unicore/virtual-gpu-device-plugin/plugin/node"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/status"
+	"github.com/unicore/virtual-gpu-device-plugin/store"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
+)
+
+// deviceSet is everything one resolved configuration advertises, built in
+// one place (newDeviceSet) so that the start and every live change serve
+// the same thing for the same configuration: the resource name, the
+// devices the store keeps, the catalog the Server answers with, the GPU
+// labels, and how the configuration is described in the history. It is an
+// immutable value; its functions are safe for concurrent use.
+//
+// Shared GPUs (replicas) and the container view (mounts, CDI devices,
+// status files) extend newDeviceSet: specs and faultIDs list what is
+// advertised, build fills the Catalog's Prefer, Env, Respond and Limit,
+// and event and labels say how it is shared.
+type deviceSet struct {
+	// cfg is the configuration the set was built from.
+	cfg *options.Config
+	// resource is the extended resource the devices are registered under.
+	resource string
+	// specs are the devices to reconcile the store with, UUIDs derived.
+	specs []store.DeviceSpec
+	// numa is the NUMA node each GPU reports, and what to log about it.
+	numa topology.ReportedNUMA
+	// labels describe the machine for the node's GPU labels.
+	labels nodeapi.LabelSpec
+	// event describes the configuration for the history; the caller adds
+	// why, when and what the reconcile did.
+	event store.ConfigEvent
+	// faultIDs are the device ids the configuration's fault plan drives.
+	faultIDs []string
+	// score rates a preferred set of GPU indices, for the metrics.
+	score func(chosen []int) int
+}
+
+// newDeviceSet builds the device set of cfg. identity is what GPU UUIDs
+// are derived from (nodeIdentity); "" derives none. It reads the host's
+// NUMA nodes from cfg.SysfsRoot (in -numa-report=auto) and nothing else.
+func newDeviceSet(cfg *options.Config, identity string) (*deviceSet, error) {
+	m := cfg.Machine
+	if m == nil || m.Len() == 0 {
+		return nil, errors.New("device set: no machine")
+	}
+	s := &deviceSet{
+		cfg:      cfg,
+		resource: cfg.ResourceName,
+		numa:     m.ReportNUMA(cfg.NUMAReport, os.DirFS(cfg.SysfsRoot)),
+		specs:    make([]store.DeviceSpec, m.Len()),
+		faultIDs: make([]string, m.Len()),
+		score:    func(chosen []int) int { return allocator.Score(m, chosen) },
+	}
+	for i := range s.specs {
+		id := m.ID(i)
+		s.specs[i] = store.DeviceSpec{ID: id, Index: i, NUMA: m.NUMA(i)}
+		if identity != "" {
+			s.specs[i].UUID = status.DeriveUUID(identity, id)
+		}
+		s.faultIDs[i] = id
+	}
+	// Whole GPUs only, so far: what is served, not what is configured
+	// (logConfig says when sharing is configured but not served).
+	s.labels = nodeapi.LabelSpec{Machine: m, Topology: cfg.Topology, Profile: cfg.Profile}
+	s.event = store.ConfigEvent{Profile: cfg.Profile, ResourceName: s.resource, Machine: m.Name(), Devices: len(s.specs)}
+	return s, nil
+}
+
+// build returns the Server's catalog for the devices as the store has them
+// after reconciling it with s.specs: the configured ones, with their
+// stored health; removed devices and devices s does not configure are
+// left out.
+func (s *deviceSet) build(stored []store.Device) (plugin.Catalog, error) {
+	m, policy := s.cfg.Machine, s.cfg.Policy
+	configured := make(map[string]int, len(s.specs))
+	for _, sp := range s.specs {
+		configured[sp.ID] = sp.Index
+	}
+	devices := make([]plugin.Device, 0, len(s.specs))
+	for _, d := range stored {
+		i, ok := configured[d.ID]
+		if !ok || d.Removed {
+			continue
+		}
+		devices = append(devices, plugin.Device{ID: d.ID, Index: i, NUMA: s.numa.Node(i), Healthy: d.Healthy, Reason: d.Reason})
+	}
+	if len(devices) != len(s.specs) {
+		return plugin.Catalog{}, fmt.Errorf("device set: %d of %d configured devices are in the state file: %w", len(devices), len(s.specs), store.ErrUnknownDevice)
+	}
+	return plugin.Catalog{
+		Devices: devices,
+		Prefer: plugin.PreferByIndex(func(available, mustInclude []int, size int) ([]int, error) {
+			return policy(m, available, mustInclude, size)
+		}),
+		Env: plugin.EnvByIndex(m.ContainerEnv),
+	}, nil
+}
+
+// equal reports whether s and o serve the same: the same resource, devices
+// (UUIDs included), NUMA nodes, machine, policies, sharing, fault plan,
+// GPU labels and description in the history. A new configuration equal to
+// the one in force changes nothing, not even a ListAndWatch message. A nil
+// set equals nothing.
+func (s *deviceSet) equal(o *deviceSet) bool {
+	if s == nil || o == nil {
+		return false
+	}
+	a, b := s.cfg, o.cfg
+	sa, sb := a.Sharing, b.Sharing
+	return s.resource == o.resource && slices.Equal(s.specs, o.specs) && slices.Equal(s.numa.Nodes, o.numa.Nodes) &&
+		s.event.SameConfig(o.event) && s.labels.Topology == o.labels.Topology && s.labels.Profile == o.labels.Profile &&
+		s.labels.Replicas == o.labels.Replicas && s.labels.Renamed == o.labels.Renamed &&
+		a.Topology == b.Topology && reflect.DeepEqual(a.Machine, b.Machine) && a.AllocationPolicy == b.AllocationPolicy &&
+		a.FaultPlan == b.FaultPlan && slices.Equal(a.DeviceListStrategies, b.DeviceListStrategies) &&
+		sa.Replicas == sb.Replicas && sa.ResourceName == sb.ResourceName && sa.Renamed == sb.Renamed &&
+		sa.FailRequestsGreaterThanOne == sb.FailRequestsGreaterThanOne && slices.Equal(sa.GPUs, sb.GPUs) &&
+		sa.PolicyName == sb.PolicyName
+}

@@ -1,0 +1,454 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/lifecycle"
+	nodeapi "github.com/unicore/virtual-gpu-device-plugin/plugin/node"
+	"github.com/unicore/virtual-gpu-device-plugin/store"
+)
+
+// defaultLabelWait bounds how long the start waits for the Node's labels
+// before it serves the default profile: long enough for an API server that
+// answers, short enough to register fast when it does not (pods admitted
+// before the plugin registers fail).
+const defaultLabelWait = 10 * time.Second
+
+// selector decides which configuration is in force and applies a new one
+// live: it follows the Node's profile label (nodeapi.API.WatchNode), the
+// profiles directory (dirWatch) and keeps the Node's GPU labels
+// (-label-node). A change of either is resolved with the command line and
+// the environment (options.Options.Select, Resolve); one that cannot be
+// (an unknown profile, a profile file that became invalid) is logged once,
+// as an error, and the configuration in force stays.
+//
+// Applying a configuration (apply) reconciles the state file with the new
+// devices and swaps the Server's catalog in one step (plugin.Server.
+// UpdateCatalog), so the kubelet gets the new list as one ListAndWatch
+// message and no health change can slip between; when the resource name
+// changes it does so between ending the old name's Runner and starting the
+// new one (registrar.Switch). Then it restarts the fault plan, stores the
+// change in the history (store.RecordConfigChange) and brings the GPU
+// labels up to date.
+//
+// Its methods are safe for concurrent use; mu serializes every change.
+type selector struct {
+	o         *options.Options
+	log       zerolog.Logger
+	api       nodeapi.API // nil without API access
+	nodeName  string
+	labelNode bool
+	identity  string // GPU UUIDs are derived from it; "" derives none
+
+	// current is the device set in force, for readers that do not take mu
+	// (the metrics' score).
+	current atomic.Pointer[deviceSet]
+
+	firstOnce sync.Once
+	first     chan struct{} // closed once the Node's labels are known, or cannot be
+
+	mu       sync.Mutex
+	profiles *options.Profiles // nil: -config is not a directory
+	labels   map[string]string // the Node's labels as last seen
+	haveNode bool              // labels holds the Node's labels
+	label    string            // the profile label's value the selection is based on
+	retry    bool              // the last change failed for a reason worth retrying
+	lastErr  string            // the configuration error logged last, so it is logged once
+	conflict map[string]bool   // devices whose UUID conflict was logged
+
+	// Set by start: until then a change is only remembered.
+	started bool
+	live    liveParts
+	set     *deviceSet
+	last    *store.ConfigEvent // the newest stored configuration event
+}
+
+// liveParts are what applying a configuration changes: the state file, the
+// Server, the registration, the lifecycle tracker and the fault plan.
+type liveParts struct {
+	st      *store.Store
+	srv     *plugin.Server
+	reg     *registrar
+	tracker *lifecycle.Tracker
+	faults  *faultRunner
+}
+
+// newSelector returns a selector for the profiles (nil: -config is not a
+// directory of profiles). api is nil without API access.
+func newSelector(o *options.Options, profiles *options.Profiles, api nodeapi.API, identity string, log zerolog.Logger) *selector {
+	return &selector{
+		o:         o,
+		log:       log,
+		api:       api,
+		nodeName:  o.NodeName,
+		labelNode: o.LabelNode,
+		identity:  identity,
+		profiles:  profiles,
+		first:     make(chan struct{}),
+		conflict:  map[string]bool{},
+	}
+}
+
+// watchNode follows the Node's labels until ctx ends. A watch the API
+// server refuses at start (no such Node, no permission) is logged once:
+// the plugin then serves the configuration it has, and never reads the
+// label.
+func (s *selector) watchNode(ctx context.Context) error {
+	err := s.api.WatchNode(ctx, s.nodeName, func(labels map[string]string) error { return s.onLabels(ctx, labels) })
+	if err != nil && ctx.Err() == nil {
+		s.log.Error().Err(err).Str("node", s.nodeName).
+			Msg("cannot read this node's labels: the profile label is not followed and no GPU labels are written")
+	}
+	s.firstOnce.Do(func() { close(s.first) })
+	return nil
+}
+
+// waitLabels waits until the Node's labels are known (or cannot be), at
+// most wait; it reports whether they are.
+func (s *selector) waitLabels(ctx context.Context, wait time.Duration) bool {
+	if s.api == nil {
+		return false
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-s.first:
+	case <-t.C:
+		s.log.Warn().Dur("waited", wait).Msg("the node's labels are not known yet: starting with the default profile, the labelled one follows")
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.haveNode
+}
+
+// initial returns the configuration to start with: the profile the Node's
+// label names, if its labels are known, else fallback (options.Load's:
+// the -config-default profile, the -config file, or flags only); with why
+// and detail for the history.
+func (s *selector) initial(fallback *options.Config) (cfg *options.Config, why, detail string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	why, detail = s.fallbackWhy(fallback)
+	if s.profiles == nil || !s.haveNode {
+		return fallback, why, detail
+	}
+	s.label, _ = nodeapi.SelectedProfile(s.labels)
+	cfg, why, detail, err := s.resolve()
+	if err != nil {
+		s.logErr(err, fallback.Profile)
+		why, detail = s.fallbackWhy(fallback)
+		return fallback, why, detail
+	}
+	return cfg, why, detail
+}
+
+// fallbackWhy says why fallback, options.Load's configuration, is in force.
+func (s *selector) fallbackWhy(fallback *options.Config) (why, detail string) {
+	switch {
+	case fallback.Profile != "":
+		return store.WhyDefault, "-config-default=" + fallback.Profile
+	case fallback.File != "":
+		return store.WhyFlags, "-config " + fallback.File
+	}
+	return store.WhyFlags, ""
+}
+
+// resolve selects and resolves the profile for s.label from s.profiles.
+// The caller holds mu.
+func (s *selector) resolve() (cfg *options.Config, why, detail string, err error) {
+	f, err := s.o.Select(s.profiles, s.label)
+	if err != nil {
+		return nil, "", "", err
+	}
+	switch {
+	case s.label != "":
+		why, detail = store.WhyNodeLabel, nodeapi.ConfigLabel+"="+s.label
+	case f != nil:
+		why, detail = store.WhyDefault, "-config-default="+f.Profile+" (no "+nodeapi.ConfigLabel+" label)"
+	default:
+		why, detail = store.WhyFlags, "no "+nodeapi.ConfigLabel+" label and no -config-default"
+	}
+	cfg, err = s.o.Resolve(f)
+	return cfg, why, detail, err
+}
+
+// start makes the selector apply changes from now on, to parts. set is
+// the device set in force, report what reconciling the state file with it
+// did, last the newest configuration event stored before, and why and
+// detail why set is in force (initial's): start stores the configuration
+// in the history, unless it is last's and report changed nothing. A label
+// change that came after initial is applied now.
+func (s *selector) start(ctx context.Context, parts liveParts, set *deviceSet, report store.ReconcileReport, last *store.ConfigEvent, why, detail string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.live, s.set, s.started = parts, set, true
+	s.current.Store(set)
+	s.logUUIDConflicts(report)
+	s.last = record(s.log, parts.st, last, set, report, why, detail)
+	if s.profiles != nil && s.haveNode {
+		if label, _ := nodeapi.SelectedProfile(s.labels); label != s.label {
+			s.label = label
+			if err := s.changeLocked(ctx, ""); err != nil {
+				s.log.Error().Err(err).Msg("applying the profile the node's label names failed; retrying with the node's next change")
+			}
+		}
+	}
+	if err := s.syncLabels(ctx); err != nil {
+		s.log.Warn().Err(err).Msg("GPU labels of the node not updated; retrying with the node's next change")
+	}
+}
+
+// onLabels takes the Node's labels, at start and whenever they change
+// (nodeapi.API.WatchNode calls it): a new profile label selects another
+// profile, and our GPU labels are put back if someone changed them. An
+// error asks WatchNode to call again with the same labels after a backoff:
+// only for what retrying may fix (the state file, the API server), never
+// for a label naming no profile.
+func (s *selector) onLabels(ctx context.Context, labels map[string]string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.labels, s.haveNode = labels, true
+	s.firstOnce.Do(func() { close(s.first) })
+	if !s.started {
+		return nil
+	}
+	if s.profiles != nil {
+		if label, _ := nodeapi.SelectedProfile(labels); label != s.label || s.retry {
+			s.label = label
+			if err := s.changeLocked(ctx, ""); err != nil {
+				return err
+			}
+		}
+	}
+	return s.syncLabels(ctx)
+}
+
+// reload reads the profiles directory again after it changed (dirWatch)
+// and applies what the node's label selects from it. A directory that no
+// longer reads, or a profile that no longer resolves, is logged once, and
+// the profiles and the configuration in force stay.
+func (s *selector) reload(ctx context.Context) {
+	s.log.Info().Str("dir", s.o.ConfigPath).Msg("profiles directory changed; reading it again")
+	ps, err := options.LoadProfiles(s.o.ConfigPath)
+	if err == nil {
+		_, err = s.o.ResolveAll(ps) // every profile must be usable, as at start
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.logErr(err, s.inForce())
+		return
+	}
+	s.profiles = ps
+	if !s.started {
+		return
+	}
+	if err := s.changeLocked(ctx, store.WhyFileChanged); err != nil {
+		s.log.Error().Err(err).Msg("applying the changed profiles failed; the profile in force stays")
+		return
+	}
+	if err := s.syncLabels(ctx); err != nil {
+		s.log.Warn().Err(err).Msg("GPU labels of the node not updated; retrying with the node's next change")
+	}
+}
+
+// changeLocked selects and resolves the profile for s.label and applies
+// it. why overrides the reason the selection gives (file-changed). A
+// profile that cannot be selected or resolved is logged (once) and
+// returns nil; an error applying it is returned, and the next change
+// tries again. The caller holds mu.
+func (s *selector) changeLocked(ctx context.Context, why string) error {
+	cfg, selWhy, detail, err := s.resolve()
+	if err != nil {
+		s.logErr(err, s.inForce())
+		return nil
+	}
+	if why == "" {
+		why = selWhy
+	} else {
+		detail = s.o.ConfigPath + "; " + detail
+	}
+	s.retry = true
+	if err := s.apply(ctx, cfg, why, detail); err != nil {
+		return err
+	}
+	s.retry, s.lastErr = false, ""
+	return nil
+}
+
+// logErr logs a configuration that cannot be applied, once: the same
+// error again is not logged (a label or a file stays wrong until someone
+// fixes it). inForce is the profile that stays ("" none).
+func (s *selector) logErr(err error, inForce string) {
+	if err.Error() == s.lastErr {
+		return
+	}
+	s.lastErr = err.Error()
+	ev := s.log.Error().Err(err)
+	if inForce != "" {
+		ev = ev.Str("profile_in_force", inForce)
+	}
+	ev.Msg("configuration not applied: the configuration in force stays")
+}
+
+// inForce returns the profile in force, "" for none or before start. The
+// caller holds mu.
+func (s *selector) inForce() string {
+	if s.set == nil {
+		return ""
+	}
+	return s.set.cfg.Profile
+}
+
+// apply makes cfg the configuration in force, if it serves anything other
+// than the one in force. The caller holds mu.
+func (s *selector) apply(ctx context.Context, cfg *options.Config, why, detail string) error {
+	set, err := newDeviceSet(cfg, s.identity)
+	if err != nil {
+		return err
+	}
+	prev := s.set
+	if prev.equal(set) {
+		return nil
+	}
+	p := s.live
+	var report store.ReconcileReport
+	swap := func() error {
+		return p.srv.UpdateCatalog(func(plugin.Catalog) (plugin.Catalog, error) {
+			var cat plugin.Catalog
+			var err error
+			report, cat, err = reconcile(p.st, set)
+			if err != nil {
+				// Back to the devices the Server keeps serving.
+				if _, _, uerr := reconcile(p.st, prev); uerr != nil {
+					return cat, errors.Join(err, uerr)
+				}
+			}
+			return cat, err
+		})
+	}
+	if set.resource != prev.resource {
+		p.tracker.FollowResourceName(set.resource) // before anything is allocated under it
+		err = p.reg.Switch(set.resource, swap)
+	} else {
+		err = swap()
+	}
+	if err != nil {
+		return err
+	}
+	s.set = set
+	s.current.Store(set)
+	logConfig(s.log, cfg)
+	logNUMA(s.log, cfg, set)
+	s.logUUIDConflicts(report)
+	s.log.Info().Str("why", why).Str("detail", detail).Str("profile", cfg.Profile).Str("previous_profile", prev.cfg.Profile).
+		Str("resource", set.resource).Str("previous_resource", prev.resource).Str("topology", cfg.Machine.Name()).
+		Int("devices", len(set.specs)).Strs("added", report.Added).Strs("removed", report.Removed).Strs("restored", report.Restored).
+		Msg("configuration applied")
+	p.faults.Restart(cfg.FaultPlan, cfg.Faults, set.faultIDs)
+	s.last = record(s.log, p.st, s.last, set, report, why, detail)
+	return nil
+}
+
+// reconcile makes the state file's devices those of set and returns the
+// report and the catalog built from the stored devices.
+func reconcile(st *store.Store, set *deviceSet) (store.ReconcileReport, plugin.Catalog, error) {
+	report, err := st.Reconcile(set.specs)
+	if err != nil {
+		return report, plugin.Catalog{}, err
+	}
+	stored, err := st.Devices()
+	if err != nil {
+		return report, plugin.Catalog{}, err
+	}
+	cat, err := set.build(stored)
+	return report, cat, err
+}
+
+// record stores a configuration event for set (why and detail as given,
+// the device changes from report) unless it is the configuration of last,
+// the newest stored event, and report changed nothing. It returns the
+// newest event then. A failure to store is logged: the configuration is in
+// force all the same.
+func record(log zerolog.Logger, st *store.Store, last *store.ConfigEvent, set *deviceSet, report store.ReconcileReport, why, detail string) *store.ConfigEvent {
+	e := set.event
+	e.Why, e.Detail = why, detail
+	e = e.FromReport(report)
+	if last != nil {
+		if e.SameConfig(*last) && report.Empty() {
+			return last
+		}
+		e.PreviousProfile = last.Profile
+	}
+	stored, err := st.RecordConfigChange(e)
+	if err != nil {
+		log.Error().Err(err).Msg("the configuration change is in force but not stored in the history")
+		return last
+	}
+	return &stored
+}
+
+// logUUIDConflicts logs, once per device, a stored UUID that differs from
+// the one derived now (the node was renamed): the stored one is kept.
+func (s *selector) logUUIDConflicts(report store.ReconcileReport) {
+	for _, c := range report.UUIDConflicts {
+		if s.conflict[c.ID] {
+			continue
+		}
+		s.conflict[c.ID] = true
+		s.log.Warn().Str("device", c.ID).Str("uuid", c.Stored).Str("derived", c.Given).
+			Msg("device keeps its stored UUID; the one derived from the node's identity now differs (renamed node?)")
+	}
+}
+
+// syncLabels brings the Node's GPU labels (nodeapi.LabelPrefix) in line with
+// the device set in force, with -label-node: one patch naming only the
+// labels to set or remove, and none when they match. The caller holds mu.
+func (s *selector) syncLabels(ctx context.Context) error {
+	if !s.labelNode || s.api == nil || !s.haveNode {
+		return nil
+	}
+	desired, err := nodeapi.GPULabels(s.set.labels)
+	if err != nil {
+		return err
+	}
+	set, remove, err := nodeapi.LabelChanges(s.labels, desired)
+	if err != nil {
+		return err
+	}
+	if len(set) == 0 && len(remove) == 0 {
+		return nil
+	}
+	if _, err := nodeapi.SyncLabels(ctx, s.api, s.nodeName, s.labels, desired); err != nil {
+		return err
+	}
+	s.log.Info().Strs("set", slices.Sorted(maps.Keys(set))).Strs("removed", remove).Msg("GPU labels of the node updated")
+	// As the watch will show them: a change before its event must not patch again.
+	labels := maps.Clone(s.labels)
+	maps.Copy(labels, set)
+	for _, k := range remove {
+		delete(labels, k)
+	}
+	s.labels = labels
+	return nil
+}
+
+// score rates a preferred set on the machine in force, for the metrics;
+// 0 before start.
+func (s *selector) score(chosen []int) int {
+	if set := s.current.Load(); set != nil {
+		return set.score(chosen)
+	}
+	return 0
+}
