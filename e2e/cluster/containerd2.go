@@ -198,8 +198,10 @@ func (c *Cluster) AddNode(ctx context.Context, o NodeOptions) (*Node, error) {
 	c.mu.Unlock()
 	n.ports.kubelet, n.ports.kubeletHealthz, n.ports.containerdStream = ports[0], ports[1], ports[2]
 	start := time.Now()
+	var ready time.Duration
 	err = n.start(ctx)
 	if err == nil {
+		ready = time.Since(start)
 		err = poll(ctx, time.Minute, 100*time.Millisecond, func() (bool, string, error) {
 			node, err := n.Get(ctx)
 			if err != nil {
@@ -224,7 +226,8 @@ func (c *Cluster) AddNode(ctx context.Context, o NodeOptions) (*Node, error) {
 	c.mu.Lock()
 	c.Nodes = append(c.Nodes, n)
 	c.mu.Unlock()
-	c.log.Logf("node %s (%s) added, Ready in %s", n.Name, n.Runtime, time.Since(start).Round(time.Millisecond))
+	c.log.Logf("node %s (%s) added: Ready in %s, without the not-ready taint in %s", n.Name, n.Runtime,
+		ready.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 	return n, nil
 }
 
