@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -79,6 +80,8 @@ type Cluster struct {
 	Binaries Binaries
 
 	moduleDir   string
+	cacheDir    string
+	containerd2 Containerd2Binaries // built once a node needs them; guarded by mu after Start
 	log         Logger
 	keep        bool
 	reg         *registry
@@ -98,6 +101,7 @@ type Cluster struct {
 	serviceProxy      bool // the DNAT rule is installed
 	plugins           []*Plugin
 	pluginStarts      int
+	nodeSeq           int // numbers nodes: the next node's Index
 	stopped           bool
 }
 
@@ -139,6 +143,12 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
+	var containerd2 Containerd2Binaries
+	if slices.ContainsFunc(nodeOpts, func(o NodeOptions) bool { return o.Runtime == RuntimeContainerd2 }) {
+		if containerd2, err = EnsureContainerd2(ctx, opts.CacheDir, log); err != nil {
+			return nil, err
+		}
+	}
 
 	dir, err := os.MkdirTemp("", "vgpu-e2e-")
 	if err != nil {
@@ -156,6 +166,8 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		ServicePort: kubernetesServicePort,
 		Binaries:    bins,
 		moduleDir:   opts.ModuleDir,
+		cacheDir:    opts.CacheDir,
+		containerd2: containerd2,
 		log:         log,
 		keep:        opts.Keep,
 		reg:         reg,
@@ -163,6 +175,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	for i, o := range nodeOpts {
 		c.Nodes = append(c.Nodes, newNode(c, i, o))
 	}
+	c.nodeSeq = len(c.Nodes)
 	c.Node, c.NodeName = c.Nodes[0], c.Nodes[0].Name
 	defer func() {
 		if err != nil {
@@ -488,6 +501,7 @@ func (c *Cluster) Stop() {
 	}
 	c.stopped = true
 	plugins := c.plugins
+	nodes := slices.Clone(c.Nodes)
 	c.mu.Unlock()
 	for _, p := range plugins {
 		if !p.Exited() {
@@ -500,12 +514,12 @@ func (c *Cluster) Stop() {
 			_ = p.Stop(10 * time.Second)
 		}
 	}
-	parallel(c.Nodes, func(n *Node) {
+	parallel(nodes, func(n *Node) {
 		if k := n.Kubelet(); k != nil {
 			_ = k.Stop(15 * time.Second)
 		}
 	})
-	parallel(c.Nodes, func(n *Node) { n.stopContainerd() })
+	parallel(nodes, func(n *Node) { n.stopContainerd() })
 	if c.apiserver != nil {
 		_ = c.apiserver.Stop(15 * time.Second)
 	}
@@ -516,11 +530,11 @@ func (c *Cluster) Stop() {
 	// children. After a clean sandbox removal there are none left.
 	if n := killProcessesNaming(c.Dir); n > 0 {
 		c.log.Logf("killed %d leftover processes (shims, containers) naming %s", n, c.Dir)
-		for _, n := range c.Nodes {
+		for _, n := range nodes {
 			removeContainerCgroups(n.containerdStateDir())
 		}
 	}
-	for _, n := range c.Nodes {
+	for _, n := range nodes {
 		if n.holder != nil {
 			n.holder.Kill()
 		}

@@ -224,6 +224,36 @@ func TestDefaultNodes(t *testing.T) {
 	}
 }
 
+func TestDefaultNodes_Runtime(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		in      Runtime
+		want    Runtime
+		wantErr string
+	}{
+		{"default is Debian's containerd", "", RuntimeContainerd, ""},
+		{"containerd", RuntimeContainerd, RuntimeContainerd, ""},
+		{"containerd 2", RuntimeContainerd2, RuntimeContainerd2, ""},
+		{"unknown", "cri-o", "", `runtime "cri-o"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := defaultNodes([]NodeOptions{{Runtime: tc.in}})
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got[0].Runtime != tc.want {
+				t.Errorf("runtime %q, want %q", got[0].Runtime, tc.want)
+			}
+		})
+	}
+}
+
 func TestServingCerts(t *testing.T) {
 	dir := t.TempDir()
 	ips := []net.IP{net.ParseIP("192.0.2.2"), net.ParseIP("127.0.0.1"), net.ParseIP(KubernetesServiceIP)}

@@ -32,7 +32,15 @@ type NodeOptions struct {
 	// Labels are set on the Node when the kubelet registers it (--node-labels). The kubelet refuses
 	// labels under kubernetes.io and k8s.io other than its own few; set those with SetNodeLabel.
 	Labels map[string]string
+	// Runtime is the node's container runtime. Default (empty): RuntimeContainerd, Debian's
+	// containerd 1.6. RuntimeContainerd2 runs containerd 2 with CDI (built on first use).
+	Runtime Runtime
 }
+
+// CDISpecDirInNode is where a node's CDISpecDir appears in its mount namespace: the CDI spec dir
+// (cdi_spec_dirs) of a RuntimeContainerd2 node's containerd, and the path of the DaemonSet's hostPath
+// for CDI specs (the CDI library's dynamic spec dir).
+const CDISpecDirInNode = "/var/run/cdi"
 
 // Node is one node of the cluster: a kubelet and its own containerd in a private mount namespace of
 // their own, with their own directories and ports. All nodes share the host's network namespace (pods
@@ -59,8 +67,15 @@ type Node struct {
 	// VirtualGPUDir is bind-mounted on /var/lib/virtual-gpu in the mount namespace: the host side of the
 	// DaemonSet's state hostPath on this node.
 	VirtualGPUDir string
+	// CDISpecDir is bind-mounted on CDISpecDirInNode (/var/run/cdi) in the mount namespace: a plugin
+	// outside the namespace writes its CDI spec here, and a RuntimeContainerd2 node's containerd reads it
+	// there. (Containerd 1.6 nodes have the dir too but ignore it.)
+	CDISpecDir string
+	// Runtime is the node's container runtime (NodeOptions.Runtime, defaulted).
+	Runtime Runtime
 
 	c              *Cluster
+	containerd2    Containerd2Binaries // the cluster's, for a RuntimeContainerd2 node
 	containerdSock string
 	kubeletConfig  string
 	kubeletWorkDir string
@@ -71,7 +86,8 @@ type Node struct {
 	kubeletStarts  int      // guarded by c.mu
 }
 
-// defaultNodes fills in default names and checks that the names are distinct DNS subdomains.
+// defaultNodes fills in default names and runtimes and checks that the names are distinct DNS
+// subdomains, the labels valid and the runtimes known.
 func defaultNodes(opts []NodeOptions) ([]NodeOptions, error) {
 	if len(opts) == 0 {
 		opts = []NodeOptions{{}}
@@ -79,29 +95,45 @@ func defaultNodes(opts []NodeOptions) ([]NodeOptions, error) {
 	opts = slices.Clone(opts)
 	seen := map[string]bool{}
 	for i := range opts {
-		if opts[i].Name == "" {
-			opts[i].Name = DefaultNodeName
-			if i > 0 {
-				opts[i].Name = fmt.Sprintf("%s-%d", DefaultNodeName, i)
-			}
-		}
-		if errs := validation.IsDNS1123Subdomain(opts[i].Name); len(errs) > 0 {
-			return nil, fmt.Errorf("node %d: name %q: %s", i, opts[i].Name, strings.Join(errs, "; "))
-		}
-		if seen[opts[i].Name] {
-			return nil, fmt.Errorf("node %d: name %q used twice", i, opts[i].Name)
-		}
-		seen[opts[i].Name] = true
-		for k, v := range opts[i].Labels {
-			if errs := validation.IsQualifiedName(k); len(errs) > 0 {
-				return nil, fmt.Errorf("node %s: label key %q: %s", opts[i].Name, k, strings.Join(errs, "; "))
-			}
-			if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
-				return nil, fmt.Errorf("node %s: label %s value %q: %s", opts[i].Name, k, v, strings.Join(errs, "; "))
-			}
+		if err := defaultNode(&opts[i], i, seen); err != nil {
+			return nil, err
 		}
 	}
 	return opts, nil
+}
+
+// defaultNode fills in the default name (by index i) and runtime of o and checks it; seen holds the
+// names already taken, and gets o's.
+func defaultNode(o *NodeOptions, i int, seen map[string]bool) error {
+	if o.Name == "" {
+		o.Name = DefaultNodeName
+		if i > 0 {
+			o.Name = fmt.Sprintf("%s-%d", DefaultNodeName, i)
+		}
+	}
+	if errs := validation.IsDNS1123Subdomain(o.Name); len(errs) > 0 {
+		return fmt.Errorf("node %d: name %q: %s", i, o.Name, strings.Join(errs, "; "))
+	}
+	if seen[o.Name] {
+		return fmt.Errorf("node %d: name %q used twice", i, o.Name)
+	}
+	seen[o.Name] = true
+	for k, v := range o.Labels {
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return fmt.Errorf("node %s: label key %q: %s", o.Name, k, strings.Join(errs, "; "))
+		}
+		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+			return fmt.Errorf("node %s: label %s value %q: %s", o.Name, k, v, strings.Join(errs, "; "))
+		}
+	}
+	switch o.Runtime {
+	case "":
+		o.Runtime = RuntimeContainerd
+	case RuntimeContainerd, RuntimeContainerd2:
+	default:
+		return fmt.Errorf("node %s: runtime %q: want %q or %q", o.Name, o.Runtime, RuntimeContainerd, RuntimeContainerd2)
+	}
+	return nil
 }
 
 func newNode(c *Cluster, i int, o NodeOptions) *Node {
@@ -115,7 +147,10 @@ func newNode(c *Cluster, i int, o NodeOptions) *Node {
 		KubeletRootDir:     filepath.Join(dir, "kubelet"),
 		PodResourcesSocket: filepath.Join(dir, "kubelet", "pod-resources", "kubelet.sock"),
 		VirtualGPUDir:      filepath.Join(dir, "virtual-gpu"),
+		CDISpecDir:         filepath.Join(dir, "cdi"),
+		Runtime:            o.Runtime,
 		c:                  c,
+		containerd2:        c.containerd2,
 		containerdSock:     filepath.Join(dir, "containerd", "containerd.sock"),
 		kubeletConfig:      filepath.Join(dir, "kubelet-config.yaml"),
 		kubeletWorkDir:     filepath.Join(dir, "kubelet-wd"),
@@ -130,7 +165,7 @@ func (n *Node) logPath(what string) string {
 // start brings the node up: mount namespace, containerd, local images, kubelet, and waits until the
 // Node is Ready.
 func (n *Node) start(ctx context.Context) error {
-	for _, d := range []string{n.DevicePluginDir, n.KubeletRootDir, filepath.Dir(n.PodResourcesSocket), n.VirtualGPUDir, n.kubeletWorkDir} {
+	for _, d := range []string{n.DevicePluginDir, n.KubeletRootDir, filepath.Dir(n.PodResourcesSocket), n.VirtualGPUDir, n.CDISpecDir, n.kubeletWorkDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("create %s: %w", d, err)
 		}
@@ -154,8 +189,9 @@ func (n *Node) start(ctx context.Context) error {
 // startNamespace starts the process that holds the node's private mount namespace and mounts, inside
 // it, overlays on /var/lib, /var/log and /run (upper layers in the node's dir), and binds
 // DevicePluginDir on /var/lib/kubelet/device-plugins (hard-coded in the kubelet), the kubelet's
-// PodResources directory on /var/lib/kubelet/pod-resources and VirtualGPUDir on /var/lib/virtual-gpu
-// (the DaemonSet's hostPaths, which containerd resolves in this namespace).
+// PodResources directory on /var/lib/kubelet/pod-resources, VirtualGPUDir on /var/lib/virtual-gpu and
+// CDISpecDir on /var/run/cdi (the DaemonSet's hostPaths, which containerd resolves in this namespace;
+// /var/run is /run's symbolic link, so the last one lands in the /run overlay).
 func (n *Node) startNamespace(ctx context.Context) error {
 	p, err := n.c.reg.start(processSpec{
 		name:    "mount-namespace " + n.Name,
@@ -200,6 +236,7 @@ func (n *Node) startNamespace(ctx context.Context) error {
 		{n.DevicePluginDir, "/var/lib/kubelet/device-plugins"},
 		{filepath.Dir(n.PodResourcesSocket), "/var/lib/kubelet/pod-resources"},
 		{n.VirtualGPUDir, "/var/lib/virtual-gpu"},
+		{n.CDISpecDir, CDISpecDirInNode},
 	} {
 		fmt.Fprintf(&script, "mkdir -p %[2]s\nmount --bind %[1]s %[2]s\n", b.src, b.dst)
 	}
@@ -229,7 +266,44 @@ func (n *Node) startContainerd(ctx context.Context) error {
 	if err := os.WriteFile(filepath.Join(cniConf, "10-vgpu-e2e.conflist"), []byte(`{"cniVersion":"0.4.0","name":"vgpu-e2e-host-network-only","plugins":[{"type":"loopback"}]}`), 0o644); err != nil {
 		return err
 	}
-	config := fmt.Sprintf(`version = 2
+	containerd, config := "containerd", n.containerd16Config(dir, cniConf)
+	if n.Runtime == RuntimeContainerd2 {
+		containerd, config = n.containerd2.Containerd, n.containerd2Config(dir, cniConf)
+	}
+	configFile := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(configFile, []byte(config), 0o644); err != nil {
+		return err
+	}
+	p, err := n.c.reg.start(processSpec{
+		name:    "containerd " + n.Name,
+		argv:    n.inNamespace(dir, containerd, "--config", configFile),
+		dir:     dir,
+		logPath: n.logPath("containerd"),
+	})
+	if err != nil {
+		return err
+	}
+	n.containerd = p
+	return poll(ctx, 30*time.Second, 50*time.Millisecond, func() (bool, string, error) {
+		if p.Exited() {
+			return false, "", fmt.Errorf("containerd exited: %w", p.ExitErr())
+		}
+		out, err := run(dir, nil, n.ctr(), "--address", n.containerdSock, "version")
+		return err == nil, out, nil
+	})
+}
+
+// ctr returns the containerd client matching the node's runtime.
+func (n *Node) ctr() string {
+	if n.Runtime == RuntimeContainerd2 {
+		return n.containerd2.Ctr
+	}
+	return "ctr"
+}
+
+// containerd16Config is the node's config for Debian's containerd 1.6 (format version 2).
+func (n *Node) containerd16Config(dir, cniConf string) string {
+	return fmt.Sprintf(`version = 2
 root = %[1]q
 state = %[2]q
 disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs"]
@@ -261,27 +335,6 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     conf_dir = %[8]q
 `, filepath.Join(dir, "root"), n.containerdStateDir(), n.containerdSock, n.containerdSock+".ttrpc",
 		filepath.Join(dir, "opt"), PauseImage, filepath.Join(dir, "cni", "bin"), cniConf, n.ports.containerdStream)
-	configFile := filepath.Join(dir, "config.toml")
-	if err := os.WriteFile(configFile, []byte(config), 0o644); err != nil {
-		return err
-	}
-	p, err := n.c.reg.start(processSpec{
-		name:    "containerd " + n.Name,
-		argv:    n.inNamespace(dir, "containerd", "--config", configFile),
-		dir:     dir,
-		logPath: n.logPath("containerd"),
-	})
-	if err != nil {
-		return err
-	}
-	n.containerd = p
-	return poll(ctx, 30*time.Second, 50*time.Millisecond, func() (bool, string, error) {
-		if p.Exited() {
-			return false, "", fmt.Errorf("containerd exited: %w", p.ExitErr())
-		}
-		out, err := run(dir, nil, "ctr", "--address", n.containerdSock, "version")
-		return err == nil, out, nil
-	})
 }
 
 // stopContainerd removes every pod sandbox (which kills the pods' containers) and stops containerd.
@@ -346,7 +399,7 @@ func (n *Node) importImages(ctx context.Context) error {
 			return err
 		}
 	}
-	out, err := run(n.Dir, nil, "ctr", "--address", n.containerdSock, "-n", "k8s.io", "images", "ls", "-q")
+	out, err := run(n.Dir, nil, n.ctr(), "--address", n.containerdSock, "-n", "k8s.io", "images", "ls", "-q")
 	if err != nil {
 		return err
 	}
@@ -386,7 +439,7 @@ func (c *Cluster) writeArchive(name string, archive []byte) (string, error) {
 // importArchive imports the OCI archive file of image name into the node's containerd (k8s.io
 // namespace).
 func (n *Node) importArchive(name, file string) error {
-	if out, err := run(n.Dir, nil, "ctr", "--address", n.containerdSock, "-n", "k8s.io", "images", "import", file); err != nil {
+	if out, err := run(n.Dir, nil, n.ctr(), "--address", n.containerdSock, "-n", "k8s.io", "images", "import", file); err != nil {
 		return fmt.Errorf("node %s: import %s: %w: %s", n.Name, name, err, out)
 	}
 	return nil
@@ -425,7 +478,7 @@ func (c *Cluster) KillContainer(ctx context.Context, id string) error {
 	}
 	var errs []error
 	for _, n := range c.Nodes {
-		if out, err := run(n.Dir, nil, "ctr", "--address", n.containerdSock, "-n", "k8s.io", "tasks", "kill", "--signal", "SIGKILL", id); err != nil {
+		if out, err := run(n.Dir, nil, n.ctr(), "--address", n.containerdSock, "-n", "k8s.io", "tasks", "kill", "--signal", "SIGKILL", id); err != nil {
 			errs = append(errs, fmt.Errorf("node %s: %w: %s", n.Name, err, out))
 			continue
 		}

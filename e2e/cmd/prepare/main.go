@@ -1,6 +1,7 @@
 // Command prepare installs the Debian packages the e2e cluster needs (when missing) and builds the
-// pinned kubelet, kube-apiserver, kube-scheduler and kube-controller-manager into the cache directory
-// (those not there yet), then prints their paths. Run it as root from the e2e module: `go run ./cmd/prepare`.
+// pinned kubelet, kube-apiserver, kube-scheduler and kube-controller-manager, and containerd 2
+// (containerd, containerd-shim-runc-v2, ctr; for the nodes that run it) into the cache directory (those
+// not there yet), then prints their paths. Run it as root from the e2e module: `go run ./cmd/prepare`.
 package main
 
 import (
@@ -41,6 +42,12 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	log.Logf("ready in %s: %s, %s, %s, %s (%s)", time.Since(start).Round(time.Second), bins.Kubelet, bins.APIServer, bins.Scheduler, bins.ControllerManager, bins.Version)
+	ctrd, err := cluster.EnsureContainerd2(ctx, cluster.CacheDir(), log)
+	if err != nil {
+		return err
+	}
+	log.Logf("ready in %s: %s, %s, %s, %s (%s); %s, %s, %s (containerd %s)", time.Since(start).Round(time.Second),
+		bins.Kubelet, bins.APIServer, bins.Scheduler, bins.ControllerManager, bins.Version,
+		ctrd.Containerd, ctrd.Shim, ctrd.Ctr, ctrd.Version)
 	return nil
 }
