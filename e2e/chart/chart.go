@@ -4,7 +4,8 @@
 // manifest sorter), and the kustomizations under deploy/ as `kubectl kustomize` does
 // (kustomize's krusty). Its tests (helm lint, the chart against the kustomize base, the
 // renders the main module's deploy tests read) start no cluster and run as any user; the
-// end-to-end scenarios apply what it renders to a real API server.
+// end-to-end scenarios apply what it renders to a real API server. Its functions keep no state
+// and are safe for concurrent use.
 package chart
 
 import (
