@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -16,28 +17,39 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
 
+	"github.com/unicore/virtual-gpu-device-plugin/e2e/chart"
 	"github.com/unicore/virtual-gpu-device-plugin/e2e/cluster"
 )
 
-// metricsPort is the port the DaemonSet's -metrics-address and probes use.
-const metricsPort = 9400
+// metricsPort is the port the DaemonSet's -metrics-address and probes use (9400 is the GPU
+// telemetry's, dcgm-exporter's port).
+const metricsPort = 9401
 
-// TestDaemonSetPod (issue 8): the plugin runs as a container from the pod template of
-// deploy/base/daemonset.yaml, unchanged (args, env, hostPaths, probes, security context: root, all
-// capabilities dropped, read-only root filesystem), in an image built from bin/virtual-gpu-device-plugin
-// the way the Dockerfile lays it out. Its readiness probe turns it Ready, the Node shows 4 devices, the
-// demo pod gets its devices from it, and after its container is killed the kubelet starts a new one
-// that keeps the state file (history and the running pod's record), as does a plugin pod deleted and
-// gone (dump reads the file on the host side of the hostPath).
+// TestDaemonSetPod: the plugin runs as a container from the pod template of the DaemonSet of
+// deploy/base as kustomize builds it, unchanged (args, env, service account, hostPaths, probes,
+// security context: root, all capabilities dropped, read-only root filesystem), in an image built
+// from bin/virtual-gpu-device-plugin the way the Dockerfile lays it out. The base's ServiceAccount
+// and RBAC are applied first (the ServiceAccount admission plugin refuses a pod whose service account
+// does not exist), and the pod gets that account's token. Its readiness probe turns it Ready, the
+// Node shows 4 devices, the demo pod gets its devices from it, and after its container is killed the
+// kubelet starts a new one that keeps the state file (history and the running pod's record), as does
+// a plugin pod deleted and gone (dump reads the file on the host side of the hostPath).
 //
 // Differences from a DaemonSet on a real node: the test creates the template's pod itself, bound to the
 // first node with spec.nodeName (the cluster has a DaemonSet controller and a scheduler, but this test
-// is about the pod template on one node; TestInClusterAPI runs a real DaemonSet); there is no CNI, so
-// the pod uses hostNetwork (the probes reach :9400 on the node's address); the hostPaths resolve in the
+// is about the pod template on one node; TestHelmDaemonSet runs a real DaemonSet); there is no CNI, so
+// the pod uses hostNetwork (the probes reach :9401 on the node's address); the hostPaths resolve in the
 // node's kubelet's and containerd's mount namespace, where /var/lib/kubelet/device-plugins,
 // /var/lib/kubelet/pod-resources and /var/lib/virtual-gpu are bind mounts of the node's temp dirs.
 func TestDaemonSetPod(t *testing.T) {
@@ -46,7 +58,24 @@ func TestDaemonSetPod(t *testing.T) {
 		t.Fatalf("plugin binary: %v", pluginErr)
 	}
 	repo := filepath.Dir(moduleDir)
-	ds := loadDaemonSet(t, filepath.Join(repo, "deploy", "base", "daemonset.yaml"))
+	objs, err := chart.Kustomize(filepath.Join(repo, "deploy", "base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds *appsv1.DaemonSet
+	var others []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == "DaemonSet" {
+			ds = typedDaemonSet(t, o)
+			continue
+		}
+		others = append(others, o)
+	}
+	if ds == nil {
+		t.Fatal("deploy/base has no DaemonSet")
+	}
+	// The service account and its RBAC, before the pod that uses them; deleted after it.
+	applyObjects(t, c, others)
 	tmpl := ds.Spec.Template
 	if len(tmpl.Spec.Containers) != 1 {
 		t.Fatalf("daemonset: %d containers, want 1", len(tmpl.Spec.Containers))
@@ -101,6 +130,10 @@ func TestDaemonSetPod(t *testing.T) {
 		t.Fatalf("plugin pod not ready: %v", err)
 	}
 	t.Logf("timing: plugin pod create -> Ready (readiness probe /readyz): %s", time.Since(start).Round(time.Millisecond))
+	if ready.Spec.ServiceAccountName != tmpl.Spec.ServiceAccountName || !hasServiceAccountToken(ready) {
+		t.Errorf("plugin pod runs as service account %q, token volume %v: want the base's %q with its token",
+			ready.Spec.ServiceAccountName, hasServiceAccountToken(ready), tmpl.Spec.ServiceAccountName)
+	}
 	if _, err := c.WaitNodeResource(t.Context(), 30*time.Second, cluster.ResourceName, 4, 4); err != nil {
 		t.Fatal(err)
 	}
@@ -211,15 +244,16 @@ func podRunningReady(p *corev1.Pod) (bool, error) {
 	return p.Status.Phase == corev1.PodRunning && cluster.PodReady(p), nil
 }
 
-func loadDaemonSet(t *testing.T, path string) *appsv1.DaemonSet {
+// typedDaemonSet decodes a rendered DaemonSet strictly.
+func typedDaemonSet(t *testing.T, o *unstructured.Unstructured) *appsv1.DaemonSet {
 	t.Helper()
-	b, err := os.ReadFile(path)
+	b, err := json.Marshal(o.Object)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var ds appsv1.DaemonSet
 	if err := yaml.UnmarshalStrict(b, &ds); err != nil {
-		t.Fatalf("decode %s: %v", path, err)
+		t.Fatalf("decode DaemonSet %s: %v", o.GetName(), err)
 	}
 	return &ds
 }
@@ -275,4 +309,201 @@ func movePort(t *testing.T, spec *corev1.PodSpec, from, to int) {
 			}
 		}
 	}
+}
+
+// TestHelmDaemonSet: the plugin as `helm install` deploys it. The chart is rendered with Helm's Go
+// API (e2e/chart) with profiles, those of the chart's ci/profiles-values.yaml: dgx-a100 (8 GPUs,
+// the default profile), workstation and shared-a100, and the metrics Service; every rendered object
+// is applied to the API server (ServiceAccount, ClusterRole and binding, the profiles' ConfigMap, the
+// Service, the DaemonSet). The first node alone gets the DaemonSet's opt-in label, so the DaemonSet
+// controller runs one pod, there; the scheduler and the kubelet do the rest: the pod mounts the
+// profiles' ConfigMap as a directory and its service account's token, turns Ready through its
+// readiness probe, starts with the default profile, and the Node shows the profile's 8 devices; a
+// 4-GPU pod is served. Then everything is deleted: the pods go, the devices leave the Node's
+// allocatable, and no object of the release is left.
+//
+// Differences from a cluster with a network: no CNI, so the DaemonSet's pod template gets hostNetwork
+// (the one change to the rendered objects); the metrics port is 9401 unless taken on this host,
+// then a free one (metrics.port); the image is the plugin binary in an image laid out as the
+// Dockerfile does, imported into the nodes (imagePullPolicy IfNotPresent, as rendered).
+func TestHelmDaemonSet(t *testing.T) {
+	c := needCluster(t)
+	if pluginErr != nil {
+		t.Fatalf("plugin binary: %v", pluginErr)
+	}
+	repo := filepath.Dir(moduleDir)
+	values, err := chart.ReadValues(filepath.Join(chart.Dir(repo), "ci", "profiles-values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const defaultProfile, defaultGPUs = "dgx-a100", 8
+	if values["defaultProfile"] != defaultProfile {
+		t.Fatalf("ci/profiles-values.yaml: defaultProfile %v, want %s", values["defaultProfile"], defaultProfile)
+	}
+	port := metricsPort
+	if l, err := net.Listen("tcp", fmt.Sprintf(":%d", port)); err == nil {
+		l.Close()
+	} else if port, err = cluster.FreePort(); err != nil {
+		t.Fatal(err)
+	}
+	values["metrics"] = map[string]any{"port": port, "service": map[string]any{"enabled": true}}
+
+	start := time.Now()
+	manifests, err := chart.Template(chart.Dir(repo), values, chart.ReleaseName, chart.Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := chart.Objects(manifests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("timing: chart rendered (%d objects): %s", len(objs), time.Since(start).Round(time.Millisecond))
+	var ds *appsv1.DaemonSet
+	for _, o := range objs {
+		if o.GetKind() != "DaemonSet" {
+			continue
+		}
+		if err := unstructured.SetNestedField(o.Object, true, "spec", "template", "spec", "hostNetwork"); err != nil {
+			t.Fatal(err)
+		}
+		ds = typedDaemonSet(t, o)
+	}
+	if ds == nil {
+		t.Fatal("the chart renders no DaemonSet")
+	}
+	tmpl := ds.Spec.Template
+
+	entrypoint := dockerfileEntrypoint(t, filepath.Join(repo, "Dockerfile"))
+	if err := c.ImportBinaryImage(normalizeImage(tmpl.Spec.Containers[0].Image), pluginBin, entrypoint[0], entrypoint); err != nil {
+		t.Fatal(err)
+	}
+
+	start = time.Now()
+	deleteAll := applyObjects(t, c, objs)
+	t.Logf("timing: %d objects applied: %s", len(objs), time.Since(start).Round(time.Millisecond))
+	// The opt-in label on the first node only: hostNetwork pods on two nodes of this one-host cluster
+	// would both bind the metrics port.
+	for k, v := range tmpl.Spec.NodeSelector {
+		if err := c.SetNodeLabel(t.Context(), k, v); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := c.SetNodeLabel(ctx, k, ""); err != nil {
+				t.Errorf("cleanup: %v", err)
+			}
+		})
+	}
+	pods, err := c.WaitDaemonSetReady(t.Context(), 2*time.Minute, ds.Namespace, ds.Name, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("timing: applied -> DaemonSet pod Ready (readiness probe /readyz): %s", time.Since(start).Round(time.Millisecond))
+	pod := pods[0]
+	if pod.Spec.NodeName != c.Name {
+		t.Fatalf("DaemonSet pod on %s, want the labelled node %s", pod.Spec.NodeName, c.Name)
+	}
+	if !hasServiceAccountToken(&pod) || pod.Spec.ServiceAccountName != tmpl.Spec.ServiceAccountName {
+		t.Errorf("pod %s: service account %q, token volume %v; want %q with its token (the plugin uses the API)",
+			pod.Name, pod.Spec.ServiceAccountName, hasServiceAccountToken(&pod), tmpl.Spec.ServiceAccountName)
+	}
+	ctr := tmpl.Spec.Containers[0].Name
+	if _, err := c.WaitPodLog(t.Context(), 15*time.Second, pod.Namespace, pod.Name, ctr, `"profile":"`+defaultProfile+`"`); err != nil {
+		t.Errorf("the plugin did not start with the default profile %s: %v", defaultProfile, err)
+	}
+	if _, err := c.WaitNodeResource(t.Context(), 30*time.Second, cluster.ResourceName, defaultGPUs, defaultGPUs); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("timing: applied -> node allocatable %d (profile %s): %s", defaultGPUs, defaultProfile, time.Since(start).Round(time.Millisecond))
+
+	four := runPod(t, c, gpuPod("helm-4gpu", 4))
+	podDevices(t, c, four, 4)
+	if err := c.DeletePod(t.Context(), 40*time.Second, four.Namespace, four.Name); err != nil {
+		t.Fatal(err)
+	}
+
+	start = time.Now()
+	if err := deleteAll(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("timing: release deleted (DaemonSet pods gone, every object gone): %s", time.Since(start).Round(time.Millisecond))
+	if _, err := c.WaitNodeAllocatable(t.Context(), 30*time.Second, 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("timing: release deleted -> node allocatable 0: %s", time.Since(start).Round(time.Millisecond))
+}
+
+// applyObjects applies objs to the API server in their order (server-side apply, as `kubectl apply
+// --server-side` does) and returns a function that deletes them in the reverse order and waits until
+// they are gone: a DaemonSet's pods first (DeleteDaemonSet), then each object. The test's cleanup
+// calls it too, with a fresh context; it deletes what is left and is safe to call twice.
+func applyObjects(t *testing.T, c *cluster.Cluster, objs []*unstructured.Unstructured) func(context.Context) error {
+	t.Helper()
+	dc, err := discovery.NewDiscoveryClientForConfig(c.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	dyn, err := dynamic.NewForConfig(c.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type applied struct {
+		obj *unstructured.Unstructured
+		ri  dynamic.ResourceInterface
+	}
+	var done []applied
+	deleteAll := func(ctx context.Context) error {
+		var errs []error
+		for i := len(done) - 1; i >= 0; i-- {
+			o, ri := done[i].obj, done[i].ri
+			what := fmt.Sprintf("%s %s/%s", o.GetKind(), o.GetNamespace(), o.GetName())
+			if o.GetKind() == "DaemonSet" {
+				if err := c.DeleteDaemonSet(ctx, time.Minute, o.GetNamespace(), o.GetName()); err != nil {
+					errs = append(errs, err)
+				}
+			}
+			background := metav1.DeletePropagationBackground
+			if err := ri.Delete(ctx, o.GetName(), metav1.DeleteOptions{PropagationPolicy: &background}); err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("delete %s: %w", what, err))
+				continue
+			}
+			err := cluster.Poll(ctx, 30*time.Second, 100*time.Millisecond, func() (bool, string, error) {
+				_, err := ri.Get(ctx, o.GetName(), metav1.GetOptions{})
+				if apierrors.IsNotFound(err) {
+					return true, "", nil
+				}
+				return false, fmt.Sprintf("%s still there (%v)", what, err), nil
+			})
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}
+		done = nil
+		return errors.Join(errs...)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := deleteAll(ctx); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	for _, o := range objs {
+		gvk := o.GroupVersionKind()
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			t.Fatalf("%s %s: %v", gvk, o.GetName(), err)
+		}
+		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
+		if m.Scope.Name() == meta.RESTScopeNameNamespace {
+			ri = dyn.Resource(m.Resource).Namespace(o.GetNamespace())
+		}
+		if _, err := ri.Apply(t.Context(), o.GetName(), o, metav1.ApplyOptions{FieldManager: "vgpu-e2e", Force: true}); err != nil {
+			t.Fatalf("apply %s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
+		}
+		done = append(done, applied{o, ri})
+	}
+	return deleteAll
 }

@@ -1,25 +1,35 @@
 package main
 
 // Tests of what ships next to the binary: the manifests under deploy/ (the kustomize base, one
-// overlay per cluster whose kubelet root directory differs, the examples), the Dockerfile and
-// .dockerignore, and the README's deploy commands. They check invariants — every hostPath is
-// the value of the flag that uses it, the security settings are there, the Dockerfile builds
-// with `make build` from the build context Docker would send — rather than numbers and tags.
+// overlay per cluster whose kubelet root directory differs, the examples, the Helm chart), the
+// Dockerfile and .dockerignore, and the README's deploy commands. They check invariants —
+// every hostPath is the value of the flag that uses it, the args are flags the binary accepts,
+// profiles parse as the binary reads them, the security settings are there, a service account
+// token only where the plugin uses the API, the Dockerfile builds with `make build` from the
+// build context Docker would send — rather than numbers and tags.
 //
 // kustomize is not a dependency of this module, so the manifests are rendered here the simple
-// way (render below): resources, namespace, images and JSON 6902 patches, the only kustomize
-// features deploy/ uses; a kustomization using anything else fails the test. Where kubectl is
-// installed, TestDeploy_RenderMatchesKubectlKustomize checks that render agrees with `kubectl
-// kustomize` on every kustomization.
+// way (render below): resources, namespace, images, JSON 6902 patches and ConfigMap
+// generators, the only kustomize features deploy/ uses; a kustomization using anything else
+// fails the test. Where kubectl is installed, TestDeploy_RenderMatchesKubectlKustomize checks
+// that render agrees with `kubectl kustomize` on every kustomization.
+//
+// Helm is not a dependency either: the e2e module renders the chart with Helm's Go API into
+// testdata/chart/<case>.yaml (`cd e2e && go test ./chart -run TestChart_Testdata -update`), and
+// these tests check those renders like the kustomizations. Each render carries the digest of
+// the chart's files, so a chart changed since is a failure here, not a stale pass.
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"debug/buildinfo"
 	"debug/elf"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -36,6 +46,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
@@ -80,6 +91,49 @@ type kustomization struct {
 			Name string `json:"name"`
 		} `json:"target,omitempty"`
 	} `json:"patches,omitempty"`
+	ConfigMapGenerator []struct {
+		Name     string   `json:"name"`
+		Files    []string `json:"files,omitempty"`
+		Literals []string `json:"literals,omitempty"`
+		Options  *struct {
+			Labels map[string]string `json:"labels,omitempty"`
+		} `json:"options,omitempty"`
+	} `json:"configMapGenerator,omitempty"`
+}
+
+// clusterScoped are the kinds kustomize's namespace leaves alone.
+var clusterScoped = map[string]bool{
+	"Namespace": true, "ClusterRole": true, "ClusterRoleBinding": true, "CustomResourceDefinition": true,
+	"PriorityClass": true, "StorageClass": true, "PersistentVolume": true,
+}
+
+// generatedName is the name kustomize gives a generated ConfigMap: its name, a dash and the
+// first 10 hexadecimal digits of the SHA-256 of its JSON encoding {"data", "kind", "name"},
+// with 0, 1, 3, a and e replaced by g, h, k, m and t (sigs.k8s.io/kustomize/api hasher,
+// Hasher.Hash and encodeConfigMap). The encoded name is always "": kustomize looks it up as
+// one field named "metadata/name", which no object has.
+func generatedName(name string, data map[string]string) (string, error) {
+	b, err := json.Marshal(map[string]any{"kind": "ConfigMap", "name": "", "data": data})
+	if err != nil {
+		return "", err
+	}
+	sum := fmt.Sprintf("%x", sha256.Sum256(b))
+	enc := []rune(sum[:10])
+	for i, r := range enc {
+		switch r {
+		case '0':
+			enc[i] = 'g'
+		case '1':
+			enc[i] = 'h'
+		case '3':
+			enc[i] = 'k'
+		case 'a':
+			enc[i] = 'm'
+		case 'e':
+			enc[i] = 't'
+		}
+	}
+	return name + "-" + string(enc), nil
 }
 
 // jsonPatchOp is one RFC 6902 operation of the kinds deploy/ uses.
@@ -104,6 +158,7 @@ func render(dir string) ([]object, error) {
 		return nil, fmt.Errorf("%s/kustomization.yaml: %s %s, want kustomize.config.k8s.io/v1beta1 Kustomization", dir, k.APIVersion, k.Kind)
 	}
 	var objs []object
+	var generated []object
 	for _, r := range k.Resources {
 		p := path.Join(dir, r)
 		info, err := os.Stat(filepath.Join(repoRoot, p))
@@ -123,6 +178,34 @@ func render(dir string) ([]object, error) {
 			return nil, err
 		}
 		objs = append(objs, docs...)
+	}
+	for _, g := range k.ConfigMapGenerator {
+		data := map[string]string{}
+		for _, f := range g.Files {
+			key, file, ok := strings.Cut(f, "=")
+			if !ok {
+				key, file = path.Base(f), f
+			}
+			b, err := os.ReadFile(filepath.Join(full, file))
+			if err != nil {
+				return nil, fmt.Errorf("%s: configMapGenerator %s: %w", dir, g.Name, err)
+			}
+			data[key] = string(b)
+		}
+		for _, l := range g.Literals {
+			key, value, ok := strings.Cut(l, "=")
+			if !ok {
+				return nil, fmt.Errorf("%s: configMapGenerator %s: literal %q is not key=value", dir, g.Name, l)
+			}
+			data[key] = value
+		}
+		meta := map[string]any{"name": g.Name}
+		if g.Options != nil && len(g.Options.Labels) > 0 {
+			meta["labels"] = toAny(g.Options.Labels)
+		}
+		cm := object{"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": toAny(data)}
+		generated = append(generated, cm)
+		objs = append(objs, cm)
 	}
 	for i, p := range k.Patches {
 		text := p.Patch
@@ -157,7 +240,7 @@ func render(dir string) ([]object, error) {
 		}
 	}
 	for _, o := range objs {
-		if k.Namespace != "" {
+		if k.Namespace != "" && !clusterScoped[o["kind"].(string)] {
 			meta, _ := o["metadata"].(map[string]any)
 			meta["namespace"] = k.Namespace
 		}
@@ -167,7 +250,49 @@ func render(dir string) ([]object, error) {
 			}
 		}
 	}
+	// Generated ConfigMaps get their hashed names, and the volumes naming them follow.
+	for _, cm := range generated {
+		old := name(cm)
+		data := map[string]string{}
+		for k, v := range cm["data"].(map[string]any) {
+			data[k] = v.(string)
+		}
+		newName, err := generatedName(old, data)
+		if err != nil {
+			return nil, err
+		}
+		cm["metadata"].(map[string]any)["name"] = newName
+		for _, o := range objs {
+			for _, v := range volumesOf(o) {
+				if ref, ok := v["configMap"].(map[string]any); ok && ref["name"] == old {
+					ref["name"] = newName
+				}
+			}
+		}
+	}
 	return objs, nil
+}
+
+func toAny(m map[string]string) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// volumesOf returns the volumes of a Pod or of a workload's pod template.
+func volumesOf(o object) []map[string]any {
+	spec, _ := o["spec"].(map[string]any)
+	if tmpl, ok := spec["template"].(map[string]any); ok {
+		spec, _ = tmpl["spec"].(map[string]any)
+	}
+	list, _ := spec["volumes"].([]any)
+	out := make([]map[string]any, 0, len(list))
+	for _, v := range list {
+		out = append(out, v.(map[string]any))
+	}
+	return out
 }
 
 // readObjects reads the YAML documents of a file (relative to the repository).
@@ -176,6 +301,11 @@ func readObjects(p string) ([]object, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseObjects(p, b)
+}
+
+// parseObjects decodes the YAML documents of file p, read as b.
+func parseObjects(p string, b []byte) ([]object, error) {
 	var objs []object
 	for _, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(b), -1) {
 		if strings.TrimSpace(stripComments(doc)) == "" {
@@ -410,28 +540,120 @@ func mustRender(t *testing.T, dir string) []object {
 	return objs
 }
 
-// renderedDaemonSet renders dir and returns its one DaemonSet, decoded strictly.
-func renderedDaemonSet(t *testing.T, dir string) (*appsv1.DaemonSet, []object) {
+// chartDir is the Helm chart; chartTestdata holds its renders (see the top of this file).
+var (
+	chartDir      = filepath.Join(repoRoot, "deploy", "helm", "virtual-gpu-device-plugin")
+	chartTestdata = filepath.Join("testdata", "chart")
+)
+
+// chartRenderCommand regenerates the renders of the chart.
+const chartRenderCommand = "cd e2e && go test ./chart -run TestChart_Testdata -update"
+
+// chartDigest is the SHA-256 of the chart's directory, hex, as e2e/chart's Digest computes it:
+// every regular file's path (relative, with slashes), a NUL, its content, a NUL, in path order.
+func chartDigest(t *testing.T) string {
 	t.Helper()
-	objs := mustRender(t, dir)
+	var files []string
+	err := filepath.WalkDir(chartDir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			rel, _ := filepath.Rel(chartDir, p)
+			files = append(files, filepath.ToSlash(rel))
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(files)
+	h := sha256.New()
+	for _, f := range files {
+		h.Write([]byte(path.Clean(f)))
+		h.Write([]byte{0})
+		h.Write(mustRead(t, filepath.Join(chartDir, filepath.FromSlash(f))))
+		h.Write([]byte{0})
+	}
+	return fmt.Sprintf("%x", h.Sum(nil))
+}
+
+// chartRenders reads the chart's renders, testdata/chart/<case>.yaml, by case name, and fails
+// unless each was rendered from the chart as it is now.
+func chartRenders(t *testing.T) map[string][]object {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(chartTestdata, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no renders of the chart in %s (%v): %s", chartTestdata, err, chartRenderCommand)
+	}
+	digest := chartDigest(t)
+	re := regexp.MustCompile(`\(chart digest sha256:([0-9a-f]{64})\)`)
+	out := map[string][]object{}
+	for _, f := range files {
+		b := mustRead(t, f)
+		first, _, _ := bytes.Cut(b, []byte("\n"))
+		if m := re.FindSubmatch(first); m == nil || string(m[1]) != digest {
+			t.Fatalf("%s was rendered from another version of %s: %s", f, chartDir, chartRenderCommand)
+		}
+		objs, err := parseObjects(f, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[strings.TrimSuffix(filepath.Base(f), ".yaml")] = objs
+	}
+	if _, ok := out["default"]; !ok {
+		t.Fatalf("no render of the chart's default values in %s: %s", chartTestdata, chartRenderCommand)
+	}
+	return out
+}
+
+// manifestSet is what one kustomization or one render of the chart produces.
+type manifestSet struct {
+	// where names it: the kustomization's directory, or chart/<case>.
+	where string
+	objs  []object
+}
+
+// manifestSets renders every kustomization and reads every render of the chart.
+func manifestSets(t *testing.T) []manifestSet {
+	t.Helper()
+	var out []manifestSet
+	for _, dir := range kustomizations(t) {
+		out = append(out, manifestSet{dir, mustRender(t, dir)})
+	}
+	renders := chartRenders(t)
+	for _, c := range slices.Sorted(maps.Keys(renders)) {
+		out = append(out, manifestSet{"chart/" + c, renders[c]})
+	}
+	return out
+}
+
+// daemonSetOf returns the one DaemonSet of objs, decoded strictly.
+func daemonSetOf(t *testing.T, where string, objs []object) *appsv1.DaemonSet {
+	t.Helper()
 	var found []*appsv1.DaemonSet
 	for _, o := range objs {
 		if o["kind"] == "DaemonSet" {
 			var ds appsv1.DaemonSet
 			if err := decodeStrict(o, &ds); err != nil {
-				t.Fatalf("%s: DaemonSet: %v", dir, err)
+				t.Fatalf("%s: DaemonSet: %v", where, err)
 			}
 			found = append(found, &ds)
 		}
 	}
 	if len(found) != 1 {
-		t.Fatalf("%s renders %d DaemonSets, want 1", dir, len(found))
+		t.Fatalf("%s renders %d DaemonSets, want 1", where, len(found))
 	}
-	return found[0], objs
+	return found[0]
+}
+
+// renderedDaemonSet renders dir and returns its one DaemonSet, decoded strictly.
+func renderedDaemonSet(t *testing.T, dir string) (*appsv1.DaemonSet, []object) {
+	t.Helper()
+	objs := mustRender(t, dir)
+	return daemonSetOf(t, dir, objs), objs
 }
 
 // pluginFlags is what the manifests must agree with: the value of every flag that names a host
-// path or a port, as the binary's own parser reads the container's args and environment.
+// path or a port, and of those that choose the node, its labels and its profiles, as the
+// binary's own parser reads the container's args and environment.
 type pluginFlags struct {
 	devicePluginPath   string
 	statePath          string
@@ -440,10 +662,18 @@ type pluginFlags struct {
 	metricsAddress     string
 	resourceName       string
 	topology           string
+	nodeName           string
+	labelNode          bool
+	configPath         string
+	configDefault      string
 }
 
-// parsePluginFlags validates the flags as the binary does, but for the -topology file: it is in
-// a ConfigMap, which checkTopologyVolume parses.
+// downwardNodeName is the node name the tests give an environment variable set from the
+// downward API's spec.nodeName.
+const downwardNodeName = "node-1"
+
+// parsePluginFlags validates the flags as the binary does, but for the -topology file and the
+// -config directory: they are in ConfigMaps, which checkTopologyVolume and checkProfiles read.
 func parsePluginFlags(args []string, env map[string]string) (pluginFlags, error) {
 	o, err := options.Parse(args, func(k string) string { return env[k] })
 	if err != nil {
@@ -467,19 +697,38 @@ func parsePluginFlags(args []string, env map[string]string) (pluginFlags, error)
 		metricsAddress:     cfg.MetricsAddress,
 		resourceName:       cfg.ResourceName,
 		topology:           topo,
+		nodeName:           o.NodeName,
+		labelNode:          o.LabelNode,
+		configPath:         o.ConfigPath,
+		configDefault:      o.ConfigDefault,
 	}, nil
+}
+
+// containerEnv is a container's environment as the kubelet sets it on node downwardNodeName:
+// plain values, and spec.nodeName from the downward API. Any other source fails the test.
+func containerEnv(t *testing.T, c corev1.Container) map[string]string {
+	t.Helper()
+	env := map[string]string{}
+	for _, e := range c.Env {
+		switch {
+		case e.ValueFrom == nil:
+			env[e.Name] = e.Value
+		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName":
+			env[e.Name] = downwardNodeName
+		default:
+			t.Errorf("env %s comes from %v: the test cannot check it", e.Name, e.ValueFrom)
+		}
+	}
+	if len(c.EnvFrom) > 0 {
+		t.Errorf("envFrom %v: the test cannot check it", c.EnvFrom)
+	}
+	return env
 }
 
 // containerFlags parses the flags of a DaemonSet's one container.
 func containerFlags(t *testing.T, c corev1.Container) pluginFlags {
 	t.Helper()
-	env := map[string]string{}
-	for _, e := range c.Env {
-		if e.ValueFrom != nil {
-			t.Errorf("env %s comes from %v: the test cannot check it", e.Name, e.ValueFrom)
-		}
-		env[e.Name] = e.Value
-	}
+	env := containerEnv(t, c)
 	f, err := parsePluginFlags(c.Args, env)
 	if err != nil {
 		t.Fatalf("args %v env %v: %v", c.Args, env, err)
@@ -496,12 +745,55 @@ func defaultFlags(t *testing.T) pluginFlags {
 	return f
 }
 
+// profileFlags are the flags a profile may set, read from the configuration file's schema
+// (options.Schema): each field's description names its flag and says "not in a profile" for
+// those a profile may not set. A DaemonSet with profiles must set none of them: a flag or a
+// variable overrides every profile.
+func profileFlags(t *testing.T) map[string]bool {
+	t.Helper()
+	b, err := options.Schema()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`\(the flag -([a-z-]+), the variable VGPU_[A-Z_]+\)`)
+	out := map[string]bool{}
+	var walk func(any)
+	walk = func(n any) {
+		switch n := n.(type) {
+		case map[string]any:
+			if d, ok := n["description"].(string); ok {
+				if m := re.FindStringSubmatch(d); m != nil && !strings.Contains(d, "not in a profile") {
+					out[m[1]] = true
+				}
+			}
+			for _, v := range n {
+				walk(v)
+			}
+		case []any:
+			for _, v := range n {
+				walk(v)
+			}
+		}
+	}
+	walk(doc)
+	for _, f := range []string{"devices", "topology", "replicas"} {
+		if !out[f] {
+			t.Fatalf("the schema's profile flags %v lack -%s", out, f)
+		}
+	}
+	return out
+}
+
 // ---------------------------------------------------------------------------------------------
 // The manifests.
 
-// TestDeploy_EveryManifestDecodesStrictly renders every kustomization and reads every
-// standalone example, decodes each object into its API type without unknown fields, and
-// checks that no YAML file under deploy/ is left unused.
+// TestDeploy_EveryManifestDecodesStrictly renders every kustomization, reads every render of
+// the chart and every standalone example, decodes each object into its API type without
+// unknown fields, and checks that no file under deploy/ is left unused.
 func TestDeploy_EveryManifestDecodesStrictly(t *testing.T) {
 	used := map[string]bool{}
 	check := func(where string, o object) {
@@ -521,16 +813,18 @@ func TestDeploy_EveryManifestDecodesStrictly(t *testing.T) {
 				checkGPURequests(t, where, pod.Spec)
 			}
 		case "ConfigMap":
-			var cm corev1.ConfigMap
-			if err = decodeStrict(o, &cm); err == nil {
-				for key, data := range cm.Data {
-					if _, err := topology.Parse(key, strings.NewReader(data)); err != nil {
-						t.Errorf("%s: ConfigMap %s key %s is not a topology file: %v", where, cm.Name, key, err)
-					}
-				}
-			}
-		case "PodMonitor":
-			// A Prometheus Operator type: checked against the DaemonSet in TestDeploy_Metrics.
+			// Its data is checked where a DaemonSet mounts it: a topology file, or profiles.
+			err = decodeStrict(o, &corev1.ConfigMap{})
+		case "ServiceAccount":
+			err = decodeStrict(o, &corev1.ServiceAccount{})
+		case "Service":
+			err = decodeStrict(o, &corev1.Service{})
+		case "ClusterRole":
+			err = decodeStrict(o, &rbacv1.ClusterRole{})
+		case "ClusterRoleBinding":
+			err = decodeStrict(o, &rbacv1.ClusterRoleBinding{})
+		case "PodMonitor", "ServiceMonitor":
+			// Prometheus Operator types: checked against the DaemonSet in TestDeploy_Metrics.
 		default:
 			t.Errorf("%s: unexpected kind %q", where, kind)
 		}
@@ -538,16 +832,13 @@ func TestDeploy_EveryManifestDecodesStrictly(t *testing.T) {
 			t.Errorf("%s: %s %s: %v", where, o["kind"], name(o), err)
 		}
 	}
+	for _, m := range manifestSets(t) {
+		for _, o := range m.objs {
+			check(m.where, o)
+		}
+	}
 	for _, dir := range kustomizations(t) {
 		used[dir+"/kustomization.yaml"] = true
-		objs, err := render(dir)
-		if err != nil {
-			t.Error(err)
-			continue
-		}
-		for _, o := range objs {
-			check(dir, o)
-		}
 		b, _ := os.ReadFile(filepath.Join(repoRoot, dir, "kustomization.yaml"))
 		var k kustomization
 		_ = yaml.Unmarshal(b, &k)
@@ -557,6 +848,15 @@ func TestDeploy_EveryManifestDecodesStrictly(t *testing.T) {
 		for _, p := range k.Patches {
 			if p.Path != "" {
 				used[path.Join(dir, p.Path)] = true
+			}
+		}
+		for _, g := range k.ConfigMapGenerator {
+			for _, f := range g.Files {
+				_, file, ok := strings.Cut(f, "=")
+				if !ok {
+					file = f
+				}
+				used[path.Join(dir, file)] = true
 			}
 		}
 	}
@@ -576,9 +876,11 @@ func TestDeploy_EveryManifestDecodesStrictly(t *testing.T) {
 			return err
 		}
 		rel, _ := filepath.Rel(repoRoot, p)
-		// deploy/config holds the -config file's schema and example, checked in the options package.
-		if rel = filepath.ToSlash(rel); !used[rel] && !strings.HasPrefix(rel, "deploy/config/") {
-			t.Errorf("%s is neither a kustomization, a resource or patch of one, nor an example in deploy/examples", rel)
+		// deploy/config holds the -config file's schema and example, checked in the options
+		// package; deploy/helm the chart, checked through its renders and by e2e/chart.
+		rel = filepath.ToSlash(rel)
+		if !used[rel] && !strings.HasPrefix(rel, "deploy/config/") && !strings.HasPrefix(rel, "deploy/helm/") {
+			t.Errorf("%s is neither a kustomization, a resource, patch or generated file of one, nor an example in deploy/examples", rel)
 		}
 		return nil
 	})
@@ -605,18 +907,23 @@ func checkGPURequests(t *testing.T, where string, spec corev1.PodSpec) {
 	}
 }
 
-// TestDeploy_DaemonSetInvariants checks, for the base and everything built on it, that the
-// DaemonSet agrees with the binary it runs and keeps its security settings.
+// TestDeploy_DaemonSetInvariants checks, for the base, everything built on it and every render
+// of the chart, that the DaemonSet agrees with the binary it runs (its args and variables are
+// flags the binary accepts, its hostPaths are their values, its profiles load), keeps its
+// security settings, and has a service account token exactly when it uses the API.
 func TestDeploy_DaemonSetInvariants(t *testing.T) {
 	defaults := defaultFlags(t)
-	for _, dir := range kustomizations(t) {
-		t.Run(strings.ReplaceAll(dir, "/", "_"), func(t *testing.T) {
-			ds, objs := renderedDaemonSet(t, dir)
+	for _, m := range manifestSets(t) {
+		t.Run(strings.ReplaceAll(m.where, "/", "_"), func(t *testing.T) {
+			ds := daemonSetOf(t, m.where, m.objs)
 			spec := ds.Spec.Template.Spec
 			if len(spec.Containers) != 1 {
 				t.Fatalf("%d containers, want the plugin alone", len(spec.Containers))
 			}
 			c := spec.Containers[0]
+			if c.Name != "device-plugin" {
+				t.Errorf("container %q: the README and the e2e tests call it device-plugin", c.Name)
+			}
 			flags := containerFlags(t, c)
 
 			// The selector picks the template's pods.
@@ -625,6 +932,18 @@ func TestDeploy_DaemonSetInvariants(t *testing.T) {
 					t.Errorf("selector %s=%s does not match the template labels %v", k, v, ds.Spec.Template.Labels)
 				}
 			}
+			// The recommended labels, on the pods and on every object.
+			for _, o := range m.objs {
+				labels := map[string]string{}
+				if meta, ok := o["metadata"].(map[string]any); ok {
+					l, _ := meta["labels"].(map[string]any)
+					for k, v := range l {
+						labels[k] = fmt.Sprint(v)
+					}
+				}
+				checkRecommendedLabels(t, fmt.Sprintf("%s %s", o["kind"], name(o)), labels)
+			}
+			checkRecommendedLabels(t, "pod template", ds.Spec.Template.Labels)
 
 			// The kubelet's device-plugin directory is fixed, whatever its root directory.
 			if flags.devicePluginPath != defaults.devicePluginPath {
@@ -633,18 +952,19 @@ func TestDeploy_DaemonSetInvariants(t *testing.T) {
 			if filepath.Dir(flags.adminSocket) != filepath.Dir(flags.statePath) {
 				t.Errorf("admin socket %s is not next to the state file %s: dump and health inside the pod would miss it", flags.adminSocket, flags.statePath)
 			}
-			// The base leaves every path (and the resource name) at its flag default; it only
-			// turns the metrics listener on.
-			if want := defaults; dir == "deploy/base" {
-				want.metricsAddress = flags.metricsAddress
+			// The base and the chart's defaults leave every path (and the resource name) at its
+			// flag default; they turn the metrics listener and labelling on and name the node.
+			if want := defaults; m.where == "deploy/base" || m.where == "chart/default" {
+				want.metricsAddress, want.labelNode, want.nodeName = flags.metricsAddress, true, downwardNodeName
 				if flags != want {
-					t.Errorf("the base sets a flag away from its default: %+v, want %+v", flags, want)
+					t.Errorf("a flag away from its default: %+v, want %+v", flags, want)
 				}
 			}
 
 			checkHostPaths(t, spec, c, flags)
 			checkSecurity(t, spec, c)
 			checkProbesAndMetrics(t, ds, c, flags)
+			checkAPIAccess(t, m.objs, ds, flags)
 
 			// Requests and limits are set and consistent (their values are tuning, not checked).
 			r := c.Resources
@@ -663,9 +983,25 @@ func TestDeploy_DaemonSetInvariants(t *testing.T) {
 
 			// A -topology file must come from a volume the rendered output provides.
 			if flags.topology != "" && filepath.IsAbs(flags.topology) {
-				checkTopologyVolume(t, spec, c, objs, flags.topology)
+				checkTopologyVolume(t, spec, c, m.objs, flags.topology)
+			}
+			// Profiles come from a ConfigMap mounted as a directory, load as the binary loads
+			// them, and no flag or variable overrides them.
+			if flags.configPath != "" {
+				checkProfiles(t, spec, c, m.objs, flags)
 			}
 		})
+	}
+}
+
+// checkRecommendedLabels: the labels Kubernetes recommends (app.kubernetes.io/name, instance,
+// component), and the base's app label the DaemonSet selects by.
+func checkRecommendedLabels(t *testing.T, what string, labels map[string]string) {
+	t.Helper()
+	for _, k := range []string{"app", "app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component"} {
+		if labels[k] == "" {
+			t.Errorf("%s: no label %s (%v)", what, k, labels)
+		}
 	}
 }
 
@@ -715,9 +1051,6 @@ func checkHostPaths(t *testing.T, spec corev1.PodSpec, c corev1.Container, flags
 // checkSecurity: root for the kubelet's root-owned directories, and nothing more.
 func checkSecurity(t *testing.T, spec corev1.PodSpec, c corev1.Container) {
 	t.Helper()
-	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
-		t.Error("automountServiceAccountToken is not false: the plugin does not use the API")
-	}
 	if spec.HostNetwork || spec.HostPID || spec.HostIPC {
 		t.Errorf("host namespaces: network %v, pid %v, ipc %v", spec.HostNetwork, spec.HostPID, spec.HostIPC)
 	}
@@ -737,22 +1070,104 @@ func checkSecurity(t *testing.T, spec corev1.PodSpec, c corev1.Container) {
 	if sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 {
 		t.Errorf("capabilities %+v, want all dropped and none added", sc.Capabilities)
 	}
-	seccomp := sc.SeccompProfile
-	if seccomp == nil && spec.SecurityContext != nil {
-		seccomp = spec.SecurityContext.SeccompProfile
+	// The runtime's default seccomp filter, for the pod and the container.
+	for what, seccomp := range map[string]*corev1.SeccompProfile{"container": sc.SeccompProfile, "pod": nil} {
+		if what == "pod" && spec.SecurityContext != nil {
+			seccomp = spec.SecurityContext.SeccompProfile
+		}
+		if seccomp == nil || seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault {
+			t.Errorf("%s seccompProfile %+v, want RuntimeDefault", what, seccomp)
+		}
 	}
-	if seccomp == nil || seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault {
-		t.Errorf("seccompProfile %+v, want RuntimeDefault", seccomp)
+}
+
+// checkAPIAccess: the plugin gets a service account token exactly when it uses the API — to
+// label its Node (-label-node) or to read the label that picks its profile (-config with a
+// directory of profiles) — and then its own service account, bound to a ClusterRole that
+// reads nodes, and patches them only with -label-node. It always knows its node's name, from
+// the downward API. Without the API the output holds no RBAC.
+func checkAPIAccess(t *testing.T, objs []object, ds *appsv1.DaemonSet, flags pluginFlags) {
+	t.Helper()
+	spec := ds.Spec.Template.Spec
+	usesAPI := flags.labelNode || flags.configPath != ""
+	if flags.nodeName != downwardNodeName {
+		t.Errorf("-node-name %q: want the node's name from the downward API (NODE_NAME from spec.nodeName): GPU UUIDs, labels and profiles need it", flags.nodeName)
+	}
+	token := spec.AutomountServiceAccountToken != nil && *spec.AutomountServiceAccountToken
+	if token != usesAPI {
+		t.Errorf("automountServiceAccountToken %v, but the plugin uses the API: %v (-label-node %v, -config %q)", token, usesAPI, flags.labelNode, flags.configPath)
+	}
+	var roles, bindings []object
+	for _, o := range objs {
+		switch o["kind"] {
+		case "ClusterRole", "Role":
+			roles = append(roles, o)
+		case "ClusterRoleBinding", "RoleBinding":
+			bindings = append(bindings, o)
+		}
+	}
+	if !usesAPI {
+		if len(roles)+len(bindings) > 0 {
+			t.Errorf("RBAC objects %d roles, %d bindings, but the plugin does not use the API", len(roles), len(bindings))
+		}
+		return
+	}
+	sa := spec.ServiceAccountName
+	if sa == "" || sa == "default" {
+		t.Fatalf("serviceAccountName %q: want the plugin's own", sa)
+	}
+	if !slices.ContainsFunc(objs, func(o object) bool {
+		meta, _ := o["metadata"].(map[string]any)
+		return o["kind"] == "ServiceAccount" && name(o) == sa && meta["namespace"] == ds.Namespace
+	}) {
+		t.Errorf("no ServiceAccount %s/%s in the output", ds.Namespace, sa)
+	}
+	verbs := map[string]bool{}
+	for _, b := range bindings {
+		var crb rbacv1.ClusterRoleBinding
+		if err := decodeStrict(b, &crb); err != nil {
+			t.Fatal(err)
+		}
+		if b["kind"] != "ClusterRoleBinding" || !slices.Contains(crb.Subjects, rbacv1.Subject{Kind: "ServiceAccount", Name: sa, Namespace: ds.Namespace}) {
+			continue
+		}
+		for _, r := range roles {
+			if r["kind"] != "ClusterRole" || name(r) != crb.RoleRef.Name || crb.RoleRef.Kind != "ClusterRole" {
+				continue
+			}
+			var cr rbacv1.ClusterRole
+			if err := decodeStrict(r, &cr); err != nil {
+				t.Fatal(err)
+			}
+			for _, rule := range cr.Rules {
+				if !slices.Equal(rule.APIGroups, []string{""}) || !slices.Equal(rule.Resources, []string{"nodes"}) || len(rule.ResourceNames) > 0 || len(rule.NonResourceURLs) > 0 {
+					t.Errorf("ClusterRole %s rule %+v: the plugin needs core nodes only", cr.Name, rule)
+				}
+				for _, v := range rule.Verbs {
+					verbs[v] = true
+				}
+			}
+		}
+	}
+	want := map[string]bool{"get": true, "list": true, "watch": true, "patch": flags.labelNode}
+	if !flags.labelNode {
+		delete(want, "patch")
+	}
+	if !maps.Equal(verbs, want) {
+		t.Errorf("the service account %s may %v on nodes, want %v (-label-node %v)", sa, slices.Sorted(maps.Keys(verbs)), slices.Sorted(maps.Keys(want)), flags.labelNode)
 	}
 }
 
 // checkProbesAndMetrics: the probes and the scrape annotations ask the port -metrics-address
-// listens on, at the paths the binary serves.
+// listens on, at the paths the binary serves; it is not 9400, which GPU telemetry keeps.
 func checkProbesAndMetrics(t *testing.T, ds *appsv1.DaemonSet, c corev1.Container, flags pluginFlags) {
 	t.Helper()
 	_, port, err := net.SplitHostPort(flags.metricsAddress)
 	if err != nil || port == "" {
 		t.Fatalf("-metrics-address %q: the probes and metrics need it", flags.metricsAddress)
+	}
+	if port == strconv.Itoa(telemetryPort) {
+		t.Errorf("-metrics-address %s: port %d is dcgm-exporter's, kept for the GPU telemetry", flags.metricsAddress, telemetryPort)
 	}
 	var portName string
 	for _, p := range c.Ports {
@@ -760,8 +1175,8 @@ func checkProbesAndMetrics(t *testing.T, ds *appsv1.DaemonSet, c corev1.Containe
 			portName = p.Name
 		}
 	}
-	if portName == "" {
-		t.Errorf("no named containerPort %s for -metrics-address %s", port, flags.metricsAddress)
+	if portName != "metrics" {
+		t.Errorf("containerPort %s for -metrics-address %s is named %q, want metrics", port, flags.metricsAddress, portName)
 	}
 	for what, want := range map[string]struct {
 		probe *corev1.Probe
@@ -772,8 +1187,8 @@ func checkProbesAndMetrics(t *testing.T, ds *appsv1.DaemonSet, c corev1.Containe
 			t.Errorf("no %s probe over HTTP", what)
 			continue
 		}
-		if got := p.HTTPGet.Port.String(); got != portName && got != port {
-			t.Errorf("%s probe asks port %s, want the metrics port %s (%s)", what, got, port, portName)
+		if got := p.HTTPGet.Port.String(); got != portName {
+			t.Errorf("%s probe asks port %s, want the named port %s", what, got, portName)
 		}
 		if p.HTTPGet.Path != want.path {
 			t.Errorf("%s probe path %s, want %s", what, p.HTTPGet.Path, want.path)
@@ -785,17 +1200,19 @@ func checkProbesAndMetrics(t *testing.T, ds *appsv1.DaemonSet, c corev1.Containe
 	}
 }
 
-// checkTopologyVolume: the -topology file is a key of a ConfigMap the output holds, mounted
-// read-only, and parses.
-func checkTopologyVolume(t *testing.T, spec corev1.PodSpec, c corev1.Container, objs []object, file string) {
+// telemetryPort is dcgm-exporter's port, where the plugin's GPU telemetry goes.
+const telemetryPort = 9400
+
+// configMapAt returns the ConfigMap of objs mounted by c at mountPath (a directory), failing
+// unless it is mounted read-only and whole.
+func configMapAt(t *testing.T, spec corev1.PodSpec, c corev1.Container, objs []object, mountPath string) *corev1.ConfigMap {
 	t.Helper()
 	for _, m := range c.VolumeMounts {
-		rel, err := filepath.Rel(m.MountPath, file)
-		if err != nil || strings.HasPrefix(rel, "..") {
+		if m.MountPath != mountPath {
 			continue
 		}
-		if !m.ReadOnly {
-			t.Errorf("topology volume %s is not read-only", m.Name)
+		if !m.ReadOnly || m.SubPath != "" {
+			t.Errorf("volume %s at %s: want read-only and whole (a subPath never sees updates)", m.Name, mountPath)
 		}
 		for _, v := range spec.Volumes {
 			if v.Name != m.Name || v.ConfigMap == nil {
@@ -809,18 +1226,83 @@ func checkTopologyVolume(t *testing.T, spec corev1.PodSpec, c corev1.Container, 
 				if err := decodeStrict(o, &cm); err != nil {
 					t.Fatal(err)
 				}
-				data, ok := cm.Data[rel]
-				if !ok {
-					t.Fatalf("ConfigMap %s has no key %s for -topology=%s", cm.Name, rel, file)
-				}
-				if _, err := topology.Parse(rel, strings.NewReader(data)); err != nil {
-					t.Errorf("-topology=%s: %v", file, err)
-				}
-				return
+				return &cm
 			}
 		}
 	}
-	t.Errorf("-topology=%s is in no ConfigMap volume of the output", file)
+	t.Fatalf("%s is no ConfigMap volume of the output", mountPath)
+	return nil
+}
+
+// checkTopologyVolume: the -topology file is a key of a ConfigMap the output holds, mounted
+// read-only, and parses.
+func checkTopologyVolume(t *testing.T, spec corev1.PodSpec, c corev1.Container, objs []object, file string) {
+	t.Helper()
+	cm := configMapAt(t, spec, c, objs, filepath.Dir(file))
+	data, ok := cm.Data[filepath.Base(file)]
+	if !ok {
+		t.Fatalf("ConfigMap %s has no key %s for -topology=%s", cm.Name, filepath.Base(file), file)
+	}
+	if _, err := topology.Parse(file, strings.NewReader(data)); err != nil {
+		t.Errorf("-topology=%s: %v", file, err)
+	}
+}
+
+// checkProfiles: the -config directory is a ConfigMap mounted read-only and whole; its files,
+// written to a directory as the kubelet would, load as the binary loads them at start (every
+// profile parsed and resolved with the container's args and variables, the -config-default
+// one selected); and the container sets no flag a profile sets, which would override every
+// profile.
+func checkProfiles(t *testing.T, spec corev1.PodSpec, c corev1.Container, objs []object, flags pluginFlags) {
+	t.Helper()
+	cm := configMapAt(t, spec, c, objs, flags.configPath)
+	dir := t.TempDir()
+	for key, data := range cm.Data {
+		if err := os.WriteFile(filepath.Join(dir, key), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := slices.Clone(c.Args)
+	for i, a := range args {
+		if strings.HasPrefix(a, "-config=") {
+			args[i] = "-config=" + dir
+		}
+	}
+	env := containerEnv(t, c)
+	o, err := options.Parse(args, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, ps, err := o.Load()
+	if err != nil {
+		t.Fatalf("profiles of ConfigMap %s: %v", cm.Name, err)
+	}
+	if ps == nil || len(ps.Names())+len(ps.Skipped) != len(cm.Data) {
+		t.Fatalf("ConfigMap %s keys %v: profiles %v", cm.Name, slices.Sorted(maps.Keys(cm.Data)), ps)
+	}
+	if flags.configDefault != "" && cfg.Profile != flags.configDefault {
+		t.Errorf("at start the profile is %q, want -config-default %q", cfg.Profile, flags.configDefault)
+	}
+	configs, err := o.ResolveAll(ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, pc := range configs {
+		if len(pc.Overridden) > 0 {
+			t.Errorf("profile %s: %v overridden by the DaemonSet", name, pc.Overridden)
+		}
+	}
+	pf := profileFlags(t)
+	for _, a := range c.Args {
+		if f, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "="); pf[f] {
+			t.Errorf("arg %s: with profiles a flag overrides every profile", a)
+		}
+	}
+	for k := range env {
+		if f := strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(k, options.EnvPrefix), "_", "-")); strings.HasPrefix(k, options.EnvPrefix) && pf[f] {
+			t.Errorf("variable %s: with profiles it overrides every profile", k)
+		}
+	}
 }
 
 // TestDeploy_OverlaysFollowTheKubeletRootDir: each overlay points the PodResources socket into
@@ -981,6 +1463,191 @@ func TestDeploy_RenderMatchesKubectlKustomize(t *testing.T) {
 				t.Errorf("render %s differs from kubectl kustomize:\nrender:\n%s\nkustomize:\n%s", dir, a, b)
 			}
 		})
+	}
+}
+
+// ---------------------------------------------------------------------------------------------
+// The Helm chart (its renders are checked with the kustomizations above).
+
+var updateChartSchema = flag.Bool("update-chart-schema", false, "write the profile schema into the chart's values.schema.json")
+
+// TestChart_DefaultsRenderTheBase: with its default values the chart renders the objects of
+// deploy/base, but for Helm's own labels on each object's metadata. (e2e/chart checks the same
+// with kustomize and Helm themselves.)
+func TestChart_DefaultsRenderTheBase(t *testing.T) {
+	key := func(o object) string {
+		meta, _ := o["metadata"].(map[string]any)
+		return fmt.Sprintf("%s/%v/%s", o["kind"], meta["namespace"], name(o))
+	}
+	base := map[string]object{}
+	for _, o := range mustRender(t, "deploy/base") {
+		base[key(o)] = o
+	}
+	helm := map[string]object{}
+	for _, o := range chartRenders(t)["default"] {
+		labels := o["metadata"].(map[string]any)["labels"].(map[string]any)
+		for _, l := range []string{"helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/version"} {
+			if _, ok := labels[l]; !ok {
+				t.Errorf("%s: no label %s", key(o), l)
+			}
+			delete(labels, l)
+		}
+		helm[key(o)] = o
+	}
+	if a, b := slices.Sorted(maps.Keys(base)), slices.Sorted(maps.Keys(helm)); !slices.Equal(a, b) {
+		t.Fatalf("the base renders %v, the chart %v", a, b)
+	}
+	for k, o := range base {
+		if !reflect.DeepEqual(o, helm[k]) {
+			a, _ := json.MarshalIndent(o, "", " ")
+			b, _ := json.MarshalIndent(helm[k], "", " ")
+			t.Errorf("%s: the chart's differs from the base's:\nbase:\n%s\nchart:\n%s", k, a, b)
+		}
+	}
+}
+
+// TestChart_Metadata: the chart's appVersion is the VERSION file's, and its default image tag
+// the one `make image` builds (TestDeploy_ImageIsTheOneMakeBuilds checks the renders).
+func TestChart_Metadata(t *testing.T) {
+	var meta struct {
+		APIVersion string `json:"apiVersion"`
+		Name       string `json:"name"`
+		Version    string `json:"version"`
+		AppVersion string `json:"appVersion"`
+	}
+	if err := yaml.Unmarshal(mustRead(t, filepath.Join(chartDir, "Chart.yaml")), &meta); err != nil {
+		t.Fatal(err)
+	}
+	if meta.APIVersion != "v2" || meta.Name != filepath.Base(chartDir) || !regexp.MustCompile(`^\d+\.\d+\.\d+$`).MatchString(meta.Version) {
+		t.Errorf("Chart.yaml %+v: want apiVersion v2, the directory's name and a semantic version", meta)
+	}
+	if v := strings.TrimSpace(string(mustRead(t, filepath.Join(repoRoot, "VERSION")))); meta.AppVersion != v {
+		t.Errorf("Chart.yaml appVersion %q, want the VERSION file's %q", meta.AppVersion, v)
+	}
+}
+
+// profileSchema is the schema of one profile in the chart's values.schema.json: the
+// configuration file's (options.Schema) without its $id and $schema and without the fields a
+// profile may not set (their description says "not in a profile"), so that helm refuses them
+// by name (additional properties are not allowed).
+func profileSchema(t *testing.T) map[string]any {
+	t.Helper()
+	b, err := options.Schema()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	delete(doc, "$id")
+	delete(doc, "$schema")
+	doc["title"] = "a profile"
+	doc["description"] = "One profile of the -config directory (a key of the chart's profiles), in the shape of the configuration file without what a profile may not set: " +
+		"paths, addresses and what holds for the whole process."
+	var prune func(any)
+	prune = func(n any) {
+		switch n := n.(type) {
+		case map[string]any:
+			if props, ok := n["properties"].(map[string]any); ok {
+				for k, v := range props {
+					if d, _ := v.(map[string]any)["description"].(string); strings.Contains(d, "not in a profile") {
+						delete(props, k)
+					}
+				}
+			}
+			for _, v := range n {
+				prune(v)
+			}
+		case []any:
+			for _, v := range n {
+				prune(v)
+			}
+		}
+	}
+	prune(doc)
+	return doc
+}
+
+// TestChart_ValuesSchemaHasTheProfileSchema: values.schema.json checks each profile against
+// the configuration file's schema, as generated from the Go types the binary parses
+// (go test -run TestChart_ValuesSchema -update-chart-schema writes it). The file is kept in the
+// encoding this test writes: sorted keys, two-space indent.
+func TestChart_ValuesSchemaHasTheProfileSchema(t *testing.T) {
+	file := filepath.Join(chartDir, "values.schema.json")
+	got := mustRead(t, file)
+	var doc map[string]any
+	if err := json.Unmarshal(got, &doc); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	defs, _ := doc["$defs"].(map[string]any)
+	if defs == nil {
+		t.Fatalf("%s: no $defs", file)
+	}
+	defs["profile"] = profileSchema(t)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(doc); err != nil {
+		t.Fatal(err)
+	}
+	if *updateChartSchema {
+		if err := os.WriteFile(file, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		got = buf.Bytes()
+	}
+	if !bytes.Equal(got, buf.Bytes()) {
+		t.Errorf("%s: $defs.profile is not the profile schema the Go types generate, or the file is not in its encoding: go test ./cmd/virtual-gpu-device-plugin -run TestChart_ValuesSchema -update-chart-schema", file)
+	}
+	profiles, _ := doc["properties"].(map[string]any)["profiles"].(map[string]any)
+	if each, _ := profiles["additionalProperties"].(map[string]any); each["$ref"] != "#/$defs/profile" {
+		t.Errorf("%s: each of the profiles is not checked against #/$defs/profile: %v", file, profiles)
+	}
+}
+
+// valuePaths lists the values of values.yaml as dotted paths, not descending into the maps
+// and lists whose keys are the user's (profiles, resources, selectors, labels …).
+func valuePaths(t *testing.T) []string {
+	t.Helper()
+	var v map[string]any
+	if err := yaml.Unmarshal(mustRead(t, filepath.Join(chartDir, "values.yaml")), &v); err != nil {
+		t.Fatal(err)
+	}
+	userMaps := map[string]bool{"profiles": true, "resources": true, "nodeSelector": true, "affinity": true, "podAnnotations": true,
+		"podLabels": true, "updateStrategy": true, "serviceAccount.annotations": true, "metrics.serviceMonitor.labels": true}
+	var out []string
+	var walk func(prefix string, m map[string]any)
+	walk = func(prefix string, m map[string]any) {
+		for k, val := range m {
+			p := prefix + k
+			if sub, ok := val.(map[string]any); ok && !userMaps[p] {
+				walk(p+".", sub)
+				continue
+			}
+			out = append(out, p)
+		}
+	}
+	walk("", v)
+	sort.Strings(out)
+	return out
+}
+
+// TestChart_ReadmeListsEveryValue: the README's values table has a row for every value of
+// values.yaml, and the README's Helm commands name the chart and the README's release.
+func TestChart_ReadmeListsEveryValue(t *testing.T) {
+	readme := string(mustRead(t, filepath.Join(repoRoot, "README.md")))
+	for _, p := range valuePaths(t) {
+		if !strings.Contains(readme, "| `"+p+"` |") {
+			t.Errorf("README: no row for the chart value `%s` in the values table", p)
+		}
+	}
+	if cmd := "helm install virtual-gpu-device-plugin deploy/helm/virtual-gpu-device-plugin -n kube-system"; !strings.Contains(readme, cmd) {
+		t.Errorf("README does not say %q", cmd)
+	}
+	if !strings.Contains(readme, options.ProfileLabel+"=") {
+		t.Errorf("README does not show the profile label %s=<name>", options.ProfileLabel)
 	}
 }
 

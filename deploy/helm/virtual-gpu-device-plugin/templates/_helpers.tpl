@@ -1,0 +1,179 @@
+{{/* The chart's name, or nameOverride. */}}
+{{- define "vgpu.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The release's full name: the release name when it contains the chart's name. */}}
+{{- define "vgpu.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The DaemonSet's selector: the base's `app` label. */}}
+{{- define "vgpu.selectorLabels" -}}
+app: {{ include "vgpu.fullname" . }}
+{{- end }}
+
+{{/* The labels of the pods and of every object, as in the base. */}}
+{{- define "vgpu.podLabels" -}}
+{{ include "vgpu.selectorLabels" . }}
+app.kubernetes.io/name: {{ include "vgpu.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: device-plugin
+{{- end }}
+
+{{/* The labels of every object: the pods' and Helm's own. */}}
+{{- define "vgpu.labels" -}}
+{{ include "vgpu.podLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "vgpu.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "vgpu.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* "true" when the plugin uses the Kubernetes API: to label its Node, or to read the
+     label that picks its profile. Else "". */}}
+{{- define "vgpu.usesAPI" -}}
+{{- if or .Values.labelNode .Values.profiles }}true{{ end }}
+{{- end }}
+
+{{/* Where the profiles ConfigMap is mounted: the -config directory. */}}
+{{- define "vgpu.profilesDir" -}}/etc/virtual-gpu/profiles{{- end }}
+
+{{/* The kubelet's PodResources directory, under its root directory. */}}
+{{- define "vgpu.podResourcesDir" -}}
+{{- printf "%s/pod-resources" (trimSuffix "/" .Values.kubeletRootDir) }}
+{{- end }}
+
+{{/* The plugin's args: the machine or the profiles, metrics, labelling, telemetry, the
+     PodResources socket when it moved, extraArgs. */}}
+{{- define "vgpu.args" -}}
+{{- if .Values.profiles }}
+- -config={{ include "vgpu.profilesDir" . }}
+{{- with .Values.defaultProfile }}
+- -config-default={{ . }}
+{{- end }}
+{{- else }}
+{{- if .Values.topology }}
+- -topology={{ .Values.topology }}
+{{- end }}
+{{- if not (kindIs "invalid" .Values.devices) }}
+- -devices={{ int64 .Values.devices }}
+{{- else if not .Values.topology }}
+- -devices=4
+{{- end }}
+{{- end }}
+- -metrics-address=:{{ int64 .Values.metrics.port }}
+{{- if .Values.labelNode }}
+- -label-node
+{{- end }}
+{{- if .Values.telemetry.enabled }}
+- -telemetry-address=:{{ int64 .Values.telemetry.port }}
+{{- end }}
+{{- if ne (include "vgpu.podResourcesDir" .) "/var/lib/kubelet/pod-resources" }}
+- -pod-resources-socket={{ include "vgpu.podResourcesDir" . }}/kubelet.sock
+{{- end }}
+{{- range .Values.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end }}
+
+{{/* The flags the chart sets, with the value that sets them. */}}
+{{- define "vgpu.managedFlags" -}}
+devices: devices
+topology: topology
+config: profiles
+config-default: defaultProfile
+node-name: (the chart sets NODE_NAME from the downward API)
+label-node: labelNode
+metrics-address: metrics.port
+telemetry-address: telemetry
+pod-resources-socket: kubeletRootDir
+log-format: logFormat
+log-level: logLevel
+{{- end }}
+
+{{/* The flags a profile sets: with profiles, a flag or variable for one of them would
+     override every profile. The schema of the configuration file lists them. */}}
+{{- define "vgpu.profileFlags" -}}
+- devices
+- topology
+- resource-name
+- allocation-policy
+- shared-devices-allocation-policy
+- device-list-strategy
+- replicas
+- numa-report
+- faults
+{{- end }}
+
+{{/* Checks of the values that the schema cannot express; each fails with what to change. */}}
+{{- define "vgpu.validate" -}}
+{{- $profiles := .Values.profiles | default dict }}
+{{- $names := keys $profiles | sortAlpha }}
+{{- range $names }}
+{{- if or (gt (len .) 63) (not (regexMatch "^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$" .)) }}
+{{- fail (printf "profiles.%s: a profile's name is a label value (at most 63 characters of [A-Za-z0-9-_.], starting and ending alphanumeric): nodes pick it with unicore.mcyou.cc/device-plugin.config=<name>" .) }}
+{{- end }}
+{{- end }}
+{{- with .Values.defaultProfile }}
+{{- if not $profiles }}
+{{- fail (printf "defaultProfile %q: there are no profiles; set profiles.%s, or leave defaultProfile empty" . .) }}
+{{- end }}
+{{- if not (hasKey $profiles .) }}
+{{- fail (printf "defaultProfile %q is not one of the profiles (%s)" . (join ", " $names)) }}
+{{- end }}
+{{- end }}
+{{- if $profiles }}
+{{- if .Values.topology }}
+{{- fail (printf "topology %q with profiles: -topology would override every profile; set flags.topology in the profiles instead" .Values.topology) }}
+{{- end }}
+{{- if not (kindIs "invalid" .Values.devices) }}
+{{- fail (printf "devices %v with profiles: -devices would override every profile; set flags.devices in the profiles instead" .Values.devices) }}
+{{- end }}
+{{- end }}
+{{- if and .Values.telemetry.enabled (eq (int64 .Values.telemetry.port) (int64 .Values.metrics.port)) }}
+{{- fail (printf "telemetry.port and metrics.port are both %v: they are two listeners" .Values.metrics.port) }}
+{{- end }}
+{{- $managed := include "vgpu.managedFlags" . | fromYaml }}
+{{- $profileFlags := include "vgpu.profileFlags" . | fromYamlArray }}
+{{- range .Values.extraArgs }}
+{{- $flag := regexReplaceAll "^--?([^=]*).*$" (toString .) "${1}" }}
+{{- if hasKey $managed $flag }}
+{{- fail (printf "extraArgs: %s is set by the chart: use %s" . (get $managed $flag)) }}
+{{- end }}
+{{- if and $profiles (has $flag $profileFlags) }}
+{{- fail (printf "extraArgs: %s with profiles would override every profile; set it in the profiles instead" .) }}
+{{- end }}
+{{- end }}
+{{- range .Values.extraEnv }}
+{{- $name := toString .name }}
+{{- if eq $name "NODE_NAME" }}
+{{- fail "extraEnv: NODE_NAME is set by the chart, from the downward API" }}
+{{- end }}
+{{- if hasPrefix "VGPU_" $name }}
+{{- $flag := trimPrefix "VGPU_" $name | lower | replace "_" "-" }}
+{{- if hasKey $managed $flag }}
+{{- fail (printf "extraEnv: %s is set by the chart: use %s" $name (get $managed $flag)) }}
+{{- end }}
+{{- if and $profiles (has $flag $profileFlags) }}
+{{- fail (printf "extraEnv: %s with profiles would override every profile; set it in the profiles instead" $name) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}

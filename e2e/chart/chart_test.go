@@ -1,0 +1,684 @@
+package chart_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"helm.sh/helm/v3/pkg/lint"
+	"helm.sh/helm/v3/pkg/lint/support"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+
+	"github.com/unicore/virtual-gpu-device-plugin/e2e/chart"
+)
+
+var update = flag.Bool("update", false, "write the renders under cmd/virtual-gpu-device-plugin/testdata/chart")
+
+// repo is the repository, two levels above this package.
+const repo = "../.."
+
+var chartDir = chart.Dir(repo)
+
+// helmLabels are the labels the chart adds to every object's metadata and the kustomize base
+// does not have: Helm's bookkeeping (chart, release tool, version). Everything else is equal.
+var helmLabels = []string{"helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/version"}
+
+// render renders the chart for the README's release with values (nil: the defaults).
+func render(t *testing.T, values map[string]any) []*unstructured.Unstructured {
+	t.Helper()
+	ms, err := chart.Template(chartDir, values, chart.ReleaseName, chart.Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := chart.Objects(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+// renderErr renders and returns the error (nil if it rendered).
+func renderErr(values map[string]any) error {
+	_, err := chart.Template(chartDir, values, chart.ReleaseName, chart.Namespace)
+	return err
+}
+
+// values decodes YAML into a values map.
+func values(t *testing.T, doc string) map[string]any {
+	t.Helper()
+	var v map[string]any
+	if err := yaml.Unmarshal([]byte(doc), &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// ciValues are the chart's ci/<case>-values.yaml files by case name.
+func ciValues(t *testing.T) map[string]string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(chartDir, "ci", "*-values.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no ci/*-values.yaml in %s (%v)", chartDir, err)
+	}
+	out := map[string]string{}
+	for _, f := range files {
+		out[strings.TrimSuffix(filepath.Base(f), "-values.yaml")] = f
+	}
+	return out
+}
+
+func mustReadValues(t *testing.T, file string) map[string]any {
+	t.Helper()
+	v, err := chart.ReadValues(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func key(o *unstructured.Unstructured) string {
+	return fmt.Sprintf("%s/%s/%s", o.GetKind(), o.GetNamespace(), o.GetName())
+}
+
+// byKey indexes objects by kind, namespace and name, failing on duplicates.
+func byKey(t *testing.T, objs []*unstructured.Unstructured) map[string]*unstructured.Unstructured {
+	t.Helper()
+	m := map[string]*unstructured.Unstructured{}
+	for _, o := range objs {
+		if _, dup := m[key(o)]; dup {
+			t.Fatalf("%s rendered twice", key(o))
+		}
+		m[key(o)] = o
+	}
+	return m
+}
+
+func keys(m map[string]*unstructured.Unstructured) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// withoutHelmLabels returns a copy of o without helmLabels in its metadata.
+func withoutHelmLabels(o *unstructured.Unstructured) *unstructured.Unstructured {
+	c := o.DeepCopy()
+	labels := c.GetLabels()
+	for _, l := range helmLabels {
+		delete(labels, l)
+	}
+	c.SetLabels(labels)
+	return c
+}
+
+// one returns the only object of a kind.
+func one(t *testing.T, objs []*unstructured.Unstructured, kind string) *unstructured.Unstructured {
+	t.Helper()
+	var found []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == kind {
+			found = append(found, o)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("%d objects of kind %s, want 1", len(found), kind)
+	}
+	return found[0]
+}
+
+func kinds(objs []*unstructured.Unstructured) []string {
+	var out []string
+	for _, o := range objs {
+		out = append(out, o.GetKind())
+	}
+	sort.Strings(out)
+	return out
+}
+
+// container is the DaemonSet's one container.
+func container(t *testing.T, objs []*unstructured.Unstructured) map[string]any {
+	t.Helper()
+	ds := one(t, objs, "DaemonSet")
+	cs, _, _ := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "containers")
+	if len(cs) != 1 {
+		t.Fatalf("%d containers, want 1", len(cs))
+	}
+	return cs[0].(map[string]any)
+}
+
+func args(t *testing.T, objs []*unstructured.Unstructured) []string {
+	t.Helper()
+	a, _, _ := unstructured.NestedStringSlice(container(t, objs), "args")
+	return a
+}
+
+func podSpec(t *testing.T, objs []*unstructured.Unstructured) map[string]any {
+	t.Helper()
+	s, _, _ := unstructured.NestedMap(one(t, objs, "DaemonSet").Object, "spec", "template", "spec")
+	return s
+}
+
+// ---------------------------------------------------------------------------------------------
+
+// TestChart_Lint: helm lint passes, with no warning, for the default values and every
+// ci/*-values.yaml; with a value the chart refuses, it reports the chart's message as an error.
+func TestChart_Lint(t *testing.T) {
+	cases := map[string]map[string]any{"default": nil}
+	for name, f := range ciValues(t) {
+		cases[name] = mustReadValues(t, f)
+	}
+	for name, v := range cases {
+		t.Run(name, func(t *testing.T) {
+			l := lint.AllWithKubeVersionAndSchemaValidation(chartDir, v, chart.Namespace, nil, false)
+			for _, m := range l.Messages {
+				if m.Severity >= support.WarningSev {
+					t.Errorf("helm lint: %s", m)
+				} else {
+					t.Logf("helm lint: %s", m)
+				}
+			}
+		})
+	}
+	// helm lint reports a template's fail only in its log, as information; a value the
+	// schema refuses is an error.
+	t.Run("refused", func(t *testing.T) {
+		l := lint.AllWithKubeVersionAndSchemaValidation(chartDir, values(t, "labelnode: false"), chart.Namespace, nil, false)
+		if l.HighestSeverity != support.ErrorSev || !slices.ContainsFunc(l.Messages, func(m support.Message) bool {
+			return strings.Contains(m.Err.Error(), "labelnode")
+		}) {
+			t.Errorf("helm lint with a misspelt value: %v, want the schema's error", l.Messages)
+		}
+	})
+}
+
+// TestChart_DefaultsRenderTheKustomizeBase: with its default values the chart renders the
+// objects `kubectl kustomize deploy/base` builds (rendered here with kustomize's Go API), equal
+// field for field but for Helm's own labels on the objects' metadata.
+func TestChart_DefaultsRenderTheKustomizeBase(t *testing.T) {
+	base, err := chart.Kustomize(filepath.Join(repo, "deploy", "base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	compareObjects(t, base, render(t, nil))
+}
+
+// TestChart_KubeletRootDirRendersTheOverlays: for each overlay of deploy/overlays, the chart
+// with kubeletRootDir set to that cluster's kubelet root directory renders the overlay's
+// objects. The root directory is read from the overlay (its PodResources hostPath's parent).
+func TestChart_KubeletRootDirRendersTheOverlays(t *testing.T) {
+	dirs, err := filepath.Glob(filepath.Join(repo, "deploy", "overlays", "*"))
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("no overlays (%v)", err)
+	}
+	for _, dir := range dirs {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			overlay, err := chart.Kustomize(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var root string
+			vols, _, _ := unstructured.NestedSlice(one(t, overlay, "DaemonSet").Object, "spec", "template", "spec", "volumes")
+			for _, v := range vols {
+				if p, ok, _ := unstructured.NestedString(v.(map[string]any), "hostPath", "path"); ok && filepath.Base(p) == "pod-resources" {
+					root = filepath.Dir(p)
+				}
+			}
+			if root == "" || root == "/var/lib/kubelet" {
+				t.Fatalf("overlay %s does not move the pod-resources hostPath (%q)", dir, root)
+			}
+			compareObjects(t, overlay, render(t, map[string]any{"kubeletRootDir": root}))
+		})
+	}
+}
+
+// compareObjects fails unless the chart's objects, less Helm's labels, equal want's.
+func compareObjects(t *testing.T, want, helm []*unstructured.Unstructured) {
+	t.Helper()
+	w, h := byKey(t, want), byKey(t, helm)
+	if !slices.Equal(keys(w), keys(h)) {
+		t.Fatalf("the chart renders %v, kustomize %v", keys(h), keys(w))
+	}
+	for k, o := range h {
+		for _, l := range helmLabels {
+			if _, ok := o.GetLabels()[l]; !ok {
+				t.Errorf("%s: no label %s", k, l)
+			}
+		}
+		if d := cmp.Diff(w[k].Object, withoutHelmLabels(o).Object); d != "" {
+			t.Errorf("%s differs (-kustomize +helm):\n%s", k, d)
+		}
+	}
+}
+
+// TestChart_Profiles: profiles become a ConfigMap, one <name>.yaml each with the profile's body,
+// mounted read-only as the -config directory; defaultProfile is -config-default; no flag sets
+// the machine's shape; rollOnProfileChange puts a checksum of the profiles on the pod template
+// that changes with them and only with them.
+func TestChart_Profiles(t *testing.T) {
+	v := mustReadValues(t, filepath.Join(chartDir, "ci", "profiles-values.yaml"))
+	objs := render(t, v)
+
+	cm := one(t, objs, "ConfigMap")
+	data, _, _ := unstructured.NestedStringMap(cm.Object, "data")
+	profiles := v["profiles"].(map[string]any)
+	if len(data) != len(profiles) {
+		t.Errorf("ConfigMap keys %v, want one per profile %v", data, profiles)
+	}
+	for name, body := range profiles {
+		var got any
+		if err := yaml.Unmarshal([]byte(data[name+".yaml"]), &got); err != nil {
+			t.Fatalf("%s.yaml: %v", name, err)
+		}
+		if d := cmp.Diff(body, got); d != "" {
+			t.Errorf("%s.yaml differs from the profile's values (-values +ConfigMap):\n%s", name, d)
+		}
+	}
+
+	a := args(t, objs)
+	for _, want := range []string{"-config=/etc/virtual-gpu/profiles", "-config-default=dgx-a100", "-label-node"} {
+		if !slices.Contains(a, want) {
+			t.Errorf("args %v: no %s", a, want)
+		}
+	}
+	for _, arg := range a {
+		if strings.HasPrefix(arg, "-devices") || strings.HasPrefix(arg, "-topology") {
+			t.Errorf("args %v: %s would override every profile", a, arg)
+		}
+	}
+	var mounted bool
+	mounts, _, _ := unstructured.NestedSlice(container(t, objs), "volumeMounts")
+	for _, m := range mounts {
+		m := m.(map[string]any)
+		if m["mountPath"] == "/etc/virtual-gpu/profiles" {
+			mounted = true
+			if m["readOnly"] != true || m["subPath"] != nil {
+				t.Errorf("profiles mount %v: want read-only, the whole directory (a subPath never sees edits)", m)
+			}
+			vols, _, _ := unstructured.NestedSlice(podSpec(t, objs), "volumes")
+			for _, vol := range vols {
+				if vol := vol.(map[string]any); vol["name"] == m["name"] {
+					if n, _, _ := unstructured.NestedString(vol, "configMap", "name"); n != cm.GetName() {
+						t.Errorf("profiles volume %v, want ConfigMap %s", vol, cm.GetName())
+					}
+				}
+			}
+		}
+	}
+	if !mounted {
+		t.Errorf("no mount at /etc/virtual-gpu/profiles: %v", mounts)
+	}
+
+	checksum := func(v map[string]any) string {
+		ann, _, _ := unstructured.NestedStringMap(one(t, render(t, v), "DaemonSet").Object, "spec", "template", "metadata", "annotations")
+		return ann["checksum/profiles"]
+	}
+	sum := checksum(v)
+	if sum == "" {
+		t.Fatal("rollOnProfileChange: no checksum/profiles annotation")
+	}
+	v2 := mustReadValues(t, filepath.Join(chartDir, "ci", "profiles-values.yaml"))
+	v2["metrics"] = map[string]any{"port": 9411}
+	if checksum(v2) != sum {
+		t.Error("checksum/profiles changed with the metrics port")
+	}
+	v2["profiles"].(map[string]any)["workstation"].(map[string]any)["flags"].(map[string]any)["devices"] = 3
+	if checksum(v2) == sum {
+		t.Error("checksum/profiles did not change with a profile")
+	}
+	v2["rollOnProfileChange"] = false
+	if c := checksum(v2); c != "" {
+		t.Errorf("rollOnProfileChange false: checksum/profiles %q", c)
+	}
+}
+
+// TestChart_APIAccess: the token, the RBAC objects and the patch rule follow what the plugin
+// does with the API: reading its Node's profile label (profiles) and writing its GPU labels
+// (labelNode). With neither, no token and no RBAC; NODE_NAME is always set (the GPU UUIDs'
+// identity), from the downward API.
+func TestChart_APIAccess(t *testing.T) {
+	for _, c := range []struct {
+		name             string
+		values           string
+		token, rbac      bool
+		patch, labelNode bool
+	}{
+		{"labels", "", true, true, true, true},
+		{"labels and profiles", "profiles: {a: {version: v1}}", true, true, true, true},
+		{"profiles only", "labelNode: false\nprofiles: {a: {version: v1}}", true, true, false, false},
+		{"neither", "labelNode: false", false, false, false, false},
+		{"rbac off", "rbac: {create: false}", true, false, false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			objs := render(t, values(t, c.values))
+			spec := podSpec(t, objs)
+			if got := spec["automountServiceAccountToken"]; got != c.token {
+				t.Errorf("automountServiceAccountToken %v, want %v", got, c.token)
+			}
+			if spec["serviceAccountName"] != "virtual-gpu-device-plugin" {
+				t.Errorf("serviceAccountName %v", spec["serviceAccountName"])
+			}
+			sa := one(t, objs, "ServiceAccount")
+			if sa.Object["automountServiceAccountToken"] != false {
+				t.Errorf("the ServiceAccount mounts tokens by default: %v", sa.Object)
+			}
+			if got := slices.Contains(args(t, objs), "-label-node"); got != c.labelNode {
+				t.Errorf("-label-node in args: %v, want %v", got, c.labelNode)
+			}
+			env, _, _ := unstructured.NestedSlice(container(t, objs), "env")
+			if !slices.ContainsFunc(env, func(e any) bool {
+				p, _, _ := unstructured.NestedString(e.(map[string]any), "valueFrom", "fieldRef", "fieldPath")
+				return e.(map[string]any)["name"] == "NODE_NAME" && p == "spec.nodeName"
+			}) {
+				t.Errorf("env %v: no NODE_NAME from spec.nodeName", env)
+			}
+			ks := kinds(objs)
+			if got := slices.Contains(ks, "ClusterRole") && slices.Contains(ks, "ClusterRoleBinding"); got != c.rbac {
+				t.Fatalf("kinds %v: RBAC %v, want %v", ks, got, c.rbac)
+			}
+			if !c.rbac {
+				return
+			}
+			rules, _, _ := unstructured.NestedSlice(one(t, objs, "ClusterRole").Object, "rules")
+			var verbs []string
+			for _, r := range rules {
+				r := r.(map[string]any)
+				res, _, _ := unstructured.NestedStringSlice(r, "resources")
+				if !slices.Equal(res, []string{"nodes"}) {
+					t.Errorf("rule %v: want nodes only", r)
+				}
+				vs, _, _ := unstructured.NestedStringSlice(r, "verbs")
+				verbs = append(verbs, vs...)
+			}
+			want := []string{"get", "list", "watch"}
+			if c.patch {
+				want = append(want, "patch")
+			}
+			if !slices.Equal(verbs, want) {
+				t.Errorf("verbs %v, want %v", verbs, want)
+			}
+			subjects, _, _ := unstructured.NestedSlice(one(t, objs, "ClusterRoleBinding").Object, "subjects")
+			if len(subjects) != 1 || subjects[0].(map[string]any)["name"] != sa.GetName() || subjects[0].(map[string]any)["namespace"] != chart.Namespace {
+				t.Errorf("binding subjects %v, want the ServiceAccount %s/%s", subjects, chart.Namespace, sa.GetName())
+			}
+		})
+	}
+}
+
+// TestChart_Metrics: the metrics port moves the flag, the containerPort, the scrape annotation
+// and the Service together; the Service and ServiceMonitor appear when asked; telemetry renders
+// nothing unless enabled, and then its flag, port, Service port and endpoint.
+func TestChart_Metrics(t *testing.T) {
+	objs := render(t, nil)
+	text := chart.Text(mustTemplate(t, nil))
+	if strings.Contains(text, "telemetry") || strings.Contains(text, "9400") {
+		t.Errorf("telemetry is off by default, but the render mentions it:\n%s", text)
+	}
+	if ks := kinds(objs); slices.Contains(ks, "Service") || slices.Contains(ks, "ServiceMonitor") {
+		t.Errorf("default kinds %v: no Service or ServiceMonitor unless asked", ks)
+	}
+
+	objs = render(t, values(t, `
+metrics: {port: 9500, service: {enabled: true}, serviceMonitor: {enabled: true, interval: 15s, labels: {release: prom}}}
+telemetry: {enabled: true, port: 9600}`))
+	a := args(t, objs)
+	for _, want := range []string{"-metrics-address=:9500", "-telemetry-address=:9600"} {
+		if !slices.Contains(a, want) {
+			t.Errorf("args %v: no %s", a, want)
+		}
+	}
+	ports, _, _ := unstructured.NestedSlice(container(t, objs), "ports")
+	if got := fmt.Sprint(ports); !strings.Contains(got, "containerPort:9500 name:metrics") || !strings.Contains(got, "containerPort:9600 name:telemetry") {
+		t.Errorf("container ports %s", got)
+	}
+	ann, _, _ := unstructured.NestedStringMap(one(t, objs, "DaemonSet").Object, "spec", "template", "metadata", "annotations")
+	if ann["prometheus.io/port"] != "9500" {
+		t.Errorf("scrape annotations %v", ann)
+	}
+	svc := one(t, objs, "Service")
+	if ip, _, _ := unstructured.NestedString(svc.Object, "spec", "clusterIP"); ip != "None" {
+		t.Errorf("Service clusterIP %q, want headless", ip)
+	}
+	sel, _, _ := unstructured.NestedStringMap(svc.Object, "spec", "selector")
+	podLabels, _, _ := unstructured.NestedStringMap(one(t, objs, "DaemonSet").Object, "spec", "template", "metadata", "labels")
+	for k, v := range sel {
+		if podLabels[k] != v {
+			t.Errorf("Service selector %v does not select the pods %v", sel, podLabels)
+		}
+	}
+	sports, _, _ := unstructured.NestedSlice(svc.Object, "spec", "ports")
+	if got := fmt.Sprint(sports); !strings.Contains(got, "name:metrics port:9500") || !strings.Contains(got, "name:telemetry port:9600") {
+		t.Errorf("Service ports %s", got)
+	}
+	sm := one(t, objs, "ServiceMonitor")
+	if sm.GetLabels()["release"] != "prom" {
+		t.Errorf("ServiceMonitor labels %v: no release: prom", sm.GetLabels())
+	}
+	smSel, _, _ := unstructured.NestedStringMap(sm.Object, "spec", "selector", "matchLabels")
+	for k, v := range smSel {
+		if svc.GetLabels()[k] != v {
+			t.Errorf("ServiceMonitor selector %v does not select the Service %v", smSel, svc.GetLabels())
+		}
+	}
+	eps, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+	if got := fmt.Sprint(eps); len(eps) != 2 || !strings.Contains(got, "port:metrics") || !strings.Contains(got, "port:telemetry") || !strings.Contains(got, "interval:15s") {
+		t.Errorf("ServiceMonitor endpoints %s", got)
+	}
+
+	// A ServiceMonitor needs the Service: it comes with it.
+	objs = render(t, values(t, "metrics: {serviceMonitor: {enabled: true}}"))
+	if ks := kinds(objs); !slices.Contains(ks, "Service") {
+		t.Errorf("kinds %v: a ServiceMonitor without its Service", ks)
+	}
+}
+
+func mustTemplate(t *testing.T, v map[string]any) []chart.Manifest {
+	t.Helper()
+	ms, err := chart.Template(chartDir, v, chart.ReleaseName, chart.Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ms
+}
+
+// TestChart_MachineWithoutProfiles: without profiles the machine is -devices (4 by default),
+// or -topology, or both when both are set.
+func TestChart_MachineWithoutProfiles(t *testing.T) {
+	for _, c := range []struct {
+		values string
+		want   []string
+	}{
+		{"", []string{"-devices=4"}},
+		{"devices: 16", []string{"-devices=16"}},
+		{"topology: dgx-a100", []string{"-topology=dgx-a100"}},
+		{"{topology: dgx-a100, devices: 8}", []string{"-topology=dgx-a100", "-devices=8"}},
+	} {
+		a := args(t, render(t, values(t, c.values)))
+		var got []string
+		for _, arg := range a {
+			if strings.HasPrefix(arg, "-devices") || strings.HasPrefix(arg, "-topology") || strings.HasPrefix(arg, "-config") {
+				got = append(got, arg)
+			}
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("values %q: machine args %v, want %v", c.values, got, c.want)
+		}
+	}
+}
+
+// TestChart_RefusesBadValues: what the chart cannot render fails the install with a message
+// naming the value and what to do.
+func TestChart_RefusesBadValues(t *testing.T) {
+	for _, c := range []struct{ name, values, want string }{
+		{"default profile without profiles", "defaultProfile: a100", `defaultProfile "a100": there are no profiles`},
+		{"unknown default profile", "{profiles: {a100: {version: v1}, h100: {version: v1}}, defaultProfile: a10}", `defaultProfile "a10" is not one of the profiles (a100, h100)`},
+		{"profile name not a label value", "profiles: {-bad: {version: v1}}", "-bad"},
+		{"profile name too long", "profiles: {" + strings.Repeat("a", 64) + ": {version: v1}}", strings.Repeat("a", 64)},
+		{"topology with profiles", "{topology: dgx-a100, profiles: {a: {version: v1}}}", `topology "dgx-a100" with profiles: -topology would override every profile`},
+		{"devices with profiles", "{devices: 8, profiles: {a: {version: v1}}}", "devices 8 with profiles: -devices would override every profile"},
+		{"profile field misspelt", "profiles: {a: {version: v1, flags: {topolgy: dgx-a100}}}", "topolgy"},
+		{"profile sets an address", `profiles: {a: {version: v1, flags: {metricsAddress: ":1"}}}`, "metricsAddress"},
+		{"profile without version", "profiles: {a: {flags: {devices: 2}}}", "version"},
+		{"profile devices out of range", "profiles: {a: {version: v1, flags: {devices: 2000}}}", "/profiles/a/flags/devices"},
+		{"one port for two listeners", "telemetry: {enabled: true, port: 9401}", "telemetry.port and metrics.port are both 9401"},
+		{"relative kubelet root", "kubeletRootDir: var/lib/kubelet", "kubeletRootDir"},
+		{"misspelt value", "labelnode: false", "labelnode"},
+		{"devices out of range", "devices: 0", "devices"},
+		{"chart's flag in extraArgs", "extraArgs: [-metrics-address=:1]", "extraArgs: -metrics-address=:1 is set by the chart: use metrics.port"},
+		{"chart's variable in extraEnv", "extraEnv: [{name: VGPU_LABEL_NODE, value: 'false'}]", "extraEnv: VGPU_LABEL_NODE is set by the chart: use labelNode"},
+		{"node name in extraEnv", "extraEnv: [{name: NODE_NAME, value: x}]", "NODE_NAME is set by the chart"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := renderErr(values(t, c.values))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("values %s: error %v, want %q in it", c.values, err, c.want)
+			}
+		})
+	}
+}
+
+// configFlag is a flag of the configuration file's schema (deploy/config/config.schema.json).
+type configFlag struct {
+	name      string
+	inProfile bool
+}
+
+// configFlags reads the flags a file may set from the published schema: each field's
+// description names its flag, and says "not in a profile" for those a profile may not set.
+func configFlags(t *testing.T) []configFlag {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repo, "deploy", "config", "config.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`\(the flag -([a-z-]+), the variable VGPU_[A-Z_]+\)`)
+	seen := map[string]bool{}
+	var out []configFlag
+	var walk func(any)
+	walk = func(n any) {
+		switch n := n.(type) {
+		case map[string]any:
+			if d, ok := n["description"].(string); ok {
+				if m := re.FindStringSubmatch(d); m != nil && !seen[m[1]] {
+					seen[m[1]] = true
+					out = append(out, configFlag{m[1], !strings.Contains(d, "not in a profile")})
+				}
+			}
+			for _, v := range n {
+				walk(v)
+			}
+		case []any:
+			for _, v := range n {
+				walk(v)
+			}
+		}
+	}
+	walk(doc)
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	if len(out) < 20 {
+		t.Fatalf("the schema names %d flags: %v", len(out), out)
+	}
+	return out
+}
+
+// TestChart_ProfilesOwnTheirFlags: with profiles, every flag a profile may set is refused in
+// extraArgs and extraEnv (it would override every profile); the flags a profile may not set
+// stay allowed, but those the chart sets itself. Without profiles a profile's flag is allowed.
+// The list comes from the configuration file's schema, so a new flag is covered.
+func TestChart_ProfilesOwnTheirFlags(t *testing.T) {
+	chartFlags := map[string]bool{"devices": true, "topology": true, "metrics-address": true, "log-format": true, "log-level": true, "pod-resources-socket": true}
+	for _, f := range configFlags(t) {
+		t.Run(f.name, func(t *testing.T) {
+			env := "VGPU_" + strings.ToUpper(strings.ReplaceAll(f.name, "-", "_"))
+			for _, how := range []struct{ what, values string }{
+				{"-" + f.name + "=x", fmt.Sprintf("extraArgs: [-%s=x]", f.name)},
+				{env, fmt.Sprintf("extraEnv: [{name: %s, value: x}]", env)},
+			} {
+				withProfiles := values(t, how.values)
+				withProfiles["profiles"] = map[string]any{"a": map[string]any{"version": "v1"}}
+				err := renderErr(withProfiles)
+				switch {
+				case chartFlags[f.name]:
+					if err == nil || !strings.Contains(err.Error(), "is set by the chart") {
+						t.Errorf("%s: %v, want: set by the chart", how.what, err)
+					}
+				case f.inProfile:
+					if err == nil || !strings.Contains(err.Error(), "with profiles would override every profile") {
+						t.Errorf("%s with profiles: %v, want: would override every profile", how.what, err)
+					}
+					if err := renderErr(values(t, how.values)); err != nil {
+						t.Errorf("%s without profiles: %v", how.what, err)
+					}
+				default:
+					if err != nil {
+						t.Errorf("%s with profiles (not a profile's flag): %v", how.what, err)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestChart_Testdata: the renders the main module's deploy tests check
+// (cmd/virtual-gpu-device-plugin/testdata/chart/<case>.yaml, for the default values and each
+// ci/<case>-values.yaml) are the chart's current output; -update writes them. Each carries the
+// chart's digest, which those tests compare with the chart's files.
+func TestChart_Testdata(t *testing.T) {
+	dir := filepath.Join(repo, "cmd", "virtual-gpu-device-plugin", "testdata", "chart")
+	digest, err := chart.Digest(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]string{"default": ""}
+	for name, f := range ciValues(t) {
+		cases[name] = f
+	}
+	if *update {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, file := range cases {
+		var v map[string]any
+		with := "its default values"
+		if file != "" {
+			v = mustReadValues(t, file)
+			with = "ci/" + filepath.Base(file)
+		}
+		header := fmt.Sprintf("# Rendered from deploy/helm/virtual-gpu-device-plugin (chart digest sha256:%s)\n"+
+			"# with %s, release %s in %s, by e2e/chart: cd e2e && go test ./chart -run TestChart_Testdata -update\n",
+			digest, with, chart.ReleaseName, chart.Namespace)
+		want := []byte(header + chart.Text(mustTemplate(t, v)))
+		path := filepath.Join(dir, name+".yaml")
+		if *update {
+			if err := os.WriteFile(path, want, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := os.ReadFile(path)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s is not the chart's render with %s (%v): run cd e2e && go test ./chart -run TestChart_Testdata -update", path, with, err)
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	for _, f := range files {
+		if _, ok := cases[strings.TrimSuffix(filepath.Base(f), ".yaml")]; !ok {
+			t.Errorf("%s renders no case of the chart: remove it", f)
+		}
+	}
+}
