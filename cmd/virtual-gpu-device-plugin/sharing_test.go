@@ -457,3 +457,20 @@ func TestServe_SharingLive(t *testing.T) {
 		return api.nodeLabels()[nodeapi.LabelReplicas] == "1"
 	})
 }
+
+// A fault names a GPU and takes all its replicas down, as one change.
+func TestBinary_Sharing_FaultTakesTheReplicas(t *testing.T) {
+	n := newNode(t)
+	_, reg := n.start(t, "-devices=2", "-replicas=3", "-faults=down:fake-1:after=50ms")
+	var got []string
+	plugintest.WaitFor(t, 10*time.Second, "fake-1's replicas down", func() bool {
+		got = ids(plugintest.NextList(t, reg, 10*time.Second))
+		return slices.Contains(got, "fake-1::0(Unhealthy)")
+	})
+	if want := []string{"fake-0::0", "fake-0::1", "fake-0::2", "fake-1::0(Unhealthy)", "fake-1::1(Unhealthy)", "fake-1::2(Unhealthy)"}; !slices.Equal(got, want) {
+		t.Errorf("list %v, want %v (one message)", got, want)
+	}
+	if e := n.dump(t).HealthEvents[0]; e.DeviceID != "fake-1" || e.Cause != store.CauseFaultInjection {
+		t.Errorf("health event %+v, want fake-1's, by fault injection", e)
+	}
+}
