@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -25,7 +26,7 @@ import (
 
 // sharingConfig resolves the serve flags args, with a -config file of
 // body when it is not empty.
-func sharingConfig(t *testing.T, body string, args ...string) *options.Config {
+func sharingConfig(t testing.TB, body string, args ...string) *options.Config {
 	t.Helper()
 	if body != "" {
 		path := filepath.Join(t.TempDir(), "config.yaml")
@@ -46,7 +47,7 @@ func sharingConfig(t *testing.T, body string, args ...string) *options.Config {
 }
 
 // catalogOf builds the device set of cfg and its catalog from a real store.
-func catalogOf(t *testing.T, cfg *options.Config) (*deviceSet, plugin.Catalog) {
+func catalogOf(t testing.TB, cfg *options.Config) (*deviceSet, plugin.Catalog) {
 	t.Helper()
 	set, err := newDeviceSet(cfg, "node-a")
 	if err != nil {
@@ -472,5 +473,46 @@ func TestBinary_Sharing_FaultTakesTheReplicas(t *testing.T) {
 	}
 	if e := n.dump(t).HealthEvents[0]; e.DeviceID != "fake-1" || e.Cause != store.CauseFaultInjection {
 		t.Errorf("health event %+v, want fake-1's, by fault injection", e)
+	}
+}
+
+// BenchmarkGetPreferred_Replicas measures GetPreferredAllocation through
+// the Server on a real socket, the catalog's mapping included, at 1,024
+// replica devices (128 GPUs × 8, half of the replicas in use as the
+// kubelet leaves them out of available) against 128 whole GPUs in the
+// same run.
+func BenchmarkGetPreferred_Replicas(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"whole/gpus=128", []string{"-devices=128"}},
+		{"replicas/128x8", []string{"-devices=128", "-replicas=8"}},
+		{"replicas/128x8/packed", []string{"-devices=128", "-replicas=8", "-shared-devices-allocation-policy=packed"}},
+		{"replicas/8x128", []string{"-devices=8", "-replicas=128"}},
+	} {
+		_, cat := catalogOf(b, sharingConfig(b, "", tc.args...))
+		srv, err := plugin.NewServer(plugin.ServerConfig{Catalog: cat})
+		if err != nil {
+			b.Fatal(err)
+		}
+		client := serveForBench(b, srv)
+		var avail []string
+		for i, d := range cat.Devices {
+			if len(cat.Devices) == 128 || i%3 != 0 { // replicas: about a third in use
+				avail = append(avail, d.ID)
+			}
+		}
+		for _, size := range []int{1, 8} {
+			b.Run(fmt.Sprintf("%s/size=%d", tc.name, size), func(b *testing.B) {
+				req := &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{
+					{AvailableDeviceIDs: avail, AllocationSize: int32(size)}}}
+				for b.Loop() {
+					if _, err := client.GetPreferredAllocation(context.Background(), req); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }
