@@ -131,7 +131,8 @@
 // absent: none, flags only) and the one before, "why" it was chosen
 // (node-label, file-changed, default, flags, or another short string), an
 // optional "detail", the "resource_name", the "machine" (topology) name, the
-// number of "devices" and of "replicas" per GPU (absent: not shared), and
+// number of "devices" advertised (a shared GPU counting as its replicas)
+// and of "replicas" per GPU (absent: not shared), and
 // the device ids Reconcile "added", flagged "removed" and "restored" for it;
 // every id names a device of the devices bucket. A quarantine
 // entry holds a damaged record: "bucket" it came from, its "key" and "value"
