@@ -65,8 +65,10 @@ func PreferByIndex(f func(available, mustInclude []int, size int) ([]int, error)
 
 // EnvFunc returns extra environment variables for a container that gets
 // devs (sorted by Index). They are stored with the allocation record, and
-// the answer carries the stored ones. It must not set [EnvIDs]; it must be
-// deterministic in the devices and safe for concurrent use.
+// the answer carries the stored ones. It may set [EnvIDs], which then
+// replaces the device ids Allocate would put there (a catalog of GPU
+// replicas lists their physical GPUs); it must be deterministic in the
+// devices and safe for concurrent use.
 type EnvFunc func(devs []Device) map[string]string
 
 // EnvByIndex adapts a function of device indices (such as
@@ -172,12 +174,14 @@ func (c *catalogState) catalog() Catalog {
 	return Catalog{Devices: slices.Clone(c.devices), Prefer: c.prefer, Env: c.env, Respond: c.respond, Limit: c.limit}
 }
 
-// withHealth returns a copy of c in which the device at pos has the given
-// health.
-func (c *catalogState) withHealth(pos int, healthy bool, reason string) *catalogState {
+// withHealth returns a copy of c in which the devices at positions have
+// the given health.
+func (c *catalogState) withHealth(positions []int, healthy bool, reason string) *catalogState {
 	next := *c
 	next.devices = slices.Clone(c.devices)
-	next.devices[pos].Healthy, next.devices[pos].Reason = healthy, reason
+	for _, pos := range positions {
+		next.devices[pos].Healthy, next.devices[pos].Reason = healthy, reason
+	}
 	return &next
 }
 

@@ -661,3 +661,81 @@ func BenchmarkAllocate_Respond(b *testing.B) {
 		})
 	}
 }
+
+// healthLog keeps the health changes the Server asks it to record.
+type healthLog struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (h *healthLog) RecordHealth(id string, healthy bool, reason, cause string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.seen = append(h.seen, fmt.Sprintf("%s %v %q %s", id, healthy, reason, cause))
+	return nil
+}
+
+// SetHealthOf changes the replicas of one GPU as one change: recorded once
+// under the GPU's id, one ListAndWatch message, one observation; an
+// unknown id changes nothing.
+func TestServer_SetHealthOf_OneChange(t *testing.T) {
+	devs := devicesNamed("fake-0::0", "fake-0::1", "fake-1::0", "fake-1::1")
+	rec := &healthLog{}
+	srv := mustServer(t, plugin.ServerConfig{Catalog: plugin.Catalog{Devices: devs}, Health: rec})
+	obs := &recordingObserver{}
+	srv.SetObserver(obs)
+	client := dial(t, srv)
+	stream, err := client.ListAndWatch(t.Context(), &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv(t, stream)
+
+	if _, err := srv.SetHealthOf("fake-1", []string{"fake-1::0", "fake-9::0"}, false, "XID 79", "test"); !errors.Is(err, store.ErrUnknownDevice) {
+		t.Errorf("unknown replica: err = %v, want store.ErrUnknownDevice", err)
+	}
+	if _, err := srv.SetHealthOf("fake-1", nil, false, "XID 79", "test"); !errors.Is(err, store.ErrUnknownDevice) {
+		t.Errorf("no devices: err = %v, want store.ErrUnknownDevice", err)
+	}
+	if changed, err := srv.SetHealthOf("fake-1", []string{"fake-1::0", "fake-1::1"}, false, "XID 79", "test"); err != nil || !changed {
+		t.Fatalf("SetHealthOf = %v, %v", changed, err)
+	}
+	if got := health(recv(t, stream)); got != "fake-0::0=Healthy fake-0::1=Healthy fake-1::0=Unhealthy fake-1::1=Unhealthy " {
+		t.Errorf("after SetHealthOf: %s", got)
+	}
+	if changed, _ := srv.SetHealthOf("fake-1", []string{"fake-1::0", "fake-1::1"}, false, "XID 79", "test"); changed {
+		t.Error("the same health again reported a change")
+	}
+	if _, err := srv.SetHealthOf("fake-1", []string{"fake-1::0", "fake-1::1"}, true, "ignored when healthy", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if got := health(recv(t, stream)); got != "fake-0::0=Healthy fake-0::1=Healthy fake-1::0=Healthy fake-1::1=Healthy " {
+		t.Errorf("after healing: %s", got)
+	}
+	want := []string{`fake-1 false "XID 79" test`, `fake-1 true "" test`}
+	if !slices.Equal(rec.seen, want) {
+		t.Errorf("recorded %q, want %q", rec.seen, want)
+	}
+	if got := obs.take(); len(got) != 2 || got[0].call != "HealthChanged fake-1 false test" || got[1].call != "HealthChanged fake-1 true test" {
+		t.Errorf("observed %+v, want two HealthChanged of fake-1", got)
+	}
+	if d := srv.Devices(); d[2].Reason != "" || !d[2].Healthy {
+		t.Errorf("fake-1::0 = %+v, want healthy without a reason", d[2])
+	}
+}
+
+// An Env that sets VIRTUAL_GPU_IDS replaces the device ids there (a
+// catalog of replicas lists their GPUs); the record keeps the device ids.
+func TestServer_Allocate_EnvSetsIDs(t *testing.T) {
+	devs := devicesNamed("fake-0::0", "fake-0::1", "fake-1::0")
+	srv := mustServer(t, plugin.ServerConfig{Catalog: plugin.Catalog{Devices: devs, Env: func(ds []plugin.Device) map[string]string {
+		return map[string]string{plugin.EnvIDs: "fake-0,fake-1"}
+	}}})
+	resp, err := dial(t, srv).Allocate(t.Context(), allocReq([]string{"fake-1::0", "fake-0::1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.ContainerResponses[0].Envs[plugin.EnvIDs]; got != "fake-0,fake-1" {
+		t.Errorf("%s = %q, want the Env's fake-0,fake-1", plugin.EnvIDs, got)
+	}
+}

@@ -21,7 +21,8 @@ import (
 )
 
 // EnvIDs is the environment variable Allocate sets in the container: the
-// allocated device ids, joined by commas, in device-index order.
+// allocated device ids, joined by commas, in device-index order, unless the
+// catalog's Env sets it.
 const EnvIDs = "VIRTUAL_GPU_IDS"
 
 // HealthRecorder makes a health change durable before it is broadcast.
@@ -239,29 +240,56 @@ func (s *Server) replace(op string, build func(Catalog) (Catalog, error)) error 
 // "fault-injection", ...). An id the current catalog lacks is an error
 // wrapping store.ErrUnknownDevice.
 func (s *Server) SetHealth(id string, healthy bool, reason, cause string) (bool, error) {
+	return s.SetHealthOf(id, []string{id}, healthy, reason, cause)
+}
+
+// SetHealthOf changes the health of the devices ids of the current catalog
+// as one change, known as name: the replicas of a shared GPU, whose health
+// is the GPU's (name is then the GPU's id, which need not be a device of
+// the catalog). The HealthRecorder stores it once, under name, before
+// anything is published; every ListAndWatch stream then gets one new list,
+// and the Observer is told once, of name. It reports whether any device
+// changed; devices that have the health and reason already are left as
+// they are. An id the current catalog lacks is an error wrapping
+// store.ErrUnknownDevice, and so is an empty ids; nothing is changed then.
+// SetHealth(id, …) is SetHealthOf(id, []string{id}, …).
+func (s *Server) SetHealthOf(name string, ids []string, healthy bool, reason, cause string) (bool, error) {
 	if healthy {
 		reason = ""
+	}
+	if len(ids) == 0 {
+		return false, fmt.Errorf("set health of %s: no devices: %w", quoteID(name), store.ErrUnknownDevice)
 	}
 	// Writers take turns; RPCs only see the published catalog, never wait
 	// for the disk.
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	cur := s.state.Load()
-	pos, ok := cur.byID[id]
-	switch {
-	case !ok:
-		return false, fmt.Errorf("set health of %s: %w", quoteID(id), store.ErrUnknownDevice)
-	case cur.devices[pos].Healthy == healthy && cur.devices[pos].Reason == reason:
+	var change []int // positions of the devices to change
+	for _, id := range ids {
+		pos, ok := cur.byID[id]
+		switch {
+		case !ok:
+			return false, fmt.Errorf("set health of %s: %w", quoteID(id), store.ErrUnknownDevice)
+		case cur.devices[pos].Healthy != healthy || cur.devices[pos].Reason != reason:
+			change = append(change, pos)
+		}
+	}
+	if len(change) == 0 {
 		return false, nil
 	}
 	if s.health != nil {
-		if err := s.health.RecordHealth(id, healthy, reason, cause); err != nil {
-			return false, fmt.Errorf("set health of %s: %w", quoteID(id), err)
+		if err := s.health.RecordHealth(name, healthy, reason, cause); err != nil {
+			return false, fmt.Errorf("set health of %s: %w", quoteID(name), err)
 		}
 	}
-	s.publish(cur.withHealth(pos, healthy, reason))
-	s.log.Info().Str("device", id).Bool("healthy", healthy).Str("reason", reason).Str("cause", cause).Msg("device health changed")
-	s.obs().HealthChanged(id, healthy, cause)
+	s.publish(cur.withHealth(change, healthy, reason))
+	ev := s.log.Info().Str("device", name)
+	if len(ids) > 1 || ids[0] != name {
+		ev = ev.Int("devices", len(ids))
+	}
+	ev.Bool("healthy", healthy).Str("reason", reason).Str("cause", cause).Msg("device health changed")
+	s.obs().HealthChanged(name, healthy, cause)
 	return true, nil
 }
 
@@ -383,7 +411,9 @@ func (s *Server) allocateOne(ctx context.Context, cat *catalogState, devs []Devi
 			envs[k] = v
 		}
 	}
-	envs[EnvIDs] = strings.Join(ids, ",")
+	if _, set := envs[EnvIDs]; !set {
+		envs[EnvIDs] = strings.Join(ids, ",")
+	}
 	rec := Record{IDs: ids, Envs: envs}
 	if s.recorder != nil {
 		stored, err := s.recorder.RecordAllocation(ctx, ids, envs)

@@ -40,11 +40,17 @@ func Active(state string) bool { return state == StateAllocated || state == Stat
 // their own types. Values returned by the Store are copies the caller may
 // modify.
 type Allocation struct {
-	Seq       uint64            `json:"seq"`  // assigned by RecordAllocation; increasing, never reused
-	Time      time.Time         `json:"time"` // when Allocate answered
-	DeviceIDs []string          `json:"device_ids"`
-	Envs      map[string]string `json:"envs,omitempty"` // environment handed to the container
-	State     string            `json:"state"`          // one of the State constants
+	Seq       uint64    `json:"seq"`  // assigned by RecordAllocation; increasing, never reused
+	Time      time.Time `json:"time"` // when Allocate answered
+	DeviceIDs []string  `json:"device_ids"`
+	// GPUIDs are the physical GPUs of DeviceIDs when some of them are
+	// replicas of shared GPUs (schema version 4): each replica's GPU and
+	// each other device itself, without repeats, in the order of
+	// DeviceIDs. RecordAllocation sets it from the device records; empty
+	// when no device is a replica (the devices are the GPUs: see GPUs).
+	GPUIDs []string          `json:"gpu_ids,omitempty"`
+	Envs   map[string]string `json:"envs,omitempty"` // environment handed to the container
+	State  string            `json:"state"`          // one of the State constants
 
 	Namespace  string    `json:"namespace,omitempty"` // holder, once known
 	Pod        string    `json:"pod,omitempty"`
@@ -57,35 +63,48 @@ type Allocation struct {
 // package-level Active).
 func (a Allocation) Active() bool { return Active(a.State) }
 
+// GPUs returns the physical GPUs of the allocation: GPUIDs when set, else
+// DeviceIDs (no device is a replica). The caller must not modify it.
+func (a Allocation) GPUs() []string {
+	if len(a.GPUIDs) > 0 {
+		return a.GPUIDs
+	}
+	return a.DeviceIDs
+}
+
 func (a Allocation) clone() Allocation {
 	a.DeviceIDs = slices.Clone(a.DeviceIDs)
+	a.GPUIDs = slices.Clone(a.GPUIDs)
 	a.Envs = maps.Clone(a.Envs)
 	return a
 }
 
 // AllocationFilter selects allocation records. The zero value selects all.
 type AllocationFilter struct {
-	DeviceID string    // only records including this device; "" means all
+	// DeviceID selects the records including this device, or (a GPU id)
+	// a replica of it (in GPUIDs); "" means all.
+	DeviceID string
 	Since    time.Time // only records with Time at or after this; zero means all
 	Active   bool      // only records in StateAllocated or StateHeld
 	Limit    int       // at most this many (the newest); 0 means no limit
 }
 
 func (f AllocationFilter) match(a Allocation) bool {
-	return (f.DeviceID == "" || slices.Contains(a.DeviceIDs, f.DeviceID)) &&
+	return (f.DeviceID == "" || slices.Contains(a.DeviceIDs, f.DeviceID) || slices.Contains(a.GPUIDs, f.DeviceID)) &&
 		(f.Since.IsZero() || !a.Time.Before(f.Since)) &&
 		(!f.Active || a.Active())
 }
 
 // RecordAllocation stores a new allocation record and returns it as stored:
-// with Seq assigned, Time set to now if zero, times in UTC and State set to
-// StateAllocated if empty. Every device id must be known, removed devices
-// included (ErrUnknownDevice); an empty or repeated id or an unknown state is
-// ErrInvalid. The record is committed to disk before RecordAllocation
-// returns.
+// with Seq assigned, Time set to now if zero, times in UTC, State set to
+// StateAllocated if empty, and GPUIDs set from the device records (the
+// GPUs of its replicas; empty when none is a replica). Every device id must
+// be known, removed devices included (ErrUnknownDevice); an empty or
+// repeated id or an unknown state is ErrInvalid. The record is committed to
+// disk before RecordAllocation returns.
 func (s *Store) RecordAllocation(a Allocation) (Allocation, error) {
 	a = a.clone()
-	a.Seq = 0
+	a.Seq, a.GPUIDs = 0, nil
 	a.Time = s.stamp(a.Time)
 	if a.State == "" {
 		a.State = StateAllocated
@@ -95,9 +114,11 @@ func (s *Store) RecordAllocation(a Allocation) (Allocation, error) {
 		return Allocation{}, fmt.Errorf("record allocation: %w", err)
 	}
 	err := s.update("record allocation", func(tx *bolt.Tx) error {
-		if err := knownDevices(tx, a.DeviceIDs); err != nil {
+		gpus, err := gpusOf(tx, a.DeviceIDs)
+		if err != nil {
 			return err
 		}
+		a.GPUIDs = gpus
 		b, err := bucket(tx, bucketAllocations)
 		if err != nil {
 			return err
@@ -133,6 +154,13 @@ func validateAllocation(a Allocation) error {
 	}
 	if !ValidState(a.State) {
 		return fmt.Errorf("state %q: %w", a.State, ErrInvalid)
+	}
+	gpus := make(map[string]bool, len(a.GPUIDs))
+	for _, id := range a.GPUIDs {
+		if id == "" || gpus[id] {
+			return fmt.Errorf("GPU id %q empty or listed twice: %w", id, ErrInvalid)
+		}
+		gpus[id] = true
 	}
 	return nil
 }
@@ -252,6 +280,36 @@ func (s *Store) getAllocation(b *bolt.Bucket, seq uint64) (Allocation, error) {
 		return Allocation{}, fmt.Errorf("record %d: %w: %w", seq, ErrDamaged, err)
 	}
 	return a, nil
+}
+
+// gpusOf returns the physical GPUs of the devices ids as
+// Allocation.GPUIDs has them (nil when none is a replica), or
+// ErrUnknownDevice for the first id not in the devices bucket (removed
+// devices are known). A damaged device record counts as a GPU.
+func gpusOf(tx *bolt.Tx, ids []string) ([]string, error) {
+	devs, err := bucket(tx, bucketDevices)
+	if err != nil {
+		return nil, err
+	}
+	var gpus []string
+	replicas := false
+	for _, id := range ids {
+		v := devs.Get([]byte(id))
+		if v == nil {
+			return nil, fmt.Errorf("%q: %w", id, ErrUnknownDevice)
+		}
+		gpu := id
+		if d, err := decodeDevice([]byte(id), v); err == nil && d.IsReplica() {
+			gpu, replicas = d.GPU, true
+		}
+		if !slices.Contains(gpus, gpu) {
+			gpus = append(gpus, gpu)
+		}
+	}
+	if !replicas {
+		return nil, nil
+	}
+	return gpus, nil
 }
 
 // knownDevices returns ErrUnknownDevice for the first id not in the devices

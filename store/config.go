@@ -41,7 +41,8 @@ type ConfigEvent struct {
 	ResourceName string `json:"resource_name,omitempty"`
 	// Machine names the topology (a preset or a file).
 	Machine string `json:"machine,omitempty"`
-	// Devices is the number of devices configured (ReconcileReport.Configured).
+	// Devices is the number of devices advertised: those configured, a
+	// shared GPU counting as its replicas, not itself (see FromReport).
 	Devices int `json:"devices"`
 	// Replicas is the number of device ids each GPU is shared as; 0 when
 	// the configuration does not share GPUs.
@@ -54,10 +55,10 @@ type ConfigEvent struct {
 }
 
 // FromReport returns e with the device part of a Reconcile report filled
-// in: Devices from r.Configured, and copies of r.Added, r.Removed and
-// r.Restored.
+// in: Devices from r.Configured less r.SharedGPUs, and copies of r.Added,
+// r.Removed and r.Restored.
 func (e ConfigEvent) FromReport(r ReconcileReport) ConfigEvent {
-	e.Devices = r.Configured
+	e.Devices = r.Configured - r.SharedGPUs
 	e.Added, e.Removed, e.Restored = slices.Clone(r.Added), slices.Clone(r.Removed), slices.Clone(r.Restored)
 	return e
 }

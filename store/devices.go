@@ -33,9 +33,21 @@ type Device struct {
 	// UUID is the device's GPU UUID as its caller derived it (nvidia-smi's
 	// form, "GPU-…"), stored by the first Reconcile that gave one and never
 	// changed after; empty until then (a device of a file from before schema
-	// version 3, or reconciled without one). Removed devices keep it.
+	// version 3, or reconciled without one). Removed devices keep it. A
+	// replica has none: it has its GPU's.
 	UUID string `json:"uuid,omitempty"`
+	// GPU is, for a replica of a shared GPU (schema version 4), the id of
+	// the GPU device it is a replica of; empty for a GPU. A replica's
+	// health is its GPU's: the Store's readers return the GPU's Healthy,
+	// Reason and Since for it, and SetHealth refuses a replica.
+	GPU string `json:"gpu,omitempty"`
+	// Replica is a replica's number among its GPU's replicas (0 … n-1);
+	// 0 for a GPU.
+	Replica int `json:"replica,omitempty"`
 }
+
+// IsReplica reports whether d is a replica of a shared GPU (GPU is set).
+func (d Device) IsReplica() bool { return d.GPU != "" }
 
 // DeviceSpec is one configured device as Reconcile takes it. ID is stable
 // across restarts and must be unique and non-empty; Index must be unique and
@@ -49,7 +61,13 @@ type DeviceSpec struct {
 	// device has none and otherwise keeps the stored one, so a device's UUID
 	// never changes once stored. The store does not check its form; it must
 	// be unique among the specs. Empty gives none (and keeps a stored one).
+	// A replica has none.
 	UUID string
+	// GPU makes the device a replica of the GPU with this id, which must be
+	// a GPU spec (GPU empty) of the same Reconcile with the same Index; ""
+	// is a GPU. Replica is its number, unique among the GPU's replicas.
+	GPU     string
+	Replica int
 }
 
 // UUIDConflict is a configured device whose spec gives a UUID other than
@@ -95,6 +113,9 @@ type ReconcileReport struct {
 	// Configured is the number of devices Reconcile was given: the
 	// configured devices, none of them removed after it.
 	Configured int
+	// SharedGPUs is the number of configured GPUs with configured
+	// replicas: they are advertised as their replicas, not themselves.
+	SharedGPUs int
 }
 
 // Empty reports whether the report records no change to the stored
@@ -106,10 +127,10 @@ func (r ReconcileReport) Empty() bool {
 
 // Reconcile makes the stored devices match the configured ones, in one
 // transaction: new ids are added healthy (with a health event of cause
-// CauseReconcile), known ids keep their health and get the configured index
-// and NUMA node, ids no longer configured are flagged removed (never
-// deleted), and a removed id configured again is restored with the health it
-// had. A device's UUID is stored once, from the first spec that gives one,
+// CauseReconcile; a new replica gets none, its health being its GPU's),
+// known ids keep their health and get the configured index, NUMA node and
+// GPU, ids no longer configured are flagged removed (never deleted), and a
+// removed id configured again is restored with the health it had. A device's UUID is stored once, from the first spec that gives one,
 // and kept as it is after that: a spec with another UUID is reported in
 // UUIDConflicts and changes nothing; a removed device keeps its UUID and has
 // it again when restored. No history is touched except the health event of
@@ -146,12 +167,14 @@ func (s *Store) Reconcile(devices []DeviceSpec) (ReconcileReport, error) {
 				return err
 			}
 			if !found {
-				d = Device{ID: spec.ID, Index: spec.Index, NUMA: spec.NUMA, Healthy: true, Since: now, UUID: spec.UUID}
+				d = Device{ID: spec.ID, Index: spec.Index, NUMA: spec.NUMA, Healthy: true, Since: now, UUID: spec.UUID, GPU: spec.GPU, Replica: spec.Replica}
 				if err := putJSON(b, []byte(d.ID), d); err != nil {
 					return err
 				}
-				if err := addEvent(tx, HealthEvent{Time: now, DeviceID: d.ID, Healthy: true, Reason: "device added", Cause: CauseReconcile}); err != nil {
-					return err
+				if !d.IsReplica() {
+					if err := addEvent(tx, HealthEvent{Time: now, DeviceID: d.ID, Healthy: true, Reason: "device added", Cause: CauseReconcile}); err != nil {
+						return err
+					}
 				}
 				rep.Added = append(rep.Added, d.ID)
 				if lost[d.ID] {
@@ -165,9 +188,9 @@ func (s *Store) Reconcile(devices []DeviceSpec) (ReconcileReport, error) {
 				rep.Restored = append(rep.Restored, d.ID)
 				changed = true
 			}
-			if d.Index != spec.Index || d.NUMA != spec.NUMA {
+			if d.Index != spec.Index || d.NUMA != spec.NUMA || d.GPU != spec.GPU || d.Replica != spec.Replica {
 				rep.Changed = append(rep.Changed, DeviceChange{ID: d.ID, OldIndex: d.Index, NewIndex: spec.Index, OldNUMA: d.NUMA, NewNUMA: spec.NUMA})
-				d.Index, d.NUMA = spec.Index, spec.NUMA
+				d.Index, d.NUMA, d.GPU, d.Replica = spec.Index, spec.NUMA, spec.GPU, spec.Replica
 				changed = true
 			}
 			switch {
@@ -232,6 +255,13 @@ func (s *Store) Reconcile(devices []DeviceSpec) (ReconcileReport, error) {
 	slices.SortFunc(rep.Changed, func(a, b DeviceChange) int { return strings.Compare(a.ID, b.ID) })
 	slices.SortFunc(rep.UUIDConflicts, func(a, b UUIDConflict) int { return strings.Compare(a.ID, b.ID) })
 	rep.Configured = len(devices)
+	shared := map[string]bool{}
+	for _, d := range devices {
+		if d.GPU != "" {
+			shared[d.GPU] = true
+		}
+	}
+	rep.SharedGPUs = len(shared)
 	return rep, nil
 }
 
@@ -254,7 +284,8 @@ func quarantinedDevices(tx *bolt.Tx) (map[string]bool, error) {
 
 func validateSpecs(devices []DeviceSpec) error {
 	ids := make(map[string]bool, len(devices))
-	indexes := make(map[int]string, len(devices))
+	indexes := make(map[int]string, len(devices)) // of GPUs
+	gpus := make(map[string]int, len(devices))    // GPU id -> index
 	uuids := make(map[string]string, len(devices))
 	for _, d := range devices {
 		switch {
@@ -264,22 +295,52 @@ func validateSpecs(devices []DeviceSpec) error {
 			return fmt.Errorf("device %q has negative index %d: %w", d.ID, d.Index, ErrInvalid)
 		case ids[d.ID]:
 			return fmt.Errorf("device id %q listed twice: %w", d.ID, ErrInvalid)
-		case indexes[d.Index] != "":
+		case d.GPU == "" && d.Replica != 0:
+			return fmt.Errorf("device %q has replica number %d but no GPU: %w", d.ID, d.Replica, ErrInvalid)
+		case d.GPU == "" && indexes[d.Index] != "":
 			return fmt.Errorf("devices %q and %q share index %d: %w", indexes[d.Index], d.ID, d.Index, ErrInvalid)
+		case d.UUID != "" && d.GPU != "":
+			return fmt.Errorf("replica %q has a UUID of its own (a replica has its GPU's): %w", d.ID, ErrInvalid)
 		case d.UUID != "" && uuids[d.UUID] != "":
 			return fmt.Errorf("devices %q and %q share UUID %q: %w", uuids[d.UUID], d.ID, d.UUID, ErrInvalid)
 		}
 		ids[d.ID] = true
-		indexes[d.Index] = d.ID
+		if d.GPU == "" {
+			indexes[d.Index] = d.ID
+			gpus[d.ID] = d.Index
+		}
 		if d.UUID != "" {
 			uuids[d.UUID] = d.ID
 		}
+	}
+	replicas := make(map[string]map[int]string) // GPU id -> replica number -> id
+	for _, d := range devices {
+		if d.GPU == "" {
+			continue
+		}
+		idx, ok := gpus[d.GPU]
+		switch {
+		case !ok:
+			return fmt.Errorf("replica %q: its GPU %q is not a GPU of the configured devices: %w", d.ID, d.GPU, ErrInvalid)
+		case idx != d.Index:
+			return fmt.Errorf("replica %q has index %d, its GPU %q %d: %w", d.ID, d.Index, d.GPU, idx, ErrInvalid)
+		case d.Replica < 0:
+			return fmt.Errorf("replica %q has negative replica number %d: %w", d.ID, d.Replica, ErrInvalid)
+		case replicas[d.GPU][d.Replica] != "":
+			return fmt.Errorf("replicas %q and %q are both replica %d of %q: %w", replicas[d.GPU][d.Replica], d.ID, d.Replica, d.GPU, ErrInvalid)
+		}
+		if replicas[d.GPU] == nil {
+			replicas[d.GPU] = map[int]string{}
+		}
+		replicas[d.GPU][d.Replica] = d.ID
 	}
 	return nil
 }
 
 // Devices returns every stored device, removed ones included (flagged),
-// sorted by Index then ID. Damaged records are skipped (see Damaged).
+// sorted by Index, a GPU before its replicas, replicas by number, then by
+// ID. A replica has its GPU's health (Healthy, Reason, Since). Damaged
+// records are skipped (see Damaged).
 func (s *Store) Devices() ([]Device, error) {
 	var out []Device
 	err := s.view("list devices", func(tx *bolt.Tx) error {
@@ -300,17 +361,53 @@ func (s *Store) Devices() ([]Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(out, func(a, b Device) int {
-		if a.Index != b.Index {
-			return a.Index - b.Index
+	slices.SortFunc(out, compareDevices)
+	var gpus map[string]int // GPU id -> position in out
+	for i, d := range out {
+		if !d.IsReplica() {
+			continue
 		}
-		return strings.Compare(a.ID, b.ID)
-	})
+		if gpus == nil {
+			gpus = make(map[string]int)
+			for j, g := range out {
+				if !g.IsReplica() {
+					gpus[g.ID] = j
+				}
+			}
+		}
+		if j, ok := gpus[d.GPU]; ok {
+			out[i] = withGPUHealth(d, out[j])
+		}
+	}
 	return out, nil
 }
 
-// Device returns the stored device id, or an error wrapping
-// ErrUnknownDevice, or ErrDamaged if its stored value is damaged.
+// compareDevices orders devices by Index, a GPU before its replicas,
+// replicas by number, then by ID.
+func compareDevices(a, b Device) int {
+	switch {
+	case a.Index != b.Index:
+		return a.Index - b.Index
+	case a.IsReplica() != b.IsReplica():
+		if a.IsReplica() {
+			return 1
+		}
+		return -1
+	case a.Replica != b.Replica:
+		return a.Replica - b.Replica
+	}
+	return strings.Compare(a.ID, b.ID)
+}
+
+// withGPUHealth returns replica r with the health of its GPU g.
+func withGPUHealth(r, g Device) Device {
+	r.Healthy, r.Reason, r.Since = g.Healthy, g.Reason, g.Since
+	return r
+}
+
+// Device returns the stored device id (a replica with its GPU's health),
+// or an error wrapping ErrUnknownDevice, or ErrDamaged if its stored value
+// is damaged.
 func (s *Store) Device(id string) (Device, error) {
 	var d Device
 	err := s.view("get device", func(tx *bolt.Tx) error {
@@ -324,7 +421,13 @@ func (s *Store) Device(id string) (Device, error) {
 		if err == nil && !found {
 			err = fmt.Errorf("%q: %w", id, ErrUnknownDevice)
 		}
-		return err
+		if err != nil || !d.IsReplica() {
+			return err
+		}
+		if g, ok, gerr := s.getDevice(b, d.GPU); gerr == nil && ok {
+			d = withGPUHealth(d, g)
+		}
+		return nil
 	})
 	return d, err
 }
@@ -333,7 +436,8 @@ func (s *Store) Device(id string) (Device, error) {
 // whether anything changed. A change of Healthy or Reason updates Since and
 // records a HealthEvent with cause (e.g. CauseAdmin); setting the current
 // state again writes nothing. An unknown id is ErrUnknownDevice, a damaged
-// record ErrDamaged. Removed devices can be set too.
+// record ErrDamaged, a replica ErrInvalid (its health is its GPU's: set the
+// GPU). Removed devices can be set too.
 func (s *Store) SetHealth(id string, healthy bool, reason, cause string) (Device, bool, error) {
 	var (
 		d       Device
@@ -351,6 +455,9 @@ func (s *Store) SetHealth(id string, healthy bool, reason, cause string) (Device
 		}
 		if !found {
 			return fmt.Errorf("%q: %w", id, ErrUnknownDevice)
+		}
+		if d.IsReplica() {
+			return fmt.Errorf("%q is replica %d of GPU %q, whose health it has: set the GPU's: %w", id, d.Replica, d.GPU, ErrInvalid)
 		}
 		if d.Healthy == healthy && d.Reason == reason {
 			changed = false

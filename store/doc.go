@@ -81,7 +81,27 @@
 // again when restored. A device recreated after its record was damaged gets
 // the UUID of its spec (the same, when the derivation has not changed).
 //
-// # Schema (version 3)
+// # Shared GPUs (replicas)
+//
+// A GPU shared by time-slicing is advertised as replicas, each a device of
+// its own (version 4): its record names its GPU ("gpu", the GPU's id) and
+// its number ("replica"), has the GPU's index and NUMA node and no UUID.
+// The GPU keeps its own record, configured (not removed) while its
+// replicas are, with the UUID and the health: health is per GPU. A
+// replica record's own "healthy", "reason" and "since" are those of when it
+// was added and are never read: Devices and Device return the GPU's for
+// it, SetHealth refuses a replica (ErrInvalid), health events name GPUs
+// only, and Reconcile adds a replica without a health event. Reconcile
+// treats replicas as any device otherwise: a replica no longer configured
+// (sharing off, fewer replicas) is flagged removed, one configured again
+// is restored, so allocation records and configuration events keep
+// resolving their ids, and the ids of a GPU's history stay GPU ids. An
+// allocation record with replica ids lists their GPUs in "gpu_ids"
+// (RecordAllocation derives them from the device records);
+// AllocationFilter.DeviceID with a GPU id selects the records of its
+// replicas too.
+//
+// # Schema (version 4)
 //
 // Top-level buckets; integers in keys are 8-byte big-endian, so byte order
 // is numeric order; values are JSON objects with snake_case keys and RFC 3339
@@ -89,8 +109,8 @@
 //
 //	meta                  "schema_version" -> uint64 (8 bytes big-endian), = SchemaVersion
 //	devices               device id        -> Device      {"id","index","numa","healthy","reason","since","removed","removed_at",
-//	                                                       "uuid" (version 3)}
-//	allocations           seq (uint64)     -> Allocation  {"seq","time","device_ids","envs","state",
+//	                                                       "uuid" (version 3), "gpu","replica" (version 4)}
+//	allocations           seq (uint64)     -> Allocation  {"seq","time","device_ids","gpu_ids" (version 4),"envs","state",
 //	                                                       "namespace","pod","container","held_since","released_at"}
 //	health_events         seq (uint64)     -> HealthEvent {"seq","time","device_id","healthy","reason","cause"}
 //	quarantine            seq (uint64)     -> entry       {"bucket","key","value","reason","time"}      (version 2)
@@ -111,7 +131,8 @@
 // absent: none, flags only) and the one before, "why" it was chosen
 // (node-label, file-changed, default, flags, or another short string), an
 // optional "detail", the "resource_name", the "machine" (topology) name, the
-// number of "devices" and of "replicas" per GPU (absent: not shared), and
+// number of "devices" advertised (a shared GPU counting as its replicas)
+// and of "replicas" per GPU (absent: not shared), and
 // the device ids Reconcile "added", flagged "removed" and "restored" for it;
 // every id names a device of the devices bucket. A quarantine
 // entry holds a damaged record: "bucket" it came from, its "key" and "value"
@@ -146,8 +167,11 @@
 // inactive_allocations index. The 2→3 step creates the config_events bucket;
 // device records keep their format (the "uuid" field is optional), and the
 // devices of an upgraded file get their UUIDs at the next Reconcile, which
-// lists them in ReconcileReport.UUIDsAssigned. A read-only Store reads an
-// older file as it is (a missing bucket reads as empty). To change the layout, bump SchemaVersion and append a step; never edit
+// lists them in ReconcileReport.UUIDsAssigned. The 3→4 step writes nothing
+// but the version: the fields of replicas and their allocations are
+// optional, and a build of version 3 must not take replica records for
+// GPUs. A read-only Store reads an older file as it is (a missing bucket
+// reads as empty). To change the layout, bump SchemaVersion and append a step; never edit
 // a shipped step.
 //
 // # Retention

@@ -69,7 +69,9 @@ func seqKey(k []byte) (uint64, error) {
 }
 
 // decodeDevice decodes and checks the device stored under key k: a JSON
-// object whose "id" is k, with a non-negative index and a "since" time.
+// object whose "id" is k, with a non-negative index and a "since" time; a
+// replica names another device as its "gpu" and has a non-negative
+// "replica" number, a GPU has no replica number.
 func decodeDevice(k, v []byte) (Device, error) {
 	var d Device
 	if err := decodeObject(v, &d); err != nil {
@@ -82,6 +84,12 @@ func decodeDevice(k, v []byte) (Device, error) {
 		return Device{}, damaged("negative index %d", d.Index)
 	case d.Since.IsZero():
 		return Device{}, damaged("no since time")
+	case d.GPU == d.ID:
+		return Device{}, damaged("replica of itself")
+	case d.Replica < 0:
+		return Device{}, damaged("negative replica number %d", d.Replica)
+	case d.GPU == "" && d.Replica != 0:
+		return Device{}, damaged("replica number %d without a GPU", d.Replica)
 	}
 	return d, nil
 }

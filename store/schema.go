@@ -10,7 +10,7 @@ import (
 // SchemaVersion is the layout version this build reads and writes. Open
 // migrates files with a smaller version (see doc.go) and refuses files with a
 // larger one (ErrNewerSchema).
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // Bucket and key names. They are part of the on-disk format: never rename them
 // without a migration step.
@@ -60,6 +60,7 @@ var migrations = []migration{
 	{from: 0, name: "create buckets and record the schema version", apply: migrateV0toV1},
 	{from: 1, name: "create the quarantine bucket and index inactive allocations", apply: migrateV1toV2},
 	{from: 2, name: "create the config_events bucket", apply: migrateV2toV3},
+	{from: 3, name: "admit replica device records and allocation GPU ids", apply: migrateV3toV4},
 }
 
 // migrateV0toV1 adopts a version-0 file: one without a meta bucket. That is a
@@ -131,6 +132,14 @@ func migrateV2toV3(tx *bolt.Tx) error {
 	}
 	return nil
 }
+
+// migrateV3toV4 changes nothing stored: version 4 adds optional fields
+// ("gpu" and "replica" of replica device records, "gpu_ids" of allocation
+// records) that a file of version 3 lacks and reads correctly without. The
+// version is bumped so that a build of version 3, which would take replica
+// records for GPUs of their own (and show them with a health of their own),
+// refuses the file instead.
+func migrateV3toV4(*bolt.Tx) error { return nil }
 
 // readVersion returns the schema version recorded in tx: 0 when there is no
 // meta bucket.

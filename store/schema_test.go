@@ -207,8 +207,8 @@ func TestOpen_MigratesV2(t *testing.T) {
 	}
 
 	s := storetest.MustOpenPath(t, path, store.Options{})
-	if v, migrated := s.MigratedFrom(); v != 2 || !migrated || s.SchemaVersion() != 3 {
-		t.Errorf("MigratedFrom() = %d, %v, SchemaVersion() = %d; want 2, true, 3", v, migrated, s.SchemaVersion())
+	if v, migrated := s.MigratedFrom(); v != 2 || !migrated || s.SchemaVersion() != store.SchemaVersion {
+		t.Errorf("MigratedFrom() = %d, %v, SchemaVersion() = %d; want 2, true, %d", v, migrated, s.SchemaVersion(), store.SchemaVersion)
 	}
 	uuid := func(id string) string { return "GPU-node-" + id }
 	config := []store.DeviceSpec{{ID: "fake-0", Index: 0, NUMA: 0, UUID: uuid("fake-0")}, {ID: "fake-1", Index: 1, NUMA: 0, UUID: uuid("fake-1")}}

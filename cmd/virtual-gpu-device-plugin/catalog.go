@@ -7,11 +7,9 @@ import (
 	"reflect"
 	"slices"
 
-	"github.com/unicore/virtual-gpu-device-plugin/allocator"
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	nodeapi "github.com/unicore/virtual-gpu-device-plugin/plugin/node"
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/status"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
@@ -23,17 +21,24 @@ import (
 // labels, and how the configuration is described in the history. It is an
 // immutable value; its functions are safe for concurrent use.
 //
-// Shared GPUs (replicas) and the container view (mounts, CDI devices,
-// status files) extend newDeviceSet: specs and faultIDs list what is
-// advertised, build fills the Catalog's Prefer, Env, Respond and Limit,
-// and event and labels say how it is shared.
+// Shared GPUs are advertised as replicas (layout): specs list every GPU
+// and the replicas of the shared ones, slots what is advertised, build
+// fills the Catalog's Prefer, Env and Limit for them, and event and labels
+// say how the GPUs are shared. The container view (mounts, CDI devices,
+// status files) extends build with the Catalog's Respond.
 type deviceSet struct {
 	// cfg is the configuration the set was built from.
 	cfg *options.Config
 	// resource is the extended resource the devices are registered under.
 	resource string
-	// specs are the devices to reconcile the store with, UUIDs derived.
+	// specs are the devices to reconcile the store with, UUIDs derived:
+	// every GPU, and the replicas of the shared ones.
 	specs []store.DeviceSpec
+	// slots are the advertised devices by id: replicas of the shared GPUs,
+	// the others whole.
+	slots map[string]slot
+	// layout maps the advertised devices to GPUs and back.
+	layout layout
 	// numa is the NUMA node each GPU reports, and what to log about it.
 	numa topology.ReportedNUMA
 	// labels describe the machine for the node's GPU labels.
@@ -41,10 +46,9 @@ type deviceSet struct {
 	// event describes the configuration for the history; the caller adds
 	// why, when and what the reconcile did.
 	event store.ConfigEvent
-	// faultIDs are the device ids the configuration's fault plan drives.
+	// faultIDs are the GPU ids the configuration's fault plan drives (a
+	// shared GPU's health reaches its replicas: layout.members).
 	faultIDs []string
-	// score rates a preferred set of GPU indices, for the metrics.
-	score func(chosen []int) int
 }
 
 // newDeviceSet builds the device set of cfg. identity is what GPU UUIDs
@@ -59,53 +63,63 @@ func newDeviceSet(cfg *options.Config, identity string) (*deviceSet, error) {
 		cfg:      cfg,
 		resource: cfg.ResourceName,
 		numa:     m.ReportNUMA(cfg.NUMAReport, os.DirFS(cfg.SysfsRoot)),
-		specs:    make([]store.DeviceSpec, m.Len()),
+		layout:   newLayout(cfg),
 		faultIDs: make([]string, m.Len()),
-		score:    func(chosen []int) int { return allocator.Score(m, chosen) },
 	}
-	for i := range s.specs {
-		id := m.ID(i)
-		s.specs[i] = store.DeviceSpec{ID: id, Index: i, NUMA: m.NUMA(i)}
-		if identity != "" {
-			s.specs[i].UUID = status.DeriveUUID(identity, id)
-		}
-		s.faultIDs[i] = id
+	s.specs, s.slots = s.layout.specs(identity)
+	for i := range s.faultIDs {
+		s.faultIDs[i] = m.ID(i)
 	}
-	// Whole GPUs only, so far: what is served, not what is configured
-	// (logConfig says when sharing is configured but not served).
 	s.labels = nodeapi.LabelSpec{Machine: m, Topology: cfg.Topology, Profile: cfg.Profile}
-	s.event = store.ConfigEvent{Profile: cfg.Profile, ResourceName: s.resource, Machine: m.Name(), Devices: len(s.specs)}
+	s.event = store.ConfigEvent{Profile: cfg.Profile, ResourceName: s.resource, Machine: m.Name(), Devices: len(s.slots)}
+	if sh := cfg.Sharing; sh.Enabled() {
+		s.resource, s.event.ResourceName = sh.ResourceName, sh.ResourceName
+		s.labels.Replicas, s.labels.Renamed = sh.Replicas, sh.Renamed
+		s.event.Replicas = sh.Replicas
+	}
 	return s, nil
 }
 
+// score rates a preferred set of catalog indices, for the metrics: the
+// connectivity of their GPUs.
+func (s *deviceSet) score(chosen []int) int { return s.layout.score(chosen) }
+
+// members returns the advertised devices that carry GPU id's health (see
+// layout.members).
+func (s *deviceSet) members(id string) ([]string, error) { return s.layout.members(id) }
+
+// gpuOf returns the GPU index of an advertised device of this set.
+func (s *deviceSet) gpuOf(d plugin.Device) int { return s.layout.gpu(d.Index) }
+
 // build returns the Server's catalog for the devices as the store has them
-// after reconciling it with s.specs: the configured ones, with their
-// stored health; removed devices and devices s does not configure are
-// left out.
+// after reconciling it with s.specs: the advertised ones, with their
+// stored health (a replica's is its GPU's); removed devices, devices s
+// does not configure and shared GPUs themselves (advertised as their
+// replicas) are left out.
 func (s *deviceSet) build(stored []store.Device) (plugin.Catalog, error) {
 	m, policy := s.cfg.Machine, s.cfg.Policy
-	configured := make(map[string]int, len(s.specs))
-	for _, sp := range s.specs {
-		configured[sp.ID] = sp.Index
-	}
-	devices := make([]plugin.Device, 0, len(s.specs))
+	devices := make([]plugin.Device, 0, len(s.slots))
 	for _, d := range stored {
-		i, ok := configured[d.ID]
+		sl, ok := s.slots[d.ID]
 		if !ok || d.Removed {
 			continue
 		}
-		devices = append(devices, plugin.Device{ID: d.ID, Index: i, NUMA: s.numa.Node(i), Healthy: d.Healthy, Reason: d.Reason})
+		devices = append(devices, plugin.Device{ID: d.ID, Index: sl.index, NUMA: s.numa.Node(sl.gpu), Healthy: d.Healthy, Reason: d.Reason})
 	}
-	if len(devices) != len(s.specs) {
-		return plugin.Catalog{}, fmt.Errorf("device set: %d of %d configured devices are in the state file: %w", len(devices), len(s.specs), store.ErrUnknownDevice)
+	if len(devices) != len(s.slots) {
+		return plugin.Catalog{}, fmt.Errorf("device set: %d of %d configured devices are in the state file: %w", len(devices), len(s.slots), store.ErrUnknownDevice)
 	}
-	return plugin.Catalog{
+	cat := plugin.Catalog{
 		Devices: devices,
 		Prefer: plugin.PreferByIndex(func(available, mustInclude []int, size int) ([]int, error) {
 			return policy(m, available, mustInclude, size)
 		}),
 		Env: plugin.EnvByIndex(m.ContainerEnv),
-	}, nil
+	}
+	if s.cfg.Sharing.Enabled() {
+		s.layout.sharedCatalog(&cat, s.cfg)
+	}
+	return cat, nil
 }
 
 // equal reports whether s and o serve the same: the same resource, devices

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,6 +23,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/admin"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 // dumpTimeout bounds every wait of dump and health: the admin call, the
@@ -278,23 +280,69 @@ func (t table) empty(what string) {
 	}
 }
 
+// devices prints the devices. When GPUs are shared, a REPLICAS column
+// says per shared GPU how many of its replicas are in use out of its
+// total, and its HOLDER column lists their holders; the replicas
+// themselves are rows of the wide output only.
 func (t table) devices(devs []admin.Device) {
+	shared := slices.ContainsFunc(devs, func(d admin.Device) bool { return d.Replicas != nil || d.GPU != "" })
+	var cols []string
 	if t.wide {
-		t.header(true, "DEVICE", "INDEX", "UUID", "NUMA", "TOPOLOGY NUMA", "HEALTH", "REASON", "SINCE", "HOLDER", "ALLOCATION")
+		cols = []string{"DEVICE", "INDEX", "UUID", "NUMA", "TOPOLOGY NUMA", "HEALTH", "REASON", "SINCE", "HOLDER", "ALLOCATION"}
 	} else {
-		t.header(true, "DEVICE", "NUMA", "HEALTH", "REASON", "SINCE", "HOLDER")
+		cols = []string{"DEVICE", "NUMA", "HEALTH", "REASON", "SINCE", "HOLDER"}
 	}
+	if shared {
+		cols = slices.Insert(cols, slices.Index(cols, "HOLDER"), "REPLICAS")
+	}
+	t.header(true, cols...)
 	for _, d := range devs {
+		if d.GPU != "" && !t.wide {
+			continue
+		}
 		health := healthWord(d.Healthy)
 		if d.Removed {
 			health = "Removed"
 		}
+		var row []string
 		if t.wide {
-			t.row(cell(d.ID), strconv.Itoa(d.Index), cell(d.UUID), reportedNUMA(d), numa(d.NUMANode), health, cell(d.Reason), fmtTime(d.Since), holder(d.Holder), allocation(d.Holder))
+			row = []string{cell(d.ID), strconv.Itoa(d.Index), cell(d.UUID), reportedNUMA(d), numa(d.NUMANode), health, cell(d.Reason), fmtTime(d.Since), holder(d.Holder), allocation(d.Holder)}
 		} else {
-			t.row(cell(d.ID), reportedNUMA(d), health, cell(d.Reason), fmtTime(d.Since), holder(d.Holder))
+			row = []string{cell(d.ID), reportedNUMA(d), health, cell(d.Reason), fmtTime(d.Since), holder(d.Holder)}
 		}
+		if shared {
+			at := slices.Index(cols, "REPLICAS")
+			row = slices.Insert(row, at, replicaUse(d.Replicas))
+			if u := d.Replicas; u != nil {
+				row[at+1] = holders(u.Holders, holder)
+				if t.wide {
+					row[at+2] = holders(u.Holders, allocation)
+				}
+			}
+		}
+		t.row(row...)
 	}
+}
+
+// replicaUse is "in use/total" for a shared GPU, "-" otherwise.
+func replicaUse(u *admin.ReplicaUse) string {
+	if u == nil {
+		return "-"
+	}
+	return strconv.Itoa(u.InUse) + "/" + strconv.Itoa(u.Total)
+}
+
+// holders joins the holders of a shared GPU's replicas, each as show
+// renders it, or "-" when none.
+func holders(hs []admin.Holder, show func(*admin.Holder) string) string {
+	if len(hs) == 0 {
+		return "-"
+	}
+	out := make([]string, len(hs))
+	for i := range hs {
+		out[i] = show(&hs[i])
+	}
+	return strings.Join(out, ",")
 }
 
 func (t table) allocations(allocs []admin.Allocation) {
@@ -349,10 +397,72 @@ func deviceChanges(e admin.ConfigEvent) string {
 		ids  []string
 	}{{"added", e.Added}, {"removed", e.Removed}, {"restored", e.Restored}} {
 		if len(c.ids) > 0 {
-			parts = append(parts, c.what+" "+strings.Join(c.ids, ","))
+			parts = append(parts, c.what+" "+compactIDs(c.ids))
 		}
 	}
 	return cell(strings.Join(parts, "; "))
+}
+
+// compactIDs joins ids with commas in device order (GPU, then replica
+// number; the store lists them by id, where fake-0::10 comes before
+// fake-0::2), a run of replicas of one GPU numbered one after the other
+// written as one range: fake-0::0-3 for fake-0::0, fake-0::1, fake-0::2
+// and fake-0::3.
+func compactIDs(ids []string) string {
+	ids = slices.Clone(ids)
+	slices.SortStableFunc(ids, compareDeviceIDs)
+	var b strings.Builder
+	for i := 0; i < len(ids); {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(ids[i])
+		gpu, first, err := topology.ParseReplicaID(ids[i])
+		j := i + 1
+		for err == nil && j < len(ids) {
+			g, r, err := topology.ParseReplicaID(ids[j])
+			if err != nil || g != gpu || r != first+(j-i) {
+				break
+			}
+			j++
+		}
+		if j-i > 1 {
+			b.WriteString("-" + strconv.Itoa(first+j-i-1))
+		}
+		i = j
+	}
+	return b.String()
+}
+
+// compareDeviceIDs orders GPU ids fake-<i> and replica ids fake-<i>::<j>
+// by GPU, a GPU before its replicas, replicas by number; other ids after
+// them, as they are.
+func compareDeviceIDs(a, b string) int {
+	ka, oka := deviceKey(a)
+	kb, okb := deviceKey(b)
+	switch {
+	case oka && okb:
+		return cmp.Or(cmp.Compare(ka[0], kb[0]), cmp.Compare(ka[1], kb[1]))
+	case oka:
+		return -1
+	case okb:
+		return 1
+	}
+	return 0
+}
+
+// deviceKey returns (GPU index, replica number + 1, or 0 for a GPU) of a
+// device id of the machine's forms.
+func deviceKey(id string) ([2]int, bool) {
+	if g, r, err := topology.ParseReplicaID(id); err == nil {
+		return [2]int{g, r + 1}, true
+	}
+	if n, ok := strings.CutPrefix(id, topology.IDPrefix); ok {
+		if g, err := strconv.Atoi(n); err == nil && g >= 0 {
+			return [2]int{g, 0}, true
+		}
+	}
+	return [2]int{}, false
 }
 
 func replicas(n int) string {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -313,5 +314,75 @@ func TestBinary_Dump_UUIDsAndConfigEvents(t *testing.T) {
 	list, errOut, code := cli(t, "health", "list", "-o", "wide", "--no-headers", "-state="+path)
 	if code != 0 || fields(t, list, "fake-0 ")[2] != specs[0].UUID {
 		t.Errorf("health list -o wide: %s\n%s", errOut, list)
+	}
+}
+
+// sharedSnapshotFixture has fake-0 shared as 3 replicas, two in use (one
+// held by a pod, one allocated), and fake-1 whole.
+func sharedSnapshotFixture() admin.Snapshot {
+	t0 := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	held := admin.Holder{Seq: 9, State: "held", Namespace: "default", Pod: "a", Container: "c"}
+	alloc := admin.Holder{Seq: 8, State: "allocated"}
+	replica := func(j int, h *admin.Holder) admin.Device {
+		return admin.Device{ID: fmt.Sprintf("fake-0::%d", j), GPU: "fake-0", Replica: intp(j), ReportedNUMANode: intp(0), Healthy: true, Since: t0, Holder: h}
+	}
+	withIDs := func(h admin.Holder, ids ...string) admin.Holder { h.DeviceIDs = ids; return h }
+	return admin.Snapshot{
+		APIVersion: admin.APIVersion, Kind: admin.KindSnapshot,
+		Devices: []admin.Device{
+			{ID: "fake-0", ReportedNUMANode: intp(0), Healthy: true, Since: t0,
+				Replicas: &admin.ReplicaUse{Total: 3, InUse: 2, Holders: []admin.Holder{withIDs(held, "fake-0::2"), withIDs(alloc, "fake-0::0")}}},
+			replica(0, &alloc), replica(1, nil), replica(2, &held),
+			{ID: "fake-1", Index: 1, NUMANode: 1, ReportedNUMANode: intp(1), Healthy: true, Since: t0, Holder: &alloc},
+		},
+	}
+}
+
+// The table folds a shared GPU's replicas into its row: in use out of the
+// total, and their holders; wide lists the replicas too.
+func TestWriteSnapshot_Replicas(t *testing.T) {
+	out := renderSnapshot(t, sharedSnapshotFixture(), inspectFlags{output: "table", noHeaders: false})
+	t.Logf("\n%s", out)
+	if h := strings.Join(fields(t, out, "DEVICE"), " "); h != "DEVICE NUMA HEALTH REASON SINCE REPLICAS HOLDER" {
+		t.Errorf("header = %q", h)
+	}
+	if got := strings.Join(fields(t, out, "fake-0 "), " "); got != "fake-0 0 Healthy - 2026-11-30T08:00:00Z 2/3 default/a/c,#8 (allocated)" {
+		t.Errorf("fake-0 = %q", got)
+	}
+	if got := strings.Join(fields(t, out, "fake-1 "), " "); got != "fake-1 1 Healthy - 2026-11-30T08:00:00Z - #8 (allocated)" {
+		t.Errorf("fake-1 = %q", got)
+	}
+	if strings.Contains(out, "fake-0::") {
+		t.Errorf("replica rows in the table:\n%s", out)
+	}
+	wide := renderSnapshot(t, sharedSnapshotFixture(), inspectFlags{output: "wide"})
+	t.Logf("\n%s", wide)
+	if got := strings.Join(fields(t, wide, "fake-0 "), " "); !strings.HasSuffix(got, "2/3 default/a/c,#8 (allocated) #9 held,#8 allocated") {
+		t.Errorf("wide fake-0 = %q", got)
+	}
+	if got := strings.Join(fields(t, wide, "fake-0::2 "), " "); !strings.HasSuffix(got, "Healthy - 2026-11-30T08:00:00Z - default/a/c #9 held") {
+		t.Errorf("wide fake-0::2 = %q", got)
+	}
+	if got := fields(t, wide, "fake-0::1 "); got[len(got)-3] != "-" || got[len(got)-1] != "-" {
+		t.Errorf("wide fake-0::1 = %v, want free", got)
+	}
+}
+
+func TestCompactIDs(t *testing.T) {
+	for _, tc := range []struct {
+		ids  []string
+		want string
+	}{
+		{nil, ""},
+		{[]string{"fake-0", "fake-1", "fake-2"}, "fake-0,fake-1,fake-2"},
+		{[]string{"fake-10", "fake-2", "fake-1"}, "fake-1,fake-2,fake-10"},
+		{[]string{"fake-0::0", "fake-0::1", "fake-0::2", "fake-0::3"}, "fake-0::0-3"},
+		{[]string{"fake-0::0", "fake-0::1", "fake-0::10", "fake-0::11", "fake-0::2"}, "fake-0::0-2,fake-0::10-11"},
+		{[]string{"fake-1::0", "fake-0::3", "fake-1", "fake-0::2"}, "fake-0::2-3,fake-1,fake-1::0"},
+		{[]string{"odd", "fake-0::0", "fake-00::1"}, "fake-0::0,odd,fake-00::1"},
+	} {
+		if got := compactIDs(tc.ids); got != tc.want {
+			t.Errorf("compactIDs(%q) = %q, want %q", tc.ids, got, tc.want)
+		}
 	}
 }

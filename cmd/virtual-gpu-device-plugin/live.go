@@ -354,7 +354,7 @@ func (s *selector) apply(ctx context.Context, cfg *options.Config, why, detail s
 	s.logUUIDConflicts(report)
 	s.log.Info().Str("why", why).Str("detail", detail).Str("profile", cfg.Profile).Str("previous_profile", prev.cfg.Profile).
 		Str("resource", set.resource).Str("previous_resource", prev.resource).Str("topology", cfg.Machine.Name()).
-		Int("devices", len(set.specs)).Strs("added", report.Added).Strs("removed", report.Removed).Strs("restored", report.Restored).
+		Int("devices", len(set.slots)).Strs("added", report.Added).Strs("removed", report.Removed).Strs("restored", report.Restored).
 		Msg("configuration applied")
 	p.faults.Restart(cfg.FaultPlan, cfg.Faults, set.faultIDs)
 	s.last = record(s.log, p.st, s.last, set, report, why, detail)
@@ -442,6 +442,23 @@ func (s *selector) syncLabels(ctx context.Context) error {
 	}
 	s.labels = labels
 	return nil
+}
+
+// setHealth sets GPU id's health on srv, as one change: on all its
+// replicas when the configuration in force shares it (health is per GPU;
+// a replica id is refused). Before start it sets the device id.
+func (s *selector) setHealth(srv *plugin.Server, id string, healthy bool, reason, cause string) error {
+	set := s.current.Load()
+	if set == nil {
+		_, err := srv.SetHealth(id, healthy, reason, cause)
+		return err
+	}
+	ids, err := set.members(id)
+	if err != nil {
+		return err
+	}
+	_, err = srv.SetHealthOf(id, ids, healthy, reason, cause)
+	return err
 }
 
 // score rates a preferred set on the machine in force, for the metrics;

@@ -118,7 +118,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	if err != nil {
 		return err
 	}
-	logUnhealthy(log, catalog.Devices, stored)
+	logUnhealthy(log, stored)
 	logNUMA(log, cfg, set)
 
 	// The history is pruned off the RPC path: at start, every minute, and
@@ -161,8 +161,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 		Logger:     log,
 	}, set.resource)
 	faultPlan := &faultRunner{log: log, set: func(id string, healthy bool, reason string) error {
-		_, err := srv.SetHealth(id, healthy, reason, store.CauseFaultInjection)
-		return err
+		return sel.setHealth(srv, id, healthy, reason, store.CauseFaultInjection)
 	}}
 	faultPlan.Restart(cfg.FaultPlan, cfg.Faults, set.faultIDs)
 	m := metrics.New(metrics.Config{
@@ -176,8 +175,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	srv.SetObserver(m) // before anything serves srv
 	adminSrv := admin.NewServer(admin.ServerConfig{Socket: cfg.AdminSocket, Source: stateSource{st}, Reported: srv.Devices, Logger: log,
 		Health: func(id string, healthy bool, reason string) error {
-			_, err := srv.SetHealth(id, healthy, reason, store.CauseAdmin)
-			return err
+			return sel.setHealth(srv, id, healthy, reason, store.CauseAdmin)
 		}})
 	if err := adminSrv.Listen(); err != nil { // before anything registers
 		return err
@@ -322,9 +320,13 @@ func logConfig(log zerolog.Logger, cfg *options.Config) {
 		}
 		log.Info().Strs("fields", notes).Msg("fields of NVIDIA's device plugin configuration that have no effect here")
 	}
-	if cfg.Sharing.Enabled() {
-		log.Warn().Int("replicas", cfg.Sharing.Replicas).Str("resource", cfg.Sharing.ResourceName).
-			Msg("GPU sharing is configured but not served yet: advertising whole GPUs")
+	if sh := cfg.Sharing; sh.Enabled() {
+		gpus := "all"
+		if sh.GPUs != nil {
+			gpus = fmt.Sprint(sh.GPUs)
+		}
+		log.Info().Int("replicas", sh.Replicas).Str("resource", sh.ResourceName).Str("gpus", gpus).Str("policy", sh.PolicyName).
+			Bool("fail_requests_greater_than_one", sh.FailRequestsGreaterThanOne).Msg("GPUs shared by time-slicing: each advertised as replicas")
 	}
 	if len(cfg.DeviceListStrategies) != 1 || cfg.DeviceListStrategies[0] != options.DeviceListEnvVar {
 		strategies := make([]string, len(cfg.DeviceListStrategies))
@@ -351,16 +353,14 @@ func openState(cfg *options.Config, log zerolog.Logger) (*store.Store, error) {
 	return store.Open(cfg.StatePath, opts)
 }
 
-// logUnhealthy logs the served devices that are unhealthy since before
-// this start.
-func logUnhealthy(log zerolog.Logger, served []plugin.Device, stored []store.Device) {
-	since := make(map[string]time.Time, len(stored))
+// logUnhealthy logs the configured GPUs that are unhealthy since before
+// this start (stored after a reconcile: the devices not removed are the
+// configured ones). A shared GPU's replicas, which have its health, are
+// not logged one by one.
+func logUnhealthy(log zerolog.Logger, stored []store.Device) {
 	for _, d := range stored {
-		since[d.ID] = d.Since
-	}
-	for _, d := range served {
-		if !d.Healthy {
-			log.Info().Str("device", d.ID).Str("reason", d.Reason).Time("since", since[d.ID]).Msg("device unhealthy since before this start")
+		if !d.Healthy && !d.Removed && !d.IsReplica() {
+			log.Info().Str("device", d.ID).Str("reason", d.Reason).Time("since", d.Since).Msg("device unhealthy since before this start")
 		}
 	}
 }

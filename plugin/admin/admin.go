@@ -11,7 +11,9 @@
 // since is RFC 3339; limit a non-negative integer; active and devicesOnly
 // true or false. The health body is one JSON object and nothing after it;
 // reason is only for healthy:false. An unknown device is 404 and the message
-// lists the valid ids.
+// lists the valid ids. Health is per GPU: the replica of a shared GPU is
+// 400, and the message names its GPU. A snapshot shows per shared GPU its
+// replicas in use out of its total and their holders (Device.Replicas).
 //
 // The wire format is the package's own types (Snapshot and the types it
 // holds), not the store's: the store may change its records, the API only

@@ -223,16 +223,20 @@ func (s *Server) setHealth(w http.ResponseWriter, r *http.Request) {
 	i := slices.IndexFunc(devs, func(d store.Device) bool { return d.ID == id })
 	switch {
 	case i < 0:
-		fail(w, http.StatusNotFound, unknownDevice(id, deviceIDs(devs, false)))
+		fail(w, http.StatusNotFound, unknownDevice(id, gpuIDs(devs)))
 		return
 	case devs[i].Removed:
 		fail(w, http.StatusNotFound, fmt.Errorf("%w %q: removed from the configuration (devices: %s)",
-			store.ErrUnknownDevice, Clip(id), ShortList(deviceIDs(devs, false))))
+			store.ErrUnknownDevice, Clip(id), ShortList(gpuIDs(devs))))
+		return
+	case devs[i].IsReplica():
+		fail(w, http.StatusBadRequest, fmt.Errorf("%s is replica %d of %s: health is per GPU; set %s (all its replicas follow)",
+			Clip(id), devs[i].Replica, devs[i].GPU, devs[i].GPU))
 		return
 	}
 	if err := s.cfg.Health(id, *req.Healthy, req.Reason); err != nil {
 		if errors.Is(err, store.ErrUnknownDevice) {
-			fail(w, http.StatusNotFound, unknownDevice(id, deviceIDs(devs, false)))
+			fail(w, http.StatusNotFound, unknownDevice(id, gpuIDs(devs)))
 			return
 		}
 		fail(w, http.StatusInternalServerError, err)

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -60,12 +61,25 @@ type SourceInfo struct {
 	Path string `json:"path"`
 }
 
-// Device is one device of a Snapshot.
+// Device is one device of a Snapshot: a GPU, or a replica of a GPU shared
+// by time-slicing (GPU set), which has its GPU's index, NUMA node and
+// health.
 type Device struct {
-	// ID is the device id the kubelet sees, e.g. "fake-0".
+	// ID is the device id the kubelet sees, e.g. "fake-0", or "fake-0::1"
+	// for a replica.
 	ID string `json:"id"`
-	// Index is the device's position in the topology.
+	// Index is the device's position in the topology (a replica's is its
+	// GPU's).
 	Index int `json:"index"`
+	// GPU is, for a replica, the id of its GPU; empty (absent) for a GPU.
+	GPU string `json:"gpu,omitempty"`
+	// Replica is, for a replica, its number among its GPU's replicas; nil
+	// (absent) for a GPU.
+	Replica *int `json:"replica,omitempty"`
+	// Replicas says, for a shared GPU (one with configured replicas), how
+	// many replicas it has and which are in use; nil (absent) for a GPU
+	// advertised whole, and for a replica.
+	Replicas *ReplicaUse `json:"replicas,omitempty"`
 	// UUID is the device's GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-
 	// xxxxxxxxxxxx), stored when the device was first configured and never
 	// changed; empty (absent) until the plugin has stored one.
@@ -90,8 +104,21 @@ type Device struct {
 	// Removed.
 	RemovedAt time.Time `json:"removedAt,omitzero"`
 	// Holder is the newest active allocation of the device; nil (absent)
-	// when the device is free.
+	// when the device is free. A shared GPU has none of its own: its
+	// replicas have (Replicas.Holders).
 	Holder *Holder `json:"holder,omitempty"`
+}
+
+// ReplicaUse is how the replicas of a shared GPU are used.
+type ReplicaUse struct {
+	// Total is the number of the GPU's configured replicas.
+	Total int `json:"total"`
+	// InUse is the number of them an active allocation holds.
+	InUse int `json:"inUse"`
+	// Holders are the active allocations holding them, newest first, each
+	// with the replicas of this GPU it holds (Holder.DeviceIDs); absent
+	// when none.
+	Holders []Holder `json:"holders,omitempty"`
 }
 
 // Holder is the allocation that holds a device.
@@ -105,6 +132,9 @@ type Holder struct {
 	Namespace string `json:"namespace,omitempty"`
 	Pod       string `json:"pod,omitempty"`
 	Container string `json:"container,omitempty"`
+	// DeviceIDs are, in ReplicaUse.Holders, the replicas of the GPU the
+	// allocation holds; absent elsewhere.
+	DeviceIDs []string `json:"deviceIDs,omitempty"`
 }
 
 // Allocation is one answer given to the kubelet's Allocate, with what was
@@ -116,6 +146,10 @@ type Allocation struct {
 	Time time.Time `json:"time"`
 	// DeviceIDs are the allocated devices, in device order.
 	DeviceIDs []string `json:"deviceIDs"`
+	// GPUIDs are the physical GPUs of DeviceIDs when some are replicas of
+	// shared GPUs: each once, in device order; absent otherwise (the
+	// devices are the GPUs).
+	GPUIDs []string `json:"gpuIDs,omitempty"`
 	// Envs is the environment handed to the container.
 	Envs map[string]string `json:"envs,omitempty"`
 	// State is allocated, held, released or abandoned.
@@ -222,7 +256,7 @@ func Read(src Source, q Query, reported map[string]int) (Snapshot, error) {
 		return snap, err
 	}
 	if q.DeviceID != "" && !slices.ContainsFunc(devs, func(d store.Device) bool { return d.ID == q.DeviceID }) {
-		return snap, unknownDevice(q.DeviceID, deviceIDs(devs, true))
+		return snap, unknownDevice(q.DeviceID, deviceIDs(devs))
 	}
 	active, err := src.Allocations(store.AllocationFilter{Active: true})
 	if err != nil {
@@ -232,6 +266,7 @@ func Read(src Source, q Query, reported map[string]int) (Snapshot, error) {
 	for i, d := range devs {
 		snap.Devices[i] = deviceOf(d, active, reported)
 	}
+	addReplicaUse(snap.Devices)
 	if q.DevicesOnly {
 		return snap, nil
 	}
@@ -272,6 +307,9 @@ func Read(src Source, q Query, reported map[string]int) (Snapshot, error) {
 func deviceOf(d store.Device, active []store.Allocation, reported map[string]int) Device {
 	out := Device{ID: d.ID, Index: d.Index, UUID: d.UUID, NUMANode: max(d.NUMA, -1), Healthy: d.Healthy, Reason: d.Reason,
 		Since: d.Since, Removed: d.Removed, RemovedAt: d.RemovedAt}
+	if d.IsReplica() {
+		out.GPU, out.Replica = d.GPU, &d.Replica
+	}
 	if n, ok := reported[d.ID]; ok && !d.Removed {
 		n = max(n, -1)
 		out.ReportedNUMANode = &n
@@ -285,8 +323,52 @@ func deviceOf(d store.Device, active []store.Allocation, reported map[string]int
 	return out
 }
 
+// addReplicaUse fills Replicas of every shared GPU of devs (stored order:
+// a GPU before its replicas) from its configured replicas, and gives a
+// shared GPU without a reported NUMA node its replicas' (the kubelet is
+// told of the replicas, not of the GPU).
+func addReplicaUse(devs []Device) {
+	gpus := map[string]int{} // GPU id -> position in devs
+	for i, d := range devs {
+		if d.GPU == "" {
+			gpus[d.ID] = i
+		}
+	}
+	for _, r := range devs {
+		g, ok := gpus[r.GPU]
+		if r.GPU == "" || r.Removed || !ok {
+			continue
+		}
+		gpu := &devs[g]
+		if gpu.Replicas == nil {
+			gpu.Replicas = &ReplicaUse{}
+		}
+		if gpu.ReportedNUMANode == nil && r.ReportedNUMANode != nil && !gpu.Removed {
+			n := *r.ReportedNUMANode
+			gpu.ReportedNUMANode = &n
+		}
+		u := gpu.Replicas
+		u.Total++
+		if r.Holder == nil {
+			continue
+		}
+		u.InUse++
+		j := slices.IndexFunc(u.Holders, func(h Holder) bool { return h.Seq == r.Holder.Seq })
+		if j < 0 {
+			u.Holders = append(u.Holders, *r.Holder)
+			j = len(u.Holders) - 1
+		}
+		u.Holders[j].DeviceIDs = append(u.Holders[j].DeviceIDs, r.ID)
+	}
+	for _, d := range devs {
+		if d.Replicas != nil {
+			slices.SortFunc(d.Replicas.Holders, func(a, b Holder) int { return cmp.Compare(b.Seq, a.Seq) })
+		}
+	}
+}
+
 func allocationOf(a store.Allocation) Allocation {
-	return Allocation{Seq: a.Seq, Time: a.Time, DeviceIDs: a.DeviceIDs, Envs: a.Envs,
+	return Allocation{Seq: a.Seq, Time: a.Time, DeviceIDs: a.DeviceIDs, GPUIDs: a.GPUIDs, Envs: a.Envs,
 		State: a.State, Namespace: a.Namespace, Pod: a.Pod, Container: a.Container, HeldSince: a.HeldSince, ReleasedAt: a.ReleasedAt}
 }
 
@@ -296,11 +378,21 @@ func configEventOf(e store.ConfigEvent) ConfigEvent {
 		Added: e.Added, Removed: e.Removed, Restored: e.Restored}
 }
 
-// deviceIDs lists the ids of devs, removed ones only if withRemoved.
-func deviceIDs(devs []store.Device, withRemoved bool) []string {
+// deviceIDs lists the ids of devs, removed ones and replicas included.
+func deviceIDs(devs []store.Device) []string {
+	ids := make([]string, len(devs))
+	for i, d := range devs {
+		ids[i] = d.ID
+	}
+	return ids
+}
+
+// gpuIDs lists the ids of the configured GPUs of devs (not removed, not
+// replicas): the devices whose health can be set.
+func gpuIDs(devs []store.Device) []string {
 	ids := make([]string, 0, len(devs))
 	for _, d := range devs {
-		if withRemoved || !d.Removed {
+		if !d.Removed && !d.IsReplica() {
 			ids = append(ids, d.ID)
 		}
 	}

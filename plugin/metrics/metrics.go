@@ -9,6 +9,8 @@
 //
 //	build_info{version,revision,goversion}           always 1; revision is the VCS commit or "unknown"
 //	devices{health="healthy|unhealthy"}              gauge of advertised devices, read at scrape time
+//	gpus{health="healthy|unhealthy"}                 gauge of the physical GPUs behind them, read at scrape time:
+//	                                                 the replicas fake-<i>::<j> of a shared GPU count once, as fake-<i>
 //	devices_by_allocation_state{state=…}             gauge, read at scrape time: each device counts in the state
 //	                                                 of its newest allocation record: allocated or held while
 //	                                                 active, abandoned, or free (released, or never allocated)
@@ -38,6 +40,7 @@ import (
 	"net/http"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -48,6 +51,7 @@ import (
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 const namespace = "virtual_gpu"
@@ -194,7 +198,7 @@ func New(cfg Config) *Metrics {
 		)
 	}
 	if cfg.Devices != nil {
-		m.registry.MustRegister(deviceHealth(cfg.Devices))
+		m.registry.MustRegister(deviceHealth(cfg.Devices), gpuHealth(cfg.Devices))
 		if cfg.Allocations != nil {
 			m.registry.MustRegister(allocationState(cfg.Devices, cfg.Allocations))
 		}
@@ -240,6 +244,31 @@ func deviceHealth(devices Devices) prometheus.Collector {
 	return collectorFunc{desc: desc, collect: func(ch chan<- prometheus.Metric) {
 		healthy, unhealthy := 0, 0
 		for _, d := range devices.Devices() {
+			if d.Healthy {
+				healthy++
+			} else {
+				unhealthy++
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, float64(healthy), "healthy")
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, float64(unhealthy), "unhealthy")
+	}}
+}
+
+// gpuHealth is the gpus{health} gauge, read at scrape time: the distinct
+// GPUs of the advertised devices, a replica counting as its GPU (which has
+// the health of its replicas).
+func gpuHealth(devices Devices) prometheus.Collector {
+	desc := prometheus.NewDesc(namespace+"_gpus", "Physical GPUs behind the advertised devices (a shared GPU's replicas count once), by health.", []string{"health"}, nil)
+	return collectorFunc{desc: desc, collect: func(ch chan<- prometheus.Metric) {
+		healthy, unhealthy := 0, 0
+		last := ""
+		for _, d := range devices.Devices() { // sorted by index: a GPU's replicas are together
+			gpu, _, _ := strings.Cut(d.ID, topology.ReplicaSeparator)
+			if gpu == last {
+				continue
+			}
+			last = gpu
 			if d.Healthy {
 				healthy++
 			} else {

@@ -394,3 +394,19 @@ func BenchmarkScrape_LongHistory(b *testing.B) {
 		b.ReportMetric(records, "records")
 	})
 }
+
+// The replicas of a shared GPU are devices, and count once among the GPUs,
+// with their GPU's health; whole GPUs of a partly shared set count as
+// themselves.
+func TestMetrics_GPUsOfReplicas(t *testing.T) {
+	devices := newDeviceList(
+		plugin.Device{ID: "fake-0::0", Index: 0, Healthy: true}, plugin.Device{ID: "fake-0::1", Index: 1, Healthy: true},
+		plugin.Device{ID: "fake-1", Index: 2, Healthy: true},
+		plugin.Device{ID: "fake-2::0", Index: 4}, plugin.Device{ID: "fake-2::1", Index: 5},
+	)
+	h := metrics.New(metrics.Config{Devices: devices}).Handler(func() error { return nil }, func() error { return nil })
+	_, body := get(t, h, "/metrics")
+	assertContains(t, "scrape", body,
+		`virtual_gpu_devices{health="healthy"} 3`, `virtual_gpu_devices{health="unhealthy"} 2`,
+		`virtual_gpu_gpus{health="healthy"} 2`, `virtual_gpu_gpus{health="unhealthy"} 1`)
+}

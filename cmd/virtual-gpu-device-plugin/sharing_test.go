@@ -1,0 +1,518 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/unicore/virtual-gpu-device-plugin/allocator"
+	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin"
+	nodeapi "github.com/unicore/virtual-gpu-device-plugin/plugin/node"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
+	"github.com/unicore/virtual-gpu-device-plugin/store"
+	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
+)
+
+// sharingConfig resolves the serve flags args, with a -config file of
+// body when it is not empty.
+func sharingConfig(t testing.TB, body string, args ...string) *options.Config {
+	t.Helper()
+	if body != "" {
+		path := filepath.Join(t.TempDir(), "config.yaml")
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "-config="+path)
+	}
+	o, err := options.Parse(append(args, "-numa-report=always"), func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, err := o.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// catalogOf builds the device set of cfg and its catalog from a real store.
+func catalogOf(t testing.TB, cfg *options.Config) (*deviceSet, plugin.Catalog) {
+	t.Helper()
+	set, err := newDeviceSet(cfg, "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := storetest.MustOpen(t, store.Options{})
+	_, cat, err := reconcile(st, set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set, cat
+}
+
+// partlyShared shares GPUs 0 and 2 of four as two replicas each, packed,
+// one device per container.
+const partlyShared = `version: v1
+flags:
+  devices: 4
+sharing:
+  timeSlicing:
+    failRequestsGreaterThanOne: true
+    resources:
+    - name: unicore.mcyou.cc/gpu
+      devices: [0, fake-2]
+      replicas: 2
+`
+
+func deviceIDs(devs []plugin.Device) []string {
+	out := make([]string, len(devs))
+	for i, d := range devs {
+		out[i] = d.ID
+	}
+	return out
+}
+
+// TestDeviceSet_Shared: the specs keep every GPU and add the replicas; the
+// catalog advertises replicas of the shared GPUs and the others whole,
+// each with its GPU's NUMA node; the labels, the event and the resource
+// say how the GPUs are shared.
+func TestDeviceSet_Shared(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		cfg      *options.Config
+		resource string
+		devices  []string
+		indices  []int
+		specs    int
+		limit    plugin.Limit
+	}{
+		{"all shared", sharingConfig(t, "", "-topology=dgx1-volta", "-replicas=4"), "unicore.mcyou.cc/gpu",
+			topologyReplicaIDs(8, 4), seq(32), 8 + 32, plugin.Limit{}},
+		{"partly shared", sharingConfig(t, partlyShared), "unicore.mcyou.cc/gpu",
+			[]string{"fake-0::0", "fake-0::1", "fake-1", "fake-2::0", "fake-2::1", "fake-3"}, []int{0, 1, 2, 4, 5, 6}, 4 + 4,
+			plugin.Limit{Max: 1, Rule: "sharing.timeSlicing.failRequestsGreaterThanOne"}},
+		{"renamed", sharingConfig(t, "version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n    - name: unicore.mcyou.cc/gpu\n      replicas: 2\n", "-devices=2"),
+			"unicore.mcyou.cc/gpu.shared", []string{"fake-0::0", "fake-0::1", "fake-1::0", "fake-1::1"}, seq(4), 2 + 4, plugin.Limit{}},
+		{"not shared", sharingConfig(t, "", "-devices=3"), "unicore.mcyou.cc/gpu", []string{"fake-0", "fake-1", "fake-2"}, seq(3), 3, plugin.Limit{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			set, cat := catalogOf(t, tc.cfg)
+			m := tc.cfg.Machine
+			if set.resource != tc.resource || len(set.specs) != tc.specs {
+				t.Errorf("resource %s with %d specs, want %s with %d", set.resource, len(set.specs), tc.resource, tc.specs)
+			}
+			if got := deviceIDs(cat.Devices); !slices.Equal(got, tc.devices) {
+				t.Errorf("devices %v, want %v", got, tc.devices)
+			}
+			if got := plugin.Indices(cat.Devices); !slices.Equal(got, tc.indices) {
+				t.Errorf("indices %v, want %v", got, tc.indices)
+			}
+			for _, d := range cat.Devices {
+				if g := set.gpuOf(d); d.NUMA != m.NUMA(g) || !strings.HasPrefix(d.ID, m.ID(g)) || !d.Healthy {
+					t.Errorf("%+v: want GPU %d's NUMA node %d, healthy", d, g, m.NUMA(g))
+				}
+			}
+			if cat.Limit != tc.limit {
+				t.Errorf("limit %+v, want %+v", cat.Limit, tc.limit)
+			}
+			sh := tc.cfg.Sharing
+			wantReplicas := 0
+			if sh.Enabled() {
+				wantReplicas = sh.Replicas
+			}
+			if set.event.Replicas != wantReplicas || set.event.Devices != len(tc.devices) || set.event.ResourceName != tc.resource {
+				t.Errorf("event %+v, want %d replicas, %d devices, %s", set.event, wantReplicas, len(tc.devices), tc.resource)
+			}
+			if set.labels.Replicas != wantReplicas || set.labels.Renamed != sh.Renamed {
+				t.Errorf("labels %+v", set.labels)
+			}
+			for _, sp := range set.specs {
+				if sp.GPU != "" && sp.UUID != "" || sp.GPU == "" && sp.UUID == "" {
+					t.Errorf("spec %+v: a GPU has a UUID, a replica none", sp)
+				}
+			}
+		})
+	}
+}
+
+func topologyReplicaIDs(gpus, r int) []string {
+	m, err := topology.Generic(gpus)
+	if err != nil {
+		panic(err)
+	}
+	return m.ReplicaIDs(r)
+}
+
+func seq(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// without returns devs less those with the given ids.
+func without(devs []plugin.Device, ids ...string) []plugin.Device {
+	return slices.DeleteFunc(slices.Clone(devs), func(d plugin.Device) bool { return slices.Contains(ids, d.ID) })
+}
+
+// byID returns the devices of devs with these ids, in devs' order.
+func byID(devs []plugin.Device, ids ...string) []plugin.Device {
+	return slices.DeleteFunc(slices.Clone(devs), func(d plugin.Device) bool { return !slices.Contains(ids, d.ID) })
+}
+
+// TestSharedPrefer_Policies: three one-replica containers on 2 GPUs × 4
+// replicas, each placed on what the earlier left free, as the kubelet
+// asks: distributed spreads them over both GPUs, packed puts them on one
+// and keeps the other whole.
+func TestSharedPrefer_Policies(t *testing.T) {
+	for policy, want := range map[string][]string{
+		"distributed":  {"fake-0::0", "fake-1::0", "fake-0::1"},
+		"packed":       {"fake-0::0", "fake-0::1", "fake-0::2"},
+		"lowest-index": {"fake-0::0", "fake-0::1", "fake-0::2"},
+	} {
+		t.Run(policy, func(t *testing.T) {
+			_, cat := catalogOf(t, sharingConfig(t, "", "-devices=2", "-replicas=4", "-shared-devices-allocation-policy="+policy))
+			avail := cat.Devices
+			var got []string
+			for range 3 {
+				ids, err := cat.Prefer(avail, nil, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, ids...)
+				avail = without(avail, ids...)
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("placed %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// TestSharedPrefer_Mixed: with only some GPUs shared, a request takes
+// replicas first and whole GPUs for what the replicas cannot hold or must
+// include.
+func TestSharedPrefer_Mixed(t *testing.T) {
+	cfg := sharingConfig(t, partlyShared)
+	_, cat := catalogOf(t, cfg)
+	all := cat.Devices
+	for _, tc := range []struct {
+		name  string
+		avail []plugin.Device
+		must  []string
+		size  int
+		want  []string
+	}{
+		{"one: a replica", all, nil, 1, []string{"fake-0::0"}},
+		{"two: replicas of two GPUs", all, nil, 2, []string{"fake-0::0", "fake-2::0"}},
+		{"five: every replica and a whole GPU", all, nil, 5, []string{"fake-0::0", "fake-0::1", "fake-2::0", "fake-2::1", "fake-1"}},
+		{"must include a whole GPU", all, []string{"fake-3"}, 2, []string{"fake-0::0", "fake-3"}},
+		{"no replica left: whole GPUs", byID(all, "fake-1", "fake-3"), nil, 1, []string{"fake-1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := cat.Prefer(tc.avail, byID(all, tc.must...), tc.size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			slices.Sort(got)
+			want := slices.Sorted(slices.Values(tc.want))
+			if !slices.Equal(got, want) {
+				t.Errorf("chose %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// A container of replicas gets its physical GPUs, each once, in
+// VIRTUAL_GPU_IDS, the replica ids in VIRTUAL_GPU_REPLICAS and the
+// topology variables of the GPUs.
+func TestSharedEnv(t *testing.T) {
+	cfg := sharingConfig(t, partlyShared)
+	_, cat := catalogOf(t, cfg)
+	devs := byID(cat.Devices, "fake-0::1", "fake-1", "fake-2::0", "fake-2::1")
+	got := cat.Env(devs)
+	want := cfg.Machine.ContainerEnv([]int{0, 1, 2})
+	want[plugin.EnvIDs] = "fake-0,fake-1,fake-2"
+	want[EnvReplicas] = "fake-0::1,fake-1,fake-2::0,fake-2::1"
+	if !maps.Equal(got, want) {
+		t.Errorf("env = %v\nwant  %v", got, want)
+	}
+}
+
+func TestLayout_Members(t *testing.T) {
+	set, _ := catalogOf(t, sharingConfig(t, partlyShared))
+	for _, tc := range []struct {
+		id   string
+		want []string
+		err  string
+	}{
+		{"fake-0", []string{"fake-0::0", "fake-0::1"}, ""},
+		{"fake-1", []string{"fake-1"}, ""},
+		{"fake-0::1", nil, "fake-0::1 is a replica of fake-0: health is per GPU, set fake-0 (all its replicas follow)"},
+		{"fake-9", nil, `"fake-9": unknown device`},
+		{"fake-9::0", nil, `"fake-9::0": unknown device`},
+	} {
+		got, err := set.members(tc.id)
+		if tc.err != "" {
+			if err == nil || err.Error() != tc.err {
+				t.Errorf("members(%s) = %v, %v; want error %q", tc.id, got, err, tc.err)
+			}
+			if strings.Contains(tc.err, "unknown") && !errors.Is(err, store.ErrUnknownDevice) {
+				t.Errorf("members(%s): %v, want store.ErrUnknownDevice", tc.id, err)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("members(%s) = %v, %v; want %v", tc.id, got, err, tc.want)
+		}
+	}
+}
+
+// The metrics' score of a preferred set is the score of its GPUs.
+func TestDeviceSet_ScoreOfReplicas(t *testing.T) {
+	cfg := sharingConfig(t, "", "-topology=dgx1-volta", "-replicas=4")
+	set, _ := catalogOf(t, cfg)
+	// Replicas 1 and 3 of GPU 0, replica 0 of GPU 3: GPUs 0 and 3.
+	if got, want := set.score([]int{1, 3, 12}), allocator.Score(cfg.Machine, []int{0, 3}); got != want {
+		t.Errorf("score = %d, want the GPUs' %d", got, want)
+	}
+	whole, _ := catalogOf(t, sharingConfig(t, "", "-topology=dgx1-volta"))
+	if got, want := whole.score([]int{1, 3}), allocator.Score(cfg.Machine, []int{1, 3}); got != want {
+		t.Errorf("whole GPUs: score = %d, want %d", got, want)
+	}
+}
+
+// TestBinary_Sharing: 2 GPUs × 4 replicas served to the stand-in kubelet:
+// 8 replicas with their GPU's NUMA node, packed placement, the container's
+// GPUs and replicas, a GPU's health on all its replicas (a replica's
+// refused), the dump's per-GPU view; then 2 replicas (vanished replicas
+// recorded removed) and sharing off, the GPU's health kept throughout.
+func TestBinary_Sharing(t *testing.T) {
+	n := newNode(t)
+	p, reg := n.start(t, "-devices=2", "-replicas=4", "-shared-devices-allocation-policy=packed", "-numa-report=always")
+	l := plugintest.NextList(t, reg, 10*time.Second)
+	if got := ids(l); !slices.Equal(got, topologyReplicaIDs(2, 4)) {
+		t.Fatalf("list %v", got)
+	}
+	for _, d := range l.Devices {
+		if nodes := d.GetTopology().GetNodes(); len(nodes) != 1 || nodes[0].ID != 0 {
+			t.Errorf("%s topology %v, want NUMA node 0 (its GPU's)", d.ID, nodes)
+		}
+	}
+	avail := ids(l)
+	for i, want := range []string{"fake-0::0", "fake-0::1", "fake-0::2"} {
+		resp, err := reg.Client.GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{
+			ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: avail, AllocationSize: 1}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := resp.ContainerResponses[0].DeviceIDs; !slices.Equal(got, []string{want}) {
+			t.Errorf("pod %d: preferred %v, want [%s] (packed)", i, got, want)
+		}
+		envs := allocate(t, reg, want)
+		if envs[plugin.EnvIDs] != "fake-0" || envs[EnvReplicas] != want || envs[topology.EnvNUMANodes] != "0" {
+			t.Errorf("pod %d env %v", i, envs)
+		}
+		avail = slices.DeleteFunc(avail, func(id string) bool { return id == want })
+	}
+
+	if _, errOut, code := cli(t, "health", "set", "fake-1::2", "unhealthy", "-state="+n.state); code == 0 ||
+		!strings.Contains(errOut, "fake-1::2 is replica 2 of fake-1: health is per GPU; set fake-1 (all its replicas follow)") {
+		t.Errorf("health set of a replica: exit %d: %s", code, errOut)
+	}
+	if _, errOut, code := cli(t, "health", "set", "fake-1", "unhealthy", "--reason", "XID 79", "-state="+n.state); code != 0 {
+		t.Fatalf("health set fake-1: exit %d: %s", code, errOut)
+	}
+	h := listHealth(plugintest.NextList(t, reg, 10*time.Second))
+	for _, id := range topologyReplicaIDs(2, 4) {
+		if want := map[bool]string{true: pluginapi.Unhealthy, false: pluginapi.Healthy}[strings.HasPrefix(id, "fake-1::")]; h[id] != want {
+			t.Errorf("%s = %s, want %s", id, h[id], want)
+		}
+	}
+
+	doc := n.dump(t)
+	gpu0 := doc.Devices[0]
+	if gpu0.ID != "fake-0" || gpu0.Replicas == nil || gpu0.Replicas.Total != 4 || gpu0.Replicas.InUse != 3 || len(gpu0.Replicas.Holders) != 3 {
+		t.Errorf("fake-0 in the dump: %+v replicas %+v", gpu0, gpu0.Replicas)
+	}
+	if gpu0.ReportedNUMANode == nil || *gpu0.ReportedNUMANode != 0 {
+		t.Errorf("fake-0 reported NUMA node %v", gpu0.ReportedNUMANode)
+	}
+	if a := doc.Allocations[0]; !slices.Equal(a.DeviceIDs, []string{"fake-0::2"}) || !slices.Equal(a.GPUIDs, []string{"fake-0"}) {
+		t.Errorf("newest allocation %+v", a)
+	}
+	if e := doc.HealthEvents[0]; e.DeviceID != "fake-1" || e.Healthy {
+		t.Errorf("newest health event %+v, want fake-1's", e)
+	}
+	if e := doc.ConfigEvents[0]; e.Replicas != 4 || e.Devices != 8 || len(e.Added) != 10 {
+		t.Errorf("config event %+v, want 4 replicas, 8 devices, 10 added (2 GPUs, 8 replicas)", e)
+	}
+	table, _, _ := cli(t, "dump", "-state="+n.state)
+	if got := strings.Join(fields(t, table, "fake-0 "), " "); !strings.Contains(got, " 3/4 #1 (allocated),#2 (allocated),#3 (allocated)") &&
+		!strings.Contains(got, " 3/4 #3 (allocated),#2 (allocated),#1 (allocated)") {
+		t.Errorf("dump table fake-0 = %q", got)
+	}
+	p.stop(t)
+
+	// Two replicas: the vanished ones are recorded removed.
+	p, reg = n.start(t, "-devices=2", "-replicas=2", "-numa-report=always")
+	if got := ids(plugintest.NextList(t, reg, 10*time.Second)); !slices.Equal(got, []string{"fake-0::0", "fake-0::1", "fake-1::0(Unhealthy)", "fake-1::1(Unhealthy)"}) {
+		t.Errorf("list with 2 replicas: %v", got)
+	}
+	doc = n.dump(t)
+	if e := doc.ConfigEvents[0]; e.Replicas != 2 || e.Devices != 4 || !slices.Equal(e.Removed, []string{"fake-0::2", "fake-0::3", "fake-1::2", "fake-1::3"}) {
+		t.Errorf("config event %+v", e)
+	}
+	for _, d := range doc.Devices {
+		if d.ID == "fake-0::2" && (!d.Removed || d.Holder == nil) {
+			t.Errorf("fake-0::2 = %+v, want removed and still held by its allocation", d)
+		}
+	}
+	p.stop(t)
+
+	// Sharing off: the GPUs themselves, fake-1 still unhealthy.
+	_, reg = n.start(t, "-devices=2", "-numa-report=always")
+	if got := ids(plugintest.NextList(t, reg, 10*time.Second)); !slices.Equal(got, []string{"fake-0", "fake-1(Unhealthy)"}) {
+		t.Errorf("list without sharing: %v", got)
+	}
+	envs := allocate(t, reg, "fake-0")
+	if _, ok := envs[EnvReplicas]; ok || envs[plugin.EnvIDs] != "fake-0" {
+		t.Errorf("whole GPU env %v", envs)
+	}
+}
+
+// failRequestsGreaterThanOne refuses a container of two replicas with a
+// message naming the setting, as the kubelet shows it in the pod's status.
+func TestBinary_Sharing_FailRequestsGreaterThanOne(t *testing.T) {
+	n := newNode(t)
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(partlyShared), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, reg := n.start(t, "-config="+path)
+	plugintest.NextList(t, reg, 10*time.Second)
+	_, err := reg.Client.Allocate(context.Background(), &pluginapi.AllocateRequest{
+		ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"fake-0::0", "fake-2::0"}}},
+	})
+	if err == nil || !strings.Contains(err.Error(), "2 devices requested, more than the 1 per container that sharing.timeSlicing.failRequestsGreaterThanOne allows") {
+		t.Errorf("Allocate of 2: %v", err)
+	}
+	if envs := allocate(t, reg, "fake-2::1"); envs[plugin.EnvIDs] != "fake-2" {
+		t.Errorf("Allocate of 1: %v", envs)
+	}
+}
+
+// TestServe_SharingLive: a profile that starts sharing, renamed by default,
+// is applied live: registered again under <resource>.shared with the
+// replicas, the GPU labels say so, and the history records the change;
+// back to the whole GPUs, the replicas are recorded removed.
+func TestServe_SharingLive(t *testing.T) {
+	n := newLiveNode(t)
+	n.writeProfile(t, "shared", "version: v1\nflags:\n  topology: workstation-4gpu\nsharing:\n  timeSlicing:\n    renameByDefault: true\n"+
+		"    resources:\n    - name: unicore.mcyou.cc/gpu\n      replicas: 2\n")
+	api := newFakeAPI(nil)
+	reg := n.start(t, api, "-label-node")
+	plugintest.NextList(t, reg, 10*time.Second)
+
+	api.setLabel(nodeapi.ConfigLabel, "shared")
+	again := n.kubelet.WaitRegistration(10 * time.Second)
+	if again.Request.ResourceName != options.DefaultResourceName+".shared" {
+		t.Fatalf("registered again as %q, want the .shared name", again.Request.ResourceName)
+	}
+	if got := ids(plugintest.NextList(t, again, 10*time.Second)); !slices.Equal(got, topologyReplicaIDs(4, 2)) {
+		t.Errorf("shared list = %v", got)
+	}
+	s := n.waitEvents(t, 2)
+	if e := s.ConfigEvents[0]; e.Replicas != 2 || e.Devices != 8 || e.Profile != "shared" || len(e.Added) != 8 {
+		t.Errorf("sharing's event = %+v", e)
+	}
+	plugintest.WaitFor(t, 10*time.Second, "the GPU labels of sharing", func() bool {
+		l := api.nodeLabels()
+		return l[nodeapi.LabelReplicas] == "2" && l[nodeapi.LabelSharingStrategy] == nodeapi.SharingTimeSlicing &&
+			!strings.HasSuffix(l[nodeapi.LabelProduct], "-SHARED") // renamed: GFD's rule keeps the product
+	})
+
+	api.setLabel(nodeapi.ConfigLabel, "")
+	back := n.kubelet.WaitRegistration(10 * time.Second)
+	if got := ids(plugintest.NextList(t, back, 10*time.Second)); back.Request.ResourceName != options.DefaultResourceName || !slices.Equal(got, fakeIDs(4)) {
+		t.Errorf("back: %s %v", back.Request.ResourceName, got)
+	}
+	s = n.waitEvents(t, 3)
+	if e := s.ConfigEvents[0]; e.Replicas != 0 || len(e.Removed) != 8 {
+		t.Errorf("back to whole GPUs: event %+v, want the 8 replicas removed", e)
+	}
+	plugintest.WaitFor(t, 10*time.Second, "the GPU labels of whole GPUs", func() bool {
+		return api.nodeLabels()[nodeapi.LabelReplicas] == "1"
+	})
+}
+
+// A fault names a GPU and takes all its replicas down, as one change.
+func TestBinary_Sharing_FaultTakesTheReplicas(t *testing.T) {
+	n := newNode(t)
+	_, reg := n.start(t, "-devices=2", "-replicas=3", "-faults=down:fake-1:after=50ms")
+	var got []string
+	plugintest.WaitFor(t, 10*time.Second, "fake-1's replicas down", func() bool {
+		got = ids(plugintest.NextList(t, reg, 10*time.Second))
+		return slices.Contains(got, "fake-1::0(Unhealthy)")
+	})
+	if want := []string{"fake-0::0", "fake-0::1", "fake-0::2", "fake-1::0(Unhealthy)", "fake-1::1(Unhealthy)", "fake-1::2(Unhealthy)"}; !slices.Equal(got, want) {
+		t.Errorf("list %v, want %v (one message)", got, want)
+	}
+	if e := n.dump(t).HealthEvents[0]; e.DeviceID != "fake-1" || e.Cause != store.CauseFaultInjection {
+		t.Errorf("health event %+v, want fake-1's, by fault injection", e)
+	}
+}
+
+// BenchmarkGetPreferred_Replicas measures GetPreferredAllocation through
+// the Server on a real socket, the catalog's mapping included, at 1,024
+// replica devices (128 GPUs × 8, half of the replicas in use as the
+// kubelet leaves them out of available) against 128 whole GPUs in the
+// same run.
+func BenchmarkGetPreferred_Replicas(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"whole/gpus=128", []string{"-devices=128"}},
+		{"replicas/128x8", []string{"-devices=128", "-replicas=8"}},
+		{"replicas/128x8/packed", []string{"-devices=128", "-replicas=8", "-shared-devices-allocation-policy=packed"}},
+		{"replicas/8x128", []string{"-devices=8", "-replicas=128"}},
+	} {
+		_, cat := catalogOf(b, sharingConfig(b, "", tc.args...))
+		srv, err := plugin.NewServer(plugin.ServerConfig{Catalog: cat})
+		if err != nil {
+			b.Fatal(err)
+		}
+		client := serveForBench(b, srv)
+		var avail []string
+		for i, d := range cat.Devices {
+			if len(cat.Devices) == 128 || i%3 != 0 { // replicas: about a third in use
+				avail = append(avail, d.ID)
+			}
+		}
+		for _, size := range []int{1, 8} {
+			b.Run(fmt.Sprintf("%s/size=%d", tc.name, size), func(b *testing.B) {
+				req := &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{
+					{AvailableDeviceIDs: avail, AllocationSize: int32(size)}}}
+				for b.Loop() {
+					if _, err := client.GetPreferredAllocation(context.Background(), req); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
