@@ -21,7 +21,7 @@ import (
 const (
 	resource = "unicore.mcyou.cc/gpu"
 	sockName = "virtual-gpu.sock"
-	wait     = 10 * time.Second
+	wait     = 30 * time.Second
 )
 
 // runner is a started Runner with its device-plugin dir.

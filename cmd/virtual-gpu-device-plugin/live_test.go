@@ -139,7 +139,7 @@ func (f *fakeAPI) setLabelAndWait(t *testing.T, key, value string) {
 	t.Helper()
 	before := f.deliveries()
 	f.setLabel(key, value)
-	plugintest.WaitFor(t, 10*time.Second, "the plugin to take the node's labels", func() bool { return f.deliveries() > before })
+	plugintest.WaitFor(t, 30*time.Second, "the plugin to take the node's labels", func() bool { return f.deliveries() > before })
 }
 
 func (f *fakeAPI) deliveries() int {
@@ -243,7 +243,7 @@ func (n *liveNode) start(t *testing.T, api *fakeAPI, extra ...string) *plugintes
 		},
 		machineIDPath: machineID,
 		profilePoll:   100 * time.Millisecond,
-		labelWait:     10 * time.Second,
+		labelWait:     30 * time.Second,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -256,7 +256,7 @@ func (n *liveNode) start(t *testing.T, api *fakeAPI, extra ...string) *plugintes
 			if err != nil {
 				t.Errorf("serve: %v", err)
 			}
-		case <-time.After(10 * time.Second):
+		case <-time.After(30 * time.Second):
 			t.Error("serve still running 10s after its context ended")
 		}
 	}
@@ -266,7 +266,7 @@ func (n *liveNode) start(t *testing.T, api *fakeAPI, extra ...string) *plugintes
 			t.Logf("plugin log:\n%s", n.logs)
 		}
 	})
-	return n.kubelet.WaitRegistration(10 * time.Second)
+	return n.kubelet.WaitRegistration(30 * time.Second)
 }
 
 // snapshot reads the running plugin's dump.
@@ -282,7 +282,7 @@ func (n *liveNode) snapshot(t *testing.T) admin.Snapshot {
 // waitLog waits until the log has want lines containing sub.
 func (n *liveNode) waitLog(t *testing.T, sub string, want int) {
 	t.Helper()
-	plugintest.WaitFor(t, 10*time.Second, fmt.Sprintf("%d log lines with %q", want, sub), func() bool { return n.logs.Count(sub) >= want })
+	plugintest.WaitFor(t, 30*time.Second, fmt.Sprintf("%d log lines with %q", want, sub), func() bool { return n.logs.Count(sub) >= want })
 }
 
 // ids returns the device ids of a list with their health.
@@ -322,7 +322,7 @@ func (n *liveNode) noMoreRegistrations(t *testing.T) {
 func (n *liveNode) waitEvents(t *testing.T, want int) admin.Snapshot {
 	t.Helper()
 	var s admin.Snapshot
-	plugintest.WaitFor(t, 10*time.Second, fmt.Sprintf("%d configuration events", want), func() bool {
+	plugintest.WaitFor(t, 30*time.Second, fmt.Sprintf("%d configuration events", want), func() bool {
 		s = n.snapshot(t)
 		return len(s.ConfigEvents) >= want
 	})
@@ -344,18 +344,18 @@ func TestServe_Label_AppliesProfileLive(t *testing.T) {
 	n := newLiveNode(t)
 	api := newFakeAPI(map[string]string{"kubernetes.io/hostname": testNode})
 	reg := n.start(t, api)
-	if got := ids(plugintest.NextList(t, reg, 10*time.Second)); !slices.Equal(got, fakeIDs(4)) {
+	if got := ids(plugintest.NextList(t, reg, 30*time.Second)); !slices.Equal(got, fakeIDs(4)) {
 		t.Fatalf("first list = %v, want the default profile's 4 GPUs", got)
 	}
 
 	api.setLabel(nodeapi.ConfigLabel, "big")
-	if got := ids(plugintest.NextList(t, reg, 10*time.Second)); !slices.Equal(got, fakeIDs(8)) {
+	if got := ids(plugintest.NextList(t, reg, 30*time.Second)); !slices.Equal(got, fakeIDs(8)) {
 		t.Fatalf("after the label: list = %v, want big's 8 GPUs on the same stream", got)
 	}
 	n.noMoreRegistrations(t)
 
 	api.setLabel(nodeapi.ConfigLabel, "")
-	if got := ids(plugintest.NextList(t, reg, 10*time.Second)); !slices.Equal(got, fakeIDs(4)) {
+	if got := ids(plugintest.NextList(t, reg, 30*time.Second)); !slices.Equal(got, fakeIDs(4)) {
 		t.Fatalf("label removed: list = %v, want the default's 4 GPUs", got)
 	}
 	n.noMoreRegistrations(t)
@@ -387,7 +387,7 @@ func TestServe_LabelAtStart(t *testing.T) {
 	n := newLiveNode(t)
 	api := newFakeAPI(map[string]string{nodeapi.ConfigLabel: "big"})
 	reg := n.start(t, api)
-	if got := ids(plugintest.NextList(t, reg, 10*time.Second)); !slices.Equal(got, fakeIDs(8)) {
+	if got := ids(plugintest.NextList(t, reg, 30*time.Second)); !slices.Equal(got, fakeIDs(8)) {
 		t.Fatalf("first list = %v, want big's 8 GPUs", got)
 	}
 	if got := configEvents(n.snapshot(t)); !slices.Equal(got, []string{"node-label:big"}) {
@@ -402,18 +402,18 @@ func TestServe_Label_OtherResourceName_RegistersAgain(t *testing.T) {
 	if reg.Request.ResourceName != options.DefaultResourceName {
 		t.Fatalf("registered %q", reg.Request.ResourceName)
 	}
-	plugintest.NextList(t, reg, 10*time.Second)
+	plugintest.NextList(t, reg, 30*time.Second)
 
 	api.setLabel(nodeapi.ConfigLabel, "renamed")
-	again := n.kubelet.WaitRegistration(10 * time.Second)
+	again := n.kubelet.WaitRegistration(30 * time.Second)
 	if again.Request.ResourceName != renamedRes || again.Request.Endpoint != options.DefaultSocketName {
 		t.Fatalf("registered again with %v, want %s on the same socket", again.Request, renamedRes)
 	}
-	if got := ids(plugintest.NextList(t, again, 10*time.Second)); !slices.Equal(got, fakeIDs(4)) {
+	if got := ids(plugintest.NextList(t, again, 30*time.Second)); !slices.Equal(got, fakeIDs(4)) {
 		t.Errorf("the new name's list = %v", got)
 	}
 	// The old name's stream ended (the kubelet marks its devices unhealthy).
-	plugintest.WaitFor(t, 10*time.Second, "the old name's stream to end", func() bool {
+	plugintest.WaitFor(t, 30*time.Second, "the old name's stream to end", func() bool {
 		select {
 		case _, ok := <-reg.Lists:
 			return !ok
@@ -427,20 +427,20 @@ func TestServe_Label_OtherResourceName_RegistersAgain(t *testing.T) {
 	}
 
 	api.setLabel(nodeapi.ConfigLabel, "")
-	back := n.kubelet.WaitRegistration(10 * time.Second)
+	back := n.kubelet.WaitRegistration(30 * time.Second)
 	if back.Request.ResourceName != options.DefaultResourceName {
 		t.Errorf("back to the default: registered %q", back.Request.ResourceName)
 	}
-	plugintest.NextList(t, back, 10*time.Second)
+	plugintest.NextList(t, back, 30*time.Second)
 }
 
 func TestServe_UnknownProfileLabel_OneErrorProfileKept(t *testing.T) {
 	n := newLiveNode(t)
 	api := newFakeAPI(nil)
 	reg := n.start(t, api)
-	plugintest.NextList(t, reg, 10*time.Second)
+	plugintest.NextList(t, reg, 30*time.Second)
 	api.setLabelAndWait(t, nodeapi.ConfigLabel, "big")
-	plugintest.NextList(t, reg, 10*time.Second)
+	plugintest.NextList(t, reg, 30*time.Second)
 
 	api.setLabelAndWait(t, nodeapi.ConfigLabel, "nope")
 	const notApplied = `"message":"configuration not applied: the configuration in force stays"`
@@ -465,7 +465,7 @@ func TestServe_UnknownProfileLabel_OneErrorProfileKept(t *testing.T) {
 
 	// The profile appears in the ConfigMap: the label now names it.
 	n.writeProfile(t, "nope", "version: v1\nflags:\n  topology: dgx1-volta\n  allocationPolicy: lowest-index\n")
-	if got := ids(plugintest.NextList(t, reg, 10*time.Second)); !slices.Equal(got, fakeIDs(8)) {
+	if got := ids(plugintest.NextList(t, reg, 30*time.Second)); !slices.Equal(got, fakeIDs(8)) {
 		t.Errorf("after the profile appeared: %v", got)
 	}
 	if e := n.waitEvents(t, 3).ConfigEvents[0]; e.Why != store.WhyFileChanged || e.Profile != "nope" || e.Machine != "dgx1-volta" {
@@ -476,7 +476,7 @@ func TestServe_UnknownProfileLabel_OneErrorProfileKept(t *testing.T) {
 func TestServe_ProfileFileEdited(t *testing.T) {
 	n := newLiveNode(t)
 	reg := n.start(t, newFakeAPI(nil))
-	plugintest.NextList(t, reg, 10*time.Second)
+	plugintest.NextList(t, reg, 30*time.Second)
 
 	n.writeProfile(t, "small", "version: v1\nflags:\n  devices: many\n")
 	const notApplied = `"message":"configuration not applied: the configuration in force stays"`
@@ -501,7 +501,7 @@ func TestServe_ProfileFileEdited(t *testing.T) {
 	n.writeProfile(t, "small", "version: v1\nflags:\n  topology: workstation-4gpu\n  devices: 4\n") // the same GPUs: nothing to do
 	n.waitLog(t, reread, 3)
 	n.writeProfile(t, "small", "version: v1\nflags:\n  devices: 2\n")
-	if got := ids(plugintest.NextList(t, reg, 10*time.Second)); !slices.Equal(got, fakeIDs(2)) {
+	if got := ids(plugintest.NextList(t, reg, 30*time.Second)); !slices.Equal(got, fakeIDs(2)) {
 		t.Fatalf("after a valid edit: %v", got)
 	}
 	n.noMoreRegistrations(t)
@@ -546,12 +546,12 @@ func TestServe_ConfigMapSwap(t *testing.T) {
 	}
 	n.profiles = cm
 	reg := n.start(t, newFakeAPI(nil))
-	plugintest.NextList(t, reg, 10*time.Second)
+	plugintest.NextList(t, reg, 30*time.Second)
 
 	next := maps.Clone(testProfiles)
 	next["small"] = "version: v1\nflags:\n  topology: dgx-a100\n"
 	writeVersion("..v2", next)
-	if got := ids(plugintest.NextList(t, reg, 10*time.Second)); !slices.Equal(got, fakeIDs(8)) {
+	if got := ids(plugintest.NextList(t, reg, 30*time.Second)); !slices.Equal(got, fakeIDs(8)) {
 		t.Fatalf("after the ConfigMap update: %v", got)
 	}
 }
@@ -563,15 +563,15 @@ func TestServe_GPULabels_PatchedOnlyOnChange(t *testing.T) {
 	start[nodeapi.LabelPrefix+"stale"] = "x" // ours, from an older version: removed
 	api := newFakeAPI(start)
 	reg := n.start(t, api, "-label-node")
-	plugintest.NextList(t, reg, 10*time.Second)
-	plugintest.WaitFor(t, 10*time.Second, "the first label patch", func() bool { return len(api.patchList()) == 1 })
+	plugintest.NextList(t, reg, 30*time.Second)
+	plugintest.WaitFor(t, 30*time.Second, "the first label patch", func() bool { return len(api.patchList()) == 1 })
 	want, err := nodeapi.GPULabels(nodeapi.LabelSpec{Machine: mustPreset(t, "workstation-4gpu"), Topology: "workstation-4gpu", Profile: "small"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkLabels := func(what string, want map[string]string) {
 		t.Helper()
-		plugintest.WaitFor(t, 10*time.Second, what, func() bool {
+		plugintest.WaitFor(t, 30*time.Second, what, func() bool {
 			got := api.nodeLabels()
 			for k, v := range foreign {
 				if got[k] != v {
@@ -604,7 +604,7 @@ func TestServe_GPULabels_PatchedOnlyOnChange(t *testing.T) {
 
 	// Another profile: its labels.
 	api.setLabel(nodeapi.ConfigLabel, "big")
-	plugintest.NextList(t, reg, 10*time.Second)
+	plugintest.NextList(t, reg, 30*time.Second)
 	big, err := nodeapi.GPULabels(nodeapi.LabelSpec{Machine: mustPreset(t, "dgx-a100"), Topology: "dgx-a100", Profile: "big"})
 	if err != nil {
 		t.Fatal(err)
@@ -631,7 +631,7 @@ func TestServe_GPULabels_PatchedOnlyOnChange(t *testing.T) {
 func TestServe_NoAPIAccess_DefaultSaidOnce(t *testing.T) {
 	n := newLiveNode(t)
 	reg := n.start(t, nil, "-label-node")
-	if got := ids(plugintest.NextList(t, reg, 10*time.Second)); !slices.Equal(got, fakeIDs(4)) {
+	if got := ids(plugintest.NextList(t, reg, 30*time.Second)); !slices.Equal(got, fakeIDs(4)) {
 		t.Fatalf("list = %v, want the default's", got)
 	}
 	if c := n.logs.Count(`"message":"no API access`); c != 1 {
@@ -649,7 +649,7 @@ func TestServe_NodeNotFound(t *testing.T) {
 	api := newFakeAPI(nil)
 	api.watchErr = fmt.Errorf("watch node: %w", nodeapi.ErrNodeNotFound)
 	reg := n.start(t, api)
-	if got := ids(plugintest.NextList(t, reg, 10*time.Second)); !slices.Equal(got, fakeIDs(4)) {
+	if got := ids(plugintest.NextList(t, reg, 30*time.Second)); !slices.Equal(got, fakeIDs(4)) {
 		t.Fatalf("list = %v, want the default's", got)
 	}
 	if c := n.logs.Count("cannot read this node's labels"); c != 1 {
@@ -666,11 +666,11 @@ func TestServe_HealthAndHistoryKept(t *testing.T) {
 	n := newLiveNode(t)
 	api := newFakeAPI(map[string]string{nodeapi.ConfigLabel: "big"})
 	reg := n.start(t, api)
-	plugintest.NextList(t, reg, 10*time.Second)
+	plugintest.NextList(t, reg, 30*time.Second)
 	if _, err := n.admin.SetHealth(context.Background(), "fake-1", false, "ECC errors"); err != nil {
 		t.Fatal(err)
 	}
-	if got := ids(plugintest.NextList(t, reg, 10*time.Second)); got[1] != "fake-1(Unhealthy)" {
+	if got := ids(plugintest.NextList(t, reg, 30*time.Second)); got[1] != "fake-1(Unhealthy)" {
 		t.Fatalf("after health set: %v", got)
 	}
 	allocate(t, reg, "fake-6")
@@ -678,17 +678,17 @@ func TestServe_HealthAndHistoryKept(t *testing.T) {
 	held := func(s admin.Snapshot) bool {
 		return len(s.Allocations) == 1 && s.Allocations[0].State == store.StateHeld && s.Allocations[0].Pod == "trainer"
 	}
-	plugintest.WaitFor(t, 10*time.Second, "the allocation held", func() bool { return held(n.snapshot(t)) })
+	plugintest.WaitFor(t, 30*time.Second, "the allocation held", func() bool { return held(n.snapshot(t)) })
 
 	// To 4 GPUs under another resource name: fake-6 goes, its pod keeps it.
 	api.setLabel(nodeapi.ConfigLabel, "renamed")
-	renamed := n.kubelet.WaitRegistration(10 * time.Second)
-	if got := ids(plugintest.NextList(t, renamed, 10*time.Second)); !slices.Equal(got, []string{"fake-0", "fake-1(Unhealthy)", "fake-2", "fake-3"}) {
+	renamed := n.kubelet.WaitRegistration(30 * time.Second)
+	if got := ids(plugintest.NextList(t, renamed, 30*time.Second)); !slices.Equal(got, []string{"fake-0", "fake-1(Unhealthy)", "fake-2", "fake-3"}) {
 		t.Fatalf("after the change: %v", got)
 	}
 	n.waitEvents(t, 2)
 	polls := n.pods.Lists()
-	plugintest.WaitFor(t, 10*time.Second, "the tracker to poll twice", func() bool { return n.pods.Lists() >= polls+2 })
+	plugintest.WaitFor(t, 30*time.Second, "the tracker to poll twice", func() bool { return n.pods.Lists() >= polls+2 })
 	s := n.snapshot(t)
 	if !held(s) {
 		t.Errorf("the allocation of fake-6 after the change: %+v", s.Allocations)
@@ -701,8 +701,8 @@ func TestServe_HealthAndHistoryKept(t *testing.T) {
 
 	// Back: the removed devices return, fake-1 still unhealthy.
 	api.setLabel(nodeapi.ConfigLabel, "big")
-	back := n.kubelet.WaitRegistration(10 * time.Second)
-	got := ids(plugintest.NextList(t, back, 10*time.Second))
+	back := n.kubelet.WaitRegistration(30 * time.Second)
+	got := ids(plugintest.NextList(t, back, 30*time.Second))
 	if len(got) != 8 || got[1] != "fake-1(Unhealthy)" || got[6] != "fake-6" {
 		t.Fatalf("back to big: %v", got)
 	}
@@ -727,15 +727,15 @@ func TestServe_HealthAndHistoryKept(t *testing.T) {
 func TestServe_StartAgain_SameConfigNotRecorded(t *testing.T) {
 	n := newLiveNode(t)
 	api := newFakeAPI(map[string]string{nodeapi.ConfigLabel: "big"})
-	plugintest.NextList(t, n.start(t, api), 10*time.Second)
+	plugintest.NextList(t, n.start(t, api), 30*time.Second)
 	n.stop(t)
-	plugintest.NextList(t, n.start(t, api), 10*time.Second)
+	plugintest.NextList(t, n.start(t, api), 30*time.Second)
 	if got := configEvents(n.snapshot(t)); !slices.Equal(got, []string{"node-label:big"}) {
 		t.Fatalf("after a restart: config events = %v", got)
 	}
 	n.stop(t)
 	api.setLabel(nodeapi.ConfigLabel, "")
-	plugintest.NextList(t, n.start(t, api), 10*time.Second)
+	plugintest.NextList(t, n.start(t, api), 30*time.Second)
 	s := n.snapshot(t)
 	if got := configEvents(s); !slices.Equal(got, []string{"node-label:big", "default:small"}) || s.ConfigEvents[0].PreviousProfile != "big" {
 		t.Fatalf("after a restart without the label: config events = %v, newest %+v", got, s.ConfigEvents[0])
@@ -774,18 +774,18 @@ func TestBinary_Profiles_NoAPI(t *testing.T) {
 		write(name, body)
 	}
 	p, reg := n.start(t, "-config="+dir, "-config-default=big")
-	if got := ids(plugintest.NextList(t, reg, 10*time.Second)); !slices.Equal(got, fakeIDs(8)) {
+	if got := ids(plugintest.NextList(t, reg, 30*time.Second)); !slices.Equal(got, fakeIDs(8)) {
 		t.Fatalf("first list = %v, want big's 8 GPUs", got)
 	}
 	p.logs.waitLine(t, "no -node-name (nor NODE_NAME)")
 
 	write("big", "version: v1\nflags:\n  topology: dgx1-volta\n  devices: 8\n  faults: down:fake-7:after=0s\n")
-	got := ids(plugintest.NextList(t, reg, 10*time.Second))
+	got := ids(plugintest.NextList(t, reg, 30*time.Second))
 	if !slices.Equal(got, fakeIDs(8)) {
 		t.Fatalf("after the edit: %v", got)
 	}
 	// The new profile's fault plan runs.
-	plugintest.WaitFor(t, 10*time.Second, "fake-7 down by the new profile's fault plan", func() bool {
+	plugintest.WaitFor(t, 30*time.Second, "fake-7 down by the new profile's fault plan", func() bool {
 		select {
 		case l := <-reg.Lists:
 			return listHealth(l)["fake-7"] == pluginapi.Unhealthy
@@ -813,7 +813,7 @@ func TestBinary_Profiles_NoAPI(t *testing.T) {
 // stored UUIDs and says so once per device, not again at the next change.
 func TestServe_UUIDs_StoredOnceKept(t *testing.T) {
 	n := newLiveNode(t)
-	plugintest.NextList(t, n.start(t, nil, "-node-name="), 10*time.Second)
+	plugintest.NextList(t, n.start(t, nil, "-node-name="), 30*time.Second)
 	const machineID = "0123456789abcdef0123456789abcdef" // as start writes it
 	for _, d := range n.snapshot(t).Devices {
 		if want := status.DeriveUUID(machineID, d.ID); d.UUID != want {
@@ -823,7 +823,7 @@ func TestServe_UUIDs_StoredOnceKept(t *testing.T) {
 	n.stop(t)
 
 	reg := n.start(t, nil)
-	plugintest.NextList(t, reg, 10*time.Second)
+	plugintest.NextList(t, reg, 30*time.Second)
 	const kept = `"message":"device keeps its stored UUID`
 	n.waitLog(t, kept, 4)
 	// Another policy: applied (reconciled again), not stored (the same
