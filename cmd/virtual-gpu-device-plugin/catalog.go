@@ -45,6 +45,8 @@ type deviceSet struct {
 	faultIDs []string
 	// score rates a preferred set of GPU indices, for the metrics.
 	score func(chosen []int) int
+	// view is what a container sees besides the environment (container.go).
+	view containerView
 }
 
 // newDeviceSet builds the device set of cfg. identity is what GPU UUIDs
@@ -62,6 +64,7 @@ func newDeviceSet(cfg *options.Config, identity string) (*deviceSet, error) {
 		specs:    make([]store.DeviceSpec, m.Len()),
 		faultIDs: make([]string, m.Len()),
 		score:    func(chosen []int) int { return allocator.Score(m, chosen) },
+		view:     newContainerView(cfg),
 	}
 	for i := range s.specs {
 		id := m.ID(i)
@@ -126,5 +129,5 @@ func (s *deviceSet) equal(o *deviceSet) bool {
 		a.FaultPlan == b.FaultPlan && slices.Equal(a.DeviceListStrategies, b.DeviceListStrategies) &&
 		sa.Replicas == sb.Replicas && sa.ResourceName == sb.ResourceName && sa.Renamed == sb.Renamed &&
 		sa.FailRequestsGreaterThanOne == sb.FailRequestsGreaterThanOne && slices.Equal(sa.GPUs, sb.GPUs) &&
-		sa.PolicyName == sb.PolicyName
+		sa.PolicyName == sb.PolicyName && s.view == o.view
 }

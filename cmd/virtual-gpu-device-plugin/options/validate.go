@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/cdi"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/faults"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
@@ -213,6 +214,10 @@ func (s Settings) Validate() (*Config, error) {
 	ids := make([]string, c.Machine.Len())
 	for i := range ids {
 		ids[i] = c.Machine.ID(i)
+	}
+	if c.Uses(DeviceListCDICRI) && c.Machine.Len() > cdi.MaxMinor+1 {
+		return nil, s.bad("device-list-strategy", s.DeviceListStrategy, "cdi-cri gives each GPU its device node /dev/nvidia<minor>, minors 0–%d: at most %d GPUs, the machine has %d",
+			cdi.MaxMinor, cdi.MaxMinor+1, c.Machine.Len())
 	}
 	if err := faults.Check(c.Faults, ids); err != nil {
 		prefix, what := s.origins["faults"].where("faults")

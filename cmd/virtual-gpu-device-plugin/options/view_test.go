@@ -87,6 +87,7 @@ func TestLoad_ContainerView_BadInput(t *testing.T) {
 		{"relative node source", []string{"-device-node-source=null"}, `invalid -device-node-source="null": must be an absolute path`},
 		{"missing node source with device nodes", []string{"-device-nodes", "-device-node-source=/no/such/dev"}, `invalid -device-node-source="/no/such/dev": device nodes (-device-nodes or the cdi-cri strategy) need it`},
 		{"regular file as node source with cdi", []string{"-device-list-strategy=cdi-cri", "-device-node-source=" + file}, "is not a character or block device"},
+		{"cdi with more GPUs than minor numbers", []string{"-device-list-strategy=cdi-cri", "-devices=256"}, `invalid -device-list-strategy="cdi-cri": cdi-cri gives each GPU its device node /dev/nvidia<minor>, minors 0–254: at most 255 GPUs, the machine has 256`},
 		{"bool flag with a value it cannot read", []string{"-nvidia-smi=maybe"}, `invalid boolean value "maybe" for -nvidia-smi`},
 	}
 	for _, tt := range tests {
