@@ -349,7 +349,7 @@ func TestBinary_ContainerView(t *testing.T) {
 		t.Fatalf("topo -m: exit %d, %v\n%s", code, err, out)
 	}
 	volta, _ := topology.Preset("dgx1-volta")
-	if m.Len() != 2 || m.Link(0, 1) != volta.Link(0, 4) {
+	if m.Len() != 2 || m.Link(0, 1).String() != volta.Link(0, 4).String() {
 		t.Errorf("topo -m: %d GPUs, link %v; want 2 and fake-0–fake-4's %v\n%s", m.Len(), m.Link(0, 1), volta.Link(0, 4), out)
 	}
 	out, _ = runSMI(t, smi.HostPath, ans.Envs, statusDir.HostPath, "--query-gpu=index,uuid,pci.bus_id,name", "--format=csv,noheader")
