@@ -515,3 +515,29 @@ func cdiNames(r *pluginapi.ContainerAllocateResponse) []string {
 	}
 	return out
 }
+
+// FuzzGPUOfID: a device id maps to a GPU only in the canonical forms
+// fake-<i> and fake-<i>::<j>, and fake-<i> is then exactly gpuID(i).
+func FuzzGPUOfID(f *testing.F) {
+	for _, s := range []string{"fake-0", "fake-12", "fake-3::1", "fake-01", "fake-", "x", "fake-1::", "fake-99999999999999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		i, ok := gpuOfID(id)
+		if !ok {
+			return
+		}
+		if i < 0 {
+			t.Fatalf("gpuOfID(%q) = %d", id, i)
+		}
+		if topology.IsReplicaID(id) {
+			if !strings.HasPrefix(id, gpuID(i)+topology.ReplicaSeparator) {
+				t.Fatalf("replica %q maps to GPU %d", id, i)
+			}
+			return
+		}
+		if gpuID(i) != id {
+			t.Fatalf("gpuOfID(%q) = %d, but gpuID(%d) = %q", id, i, i, gpuID(i))
+		}
+	})
+}
