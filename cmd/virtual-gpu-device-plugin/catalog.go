@@ -49,6 +49,8 @@ type deviceSet struct {
 	// faultIDs are the GPU ids the configuration's fault plan drives (a
 	// shared GPU's health reaches its replicas: layout.members).
 	faultIDs []string
+	// view is what a container sees besides the environment (container.go).
+	view containerView
 }
 
 // newDeviceSet builds the device set of cfg. identity is what GPU UUIDs
@@ -65,6 +67,7 @@ func newDeviceSet(cfg *options.Config, identity string) (*deviceSet, error) {
 		numa:     m.ReportNUMA(cfg.NUMAReport, os.DirFS(cfg.SysfsRoot)),
 		layout:   newLayout(cfg),
 		faultIDs: make([]string, m.Len()),
+		view:     newContainerView(cfg),
 	}
 	s.specs, s.slots = s.layout.specs(identity)
 	for i := range s.faultIDs {
@@ -140,5 +143,5 @@ func (s *deviceSet) equal(o *deviceSet) bool {
 		a.FaultPlan == b.FaultPlan && slices.Equal(a.DeviceListStrategies, b.DeviceListStrategies) &&
 		sa.Replicas == sb.Replicas && sa.ResourceName == sb.ResourceName && sa.Renamed == sb.Renamed &&
 		sa.FailRequestsGreaterThanOne == sb.FailRequestsGreaterThanOne && slices.Equal(sa.GPUs, sb.GPUs) &&
-		sa.PolicyName == sb.PolicyName
+		sa.PolicyName == sb.PolicyName && s.view == o.view
 }

@@ -666,6 +666,9 @@ type pluginFlags struct {
 	labelNode          bool
 	configPath         string
 	configDefault      string
+	toolsDir           string
+	statusDir          string
+	cdiSpecDir         string
 }
 
 // downwardNodeName is the node name the tests give an environment variable set from the
@@ -701,6 +704,9 @@ func parsePluginFlags(args []string, env map[string]string) (pluginFlags, error)
 		labelNode:          o.LabelNode,
 		configPath:         o.ConfigPath,
 		configDefault:      o.ConfigDefault,
+		toolsDir:           cfg.ToolsDir,
+		statusDir:          cfg.StatusDir,
+		cdiSpecDir:         cfg.CDISpecDir,
 	}, nil
 }
 
@@ -1006,7 +1012,10 @@ func checkRecommendedLabels(t *testing.T, what string, labels map[string]string)
 }
 
 // checkHostPaths: every hostPath is mounted at its own path and is the value of a flag: the
-// device-plugin directory, the state file's directory, the PodResources socket's directory.
+// device-plugin directory, the state file's directory, the PodResources socket's directory,
+// the CDI spec directory. The directories the plugin hands the kubelet as host paths of
+// containers' mounts (nvidia-smi's, the status files') are in the state file's directory, so
+// the plugin's path is the host's.
 func checkHostPaths(t *testing.T, spec corev1.PodSpec, c corev1.Container, flags pluginFlags) {
 	t.Helper()
 	want := map[string]struct {
@@ -1017,6 +1026,12 @@ func checkHostPaths(t *testing.T, spec corev1.PodSpec, c corev1.Container, flags
 		flags.devicePluginPath:                 {corev1.HostPathDirectory, false, "-device-plugin-path"},
 		filepath.Dir(flags.statePath):          {corev1.HostPathDirectoryOrCreate, false, "-state"},
 		filepath.Dir(flags.podResourcesSocket): {corev1.HostPathDirectory, true, "-pod-resources-socket"},
+		flags.cdiSpecDir:                       {corev1.HostPathDirectoryOrCreate, false, "-cdi-spec-dir"},
+	}
+	for _, d := range []struct{ path, what string }{{flags.toolsDir, "-tools-dir"}, {flags.statusDir, "the status directory"}} {
+		if filepath.Dir(d.path) != filepath.Dir(flags.statePath) {
+			t.Errorf("%s %s is not next to the state file %s: not in its hostPath", d.what, d.path, flags.statePath)
+		}
 	}
 	mounts := map[string][]corev1.VolumeMount{}
 	for _, m := range c.VolumeMounts {

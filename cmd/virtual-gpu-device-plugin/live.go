@@ -74,13 +74,15 @@ type selector struct {
 }
 
 // liveParts are what applying a configuration changes: the state file, the
-// Server, the registration, the lifecycle tracker and the fault plan.
+// Server, the registration, the lifecycle tracker, the fault plan and the
+// files containers see.
 type liveParts struct {
 	st      *store.Store
 	srv     *plugin.Server
 	reg     *registrar
 	tracker *lifecycle.Tracker
 	faults  *faultRunner
+	view    *viewFiles
 }
 
 // newSelector returns a selector for the profiles (nil: -config is not a
@@ -338,6 +340,9 @@ func (s *selector) apply(ctx context.Context, cfg *options.Config, why, detail s
 			return cat, err
 		})
 	}
+	if err := p.view.prepare(set, prev); err != nil { // what set's answers name exists first
+		return err
+	}
 	if set.resource != prev.resource {
 		p.tracker.FollowResourceName(set.resource) // before anything is allocated under it
 		err = p.reg.Switch(set.resource, swap)
@@ -349,6 +354,9 @@ func (s *selector) apply(ctx context.Context, cfg *options.Config, why, detail s
 	}
 	s.set = set
 	s.current.Store(set)
+	if err := p.view.publish(set); err != nil {
+		s.log.Error().Err(err).Msg("files containers use (status, CDI spec) not all brought up to date with the configuration applied")
+	}
 	logConfig(s.log, cfg)
 	logNUMA(s.log, cfg, set)
 	s.logUUIDConflicts(report)
@@ -372,7 +380,7 @@ func reconcile(st *store.Store, set *deviceSet) (store.ReconcileReport, plugin.C
 	if err != nil {
 		return report, plugin.Catalog{}, err
 	}
-	cat, err := set.build(stored)
+	cat, err := set.catalog(stored)
 	return report, cat, err
 }
 

@@ -40,6 +40,9 @@ type serveEnv struct {
 	// machineIDPath is read for the GPU UUIDs' node identity when
 	// -node-name is not set (default /etc/machine-id).
 	machineIDPath string
+	// executable is the binary installed as the containers' nvidia-smi
+	// (default /proc/self/exe: this multi-call binary).
+	executable string
 	// profilePoll is the fallback check of the profiles directory
 	// (default 10 s).
 	profilePoll time.Duration
@@ -114,8 +117,18 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	if err != nil {
 		return err
 	}
-	catalog, err := set.build(stored)
+	catalog, err := set.catalog(stored)
 	if err != nil {
+		return err
+	}
+	view, err := newViewFiles(cfg, st, env.executable, identity, log)
+	if err != nil {
+		return err
+	}
+	if err := view.prepare(set, nil); err != nil {
+		return err
+	}
+	if err := view.publish(set); err != nil {
 		return err
 	}
 	logUnhealthy(log, stored)
@@ -147,7 +160,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	srv, err := plugin.NewServer(plugin.ServerConfig{
 		Catalog:  catalog,
 		Recorder: recorder{st: st, kick: pruner.Kick, recorded: tracker.Notify},
-		Health:   healthRecorder{st},
+		Health:   viewHealth{next: healthRecorder{st}, files: view, log: log},
 		Logger:   log,
 	})
 	if err != nil {
@@ -197,7 +210,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 		Str("resource", set.resource).Str("profile", cfg.Profile).Str("why", why).Str("dir", cfg.DevicePluginPath).Str("state", st.Path()).
 		Str("policy", cfg.AllocationPolicy).Msg("starting")
 	// From here on a new label or profile is applied live.
-	sel.start(ctx, liveParts{st: st, srv: srv, reg: reg, tracker: tracker, faults: faultPlan}, set, report, last, why, detail)
+	sel.start(ctx, liveParts{st: st, srv: srv, reg: reg, tracker: tracker, faults: faultPlan, view: view}, set, report, last, why, detail)
 
 	g.Go(func() error { return reg.Run(ctx) })
 	g.Go(func() error { return adminSrv.Run(ctx) })
@@ -327,13 +340,6 @@ func logConfig(log zerolog.Logger, cfg *options.Config) {
 		}
 		log.Info().Int("replicas", sh.Replicas).Str("resource", sh.ResourceName).Str("gpus", gpus).Str("policy", sh.PolicyName).
 			Bool("fail_requests_greater_than_one", sh.FailRequestsGreaterThanOne).Msg("GPUs shared by time-slicing: each advertised as replicas")
-	}
-	if len(cfg.DeviceListStrategies) != 1 || cfg.DeviceListStrategies[0] != options.DeviceListEnvVar {
-		strategies := make([]string, len(cfg.DeviceListStrategies))
-		for i, s := range cfg.DeviceListStrategies {
-			strategies[i] = string(s)
-		}
-		log.Warn().Strs("strategies", strategies).Msg("only the envvar device list strategy is served so far")
 	}
 }
 

@@ -53,6 +53,29 @@ type Config struct {
 	// DeviceListStrategies says how containers are told their devices, in
 	// the order given, without repeats (default [envvar]).
 	DeviceListStrategies []DeviceListStrategy
+	// NvidiaSMI mounts the plugin's nvidia-smi (installed in ToolsDir)
+	// read-only at /usr/bin/nvidia-smi in containers (default true).
+	NvidiaSMI bool
+	// VisibleDevicesEnv sets NVIDIA_VISIBLE_DEVICES to the containers' GPU
+	// UUIDs (default false).
+	VisibleDevicesEnv bool
+	// DeviceNodes gives containers /dev/nvidia<minor> per GPU,
+	// /dev/nvidiactl and /dev/nvidia-uvm in the Allocate answer (default
+	// false).
+	DeviceNodes bool
+	// DeviceNodeSource is the host device node behind every container
+	// device node, absolute and clean (default /dev/null); with
+	// DeviceNodes or the cdi-cri strategy, a character or block device.
+	DeviceNodeSource string
+	// ToolsDir is the host directory nvidia-smi is installed into,
+	// absolute and clean (default bin next to StatePath).
+	ToolsDir string
+	// StatusDir is the host directory of the GPU status files, status next
+	// to StatePath (not a flag).
+	StatusDir string
+	// CDISpecDir is the CDI spec directory, absolute and clean (default
+	// /var/run/cdi); written only with the cdi-cri strategy.
+	CDISpecDir string
 
 	// StatePath is the bbolt state file, clean (default
 	// /var/lib/virtual-gpu/state.db).
@@ -151,6 +174,9 @@ func (s Sharing) Shares(i int) bool {
 // DeviceListStrategy is how the plugin tells a container its devices, by
 // NVIDIA's names.
 type DeviceListStrategy string
+
+// Uses reports whether the strategies include s.
+func (c *Config) Uses(s DeviceListStrategy) bool { return slices.Contains(c.DeviceListStrategies, s) }
 
 // Device list strategies. NVIDIA's volume-mounts and cdi-annotations are
 // not supported.

@@ -66,9 +66,10 @@
 // Topology are topology files, not profiles. Every profile is checked at
 // start. A profile holds the machine's shape and behaviour (devices,
 // topology, resourceName, allocationPolicy, sharedDevicesAllocationPolicy,
-// deviceListStrategy, replicas, numaReport, faults, sharing) and is refused
-// if it sets a path or address (state, sockets, directories, metrics) or a
-// setting of the whole process (logging, history, intervals).
+// deviceListStrategy, replicas, numaReport, faults, nvidiaSmi,
+// visibleDevicesEnv, deviceNodes, sharing) and is refused if it sets a path
+// or address (state, sockets, directories, the device node source, metrics)
+// or a setting of the whole process (logging, history, intervals).
 //
 // # Sharing and NVIDIA's fields
 //

@@ -12,6 +12,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/cdi"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/lifecycle"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
@@ -42,6 +43,17 @@ const (
 	DefaultHistoryMaxBytes = 64 << 20
 	// DefaultReplicas is the default of -replicas: GPUs are not shared.
 	DefaultReplicas = 1
+	// ToolsDirName is the tools directory's name next to the state file,
+	// the default of -tools-dir: the host directory the plugin installs its
+	// nvidia-smi into.
+	ToolsDirName = "bin"
+	// StatusDirName is the status directory's name next to the state file:
+	// the GPU status files containers read (plugin/status).
+	StatusDirName = "status"
+	// DefaultDeviceNodeSource is the default of -device-node-source.
+	DefaultDeviceNodeSource = cdi.DefaultNodeSource
+	// DefaultCDISpecDir is the default of -cdi-spec-dir.
+	DefaultCDISpecDir = cdi.DefaultSpecDir
 	// EnvPrefix starts the environment twin of every flag:
 	// -device-plugin-path is VGPU_DEVICE_PLUGIN_PATH.
 	EnvPrefix = "VGPU_"
@@ -105,6 +117,24 @@ type Settings struct {
 	// Replicas is the number of devices advertised per shared GPU; 1 is no
 	// sharing (-replicas, default 1).
 	Replicas int
+	// NvidiaSMI mounts the plugin's nvidia-smi into containers
+	// (-nvidia-smi, default true).
+	NvidiaSMI bool
+	// VisibleDevicesEnv sets NVIDIA_VISIBLE_DEVICES in containers
+	// (-visible-devices-env, default false).
+	VisibleDevicesEnv bool
+	// DeviceNodes gives containers device nodes for their GPUs
+	// (-device-nodes, default false).
+	DeviceNodes bool
+	// DeviceNodeSource is the host device behind those device nodes
+	// (-device-node-source, default /dev/null).
+	DeviceNodeSource string
+	// ToolsDir is where nvidia-smi is installed; "" is bin next to State
+	// (-tools-dir, default "").
+	ToolsDir string
+	// CDISpecDir is where the CDI spec is written (-cdi-spec-dir, default
+	// /var/run/cdi).
+	CDISpecDir string
 	// State is the bbolt state file (-state, default
 	// /var/lib/virtual-gpu/state.db).
 	State string
@@ -196,8 +226,14 @@ func newFlagSet(s *Settings, b *bootstrap) *flag.FlagSet {
 	fs.StringVar(&s.SharedDevicesAllocationPolicy, "shared-devices-allocation-policy", allocator.SharedPolicyDistributed,
 		"how to place requests for replicas of shared GPUs (`policy`): "+strings.Join(allocator.SharedPolicyNames(), ", "))
 	fs.StringVar(&s.DeviceListStrategy, "device-list-strategy", string(DeviceListEnvVar),
-		"how containers are told their devices (`strategy`): envvar, cdi-cri, or both comma-separated (NVIDIA's names; only envvar is served so far)")
+		"how containers are told their devices (`strategy`): envvar (variables, mounts and device nodes in the Allocate answer), cdi-cri (CDI device names; mounts and device nodes from the CDI spec in -cdi-spec-dir), or both comma-separated (NVIDIA's names)")
 	fs.IntVar(&s.Replicas, "replicas", DefaultReplicas, "share each GPU as this many devices by time-slicing (1–1024; 1: no sharing)")
+	fs.BoolVar(&s.NvidiaSMI, "nvidia-smi", true, "mount the plugin's own nvidia-smi read-only at /usr/bin/nvidia-smi in containers that get GPUs; it shows exactly their GPUs")
+	fs.BoolVar(&s.VisibleDevicesEnv, "visible-devices-env", false, "also set NVIDIA_VISIBLE_DEVICES to the containers' GPU UUIDs (off by default: on a node that runs NVIDIA's container runtime, its hook would act on it)")
+	fs.BoolVar(&s.DeviceNodes, "device-nodes", false, "give containers /dev/nvidia<minor> per GPU, /dev/nvidiactl and /dev/nvidia-uvm, backed by -device-node-source, so existence checks pass")
+	fs.StringVar(&s.DeviceNodeSource, "device-node-source", DefaultDeviceNodeSource, "the host character `device` behind the containers' GPU device nodes (-device-nodes, CDI)")
+	fs.StringVar(&s.ToolsDir, "tools-dir", "", "host `directory` the plugin installs its nvidia-smi into, mounted into containers from there (default: bin next to -state)")
+	fs.StringVar(&s.CDISpecDir, "cdi-spec-dir", DefaultCDISpecDir, "host `directory` the CDI spec is written into with -device-list-strategy=cdi-cri (the container runtime's spec directory)")
 	fs.StringVar(&s.State, "state", DefaultStatePath, "bbolt state `file`: device health and allocation history")
 	fs.BoolVar(&s.StateMoveAside, "state-move-aside", false, "if the state file is damaged, rename it to <file>.corrupt-<time> and start fresh")
 	fs.IntVar(&s.HistoryMaxRecords, "history-max-records", DefaultHistoryMaxRecords, "keep at most this many allocation records (and as many health events)")

@@ -53,9 +53,15 @@ type flagsSpec struct {
 	Replicas                      *int        `yaml:"replicas" flag:"replicas" profile:"allow" min:"1" max:"1024"`
 	NUMAReport                    *string     `yaml:"numaReport" flag:"numa-report" profile:"allow"`
 	Faults                        *string     `yaml:"faults" flag:"faults" profile:"allow"`
+	NvidiaSMI                     *bool       `yaml:"nvidiaSmi" flag:"nvidia-smi" profile:"allow"`
+	VisibleDevicesEnv             *bool       `yaml:"visibleDevicesEnv" flag:"visible-devices-env" profile:"allow"`
+	DeviceNodes                   *bool       `yaml:"deviceNodes" flag:"device-nodes" profile:"allow"`
 	SysfsRoot                     *string     `yaml:"sysfsRoot" flag:"sysfs-root" profile:"path"`
 	DevicePluginPath              *string     `yaml:"devicePluginPath" flag:"device-plugin-path" profile:"path"`
 	SocketName                    *string     `yaml:"socketName" flag:"socket-name" profile:"path"`
+	DeviceNodeSource              *string     `yaml:"deviceNodeSource" flag:"device-node-source" profile:"path"`
+	ToolsDir                      *string     `yaml:"toolsDir" flag:"tools-dir" profile:"path"`
+	CDISpecDir                    *string     `yaml:"cdiSpecDir" flag:"cdi-spec-dir" profile:"path"`
 	State                         *string     `yaml:"state" flag:"state" profile:"path"`
 	AdminSocket                   *string     `yaml:"adminSocket" flag:"admin-socket" profile:"path"`
 	PodResourcesSocket            *string     `yaml:"podResourcesSocket" flag:"pod-resources-socket" profile:"path"`
@@ -74,7 +80,7 @@ type flagsSpec struct {
 	FailOnInitError         *bool          `yaml:"failOnInitError" nvidia:"a configuration or start-up error always ends the plugin (exit 2 or 1), as failOnInitError true"`
 	MpsRoot                 *string        `yaml:"mpsRoot" nvidia:"MPS is not supported"`
 	NvidiaDriverRoot        *string        `yaml:"nvidiaDriverRoot" nvidia:"there is no driver: the GPUs are virtual"`
-	NvidiaDevRoot           *string        `yaml:"nvidiaDevRoot" nvidia:"there are no device nodes: the GPUs are virtual"`
+	NvidiaDevRoot           *string        `yaml:"nvidiaDevRoot" nvidia:"there is no driver: containers' device nodes (-device-nodes) are backed by -device-node-source"`
 	GDRCopyEnabled          *bool          `yaml:"gdrcopyEnabled" nvidia:"there are no device nodes to pass: the GPUs are virtual"`
 	GDSEnabled              *bool          `yaml:"gdsEnabled" nvidia:"there are no device nodes to pass: the GPUs are virtual"`
 	MOFEDEnabled            *bool          `yaml:"mofedEnabled" nvidia:"there are no device nodes to pass: the GPUs are virtual"`
@@ -86,7 +92,7 @@ type flagsSpec struct {
 
 // nvPluginFlags is NVIDIA's flags.plugin section.
 type nvPluginFlags struct {
-	PassDeviceSpecs               *bool       `yaml:"passDeviceSpecs" nvidia:"there are no device nodes to pass: the GPUs are virtual"`
+	PassDeviceSpecs               *bool       `yaml:"passDeviceSpecs" nvidia:"device nodes in the Allocate answer are -device-nodes here"`
 	DeviceListStrategy            *stringList `yaml:"deviceListStrategy" flag:"device-list-strategy" profile:"allow"`
 	DeviceIDStrategy              *string     `yaml:"deviceIDStrategy" nvidia:"device ids are fake-<index> (fake-<index>::<replica> when shared)"`
 	CDIAnnotationPrefix           *string     `yaml:"cdiAnnotationPrefix" nvidia:"the cdi-annotations strategy is not supported"`

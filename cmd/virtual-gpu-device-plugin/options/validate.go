@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/cdi"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/faults"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
@@ -155,6 +156,9 @@ func (s Settings) Validate() (*Config, error) {
 		return nil, s.bad("state", s.State, "%w", err)
 	}
 	c.StateMoveAside = s.StateMoveAside
+	if err := s.validateContainerView(c); err != nil {
+		return nil, err
+	}
 	if s.HistoryMaxRecords < 1 {
 		return nil, s.bad("history-max-records", s.HistoryMaxRecords, "must be at least 1 (the history is always bounded)")
 	}
@@ -210,6 +214,10 @@ func (s Settings) Validate() (*Config, error) {
 	ids := make([]string, c.Machine.Len())
 	for i := range ids {
 		ids[i] = c.Machine.ID(i)
+	}
+	if c.Uses(DeviceListCDICRI) && c.Machine.Len() > cdi.MaxMinor+1 {
+		return nil, s.bad("device-list-strategy", s.DeviceListStrategy, "cdi-cri gives each GPU its device node /dev/nvidia<minor>, minors 0–%d: at most %d GPUs, the machine has %d",
+			cdi.MaxMinor, cdi.MaxMinor+1, c.Machine.Len())
 	}
 	if err := faults.Check(c.Faults, ids); err != nil {
 		prefix, what := s.origins["faults"].where("faults")
@@ -298,6 +306,48 @@ func (s *Settings) sharing(c *Config, policy allocator.SharedPolicy) (Sharing, e
 		slices.Sort(sh.GPUs)
 	}
 	return sh, nil
+}
+
+// validateContainerView checks the settings of what a container sees:
+// the tools, status and CDI directories and the device node source. It
+// needs c's StatePath and DeviceListStrategies.
+func (s *Settings) validateContainerView(c *Config) error {
+	c.NvidiaSMI, c.VisibleDevicesEnv, c.DeviceNodes = s.NvidiaSMI, s.VisibleDevicesEnv, s.DeviceNodes
+	dir := filepath.Dir(c.StatePath)
+	c.StatusDir = filepath.Join(dir, StatusDirName)
+	c.ToolsDir = filepath.Join(dir, ToolsDirName)
+	if s.ToolsDir != "" {
+		if !filepath.IsAbs(s.ToolsDir) {
+			return s.bad("tools-dir", s.ToolsDir, "must be an absolute path")
+		}
+		c.ToolsDir = filepath.Clean(s.ToolsDir)
+	}
+	if err := checkKind(c.ToolsDir, os.ModeDir); err != nil {
+		return s.bad("tools-dir", s.ToolsDir, "%w", err)
+	}
+	if !filepath.IsAbs(s.CDISpecDir) {
+		return s.bad("cdi-spec-dir", s.CDISpecDir, "must be an absolute path")
+	}
+	c.CDISpecDir = filepath.Clean(s.CDISpecDir)
+	if err := checkKind(c.CDISpecDir, os.ModeDir); err != nil {
+		return s.bad("cdi-spec-dir", s.CDISpecDir, "%w", err)
+	}
+	if !filepath.IsAbs(s.DeviceNodeSource) {
+		return s.bad("device-node-source", s.DeviceNodeSource, "must be an absolute path")
+	}
+	c.DeviceNodeSource = filepath.Clean(s.DeviceNodeSource)
+	if c.DeviceNodes || c.Uses(DeviceListCDICRI) {
+		// Lstat, as the runtime does: it reads the node's type and numbers
+		// from the host node itself.
+		fi, err := os.Lstat(c.DeviceNodeSource)
+		switch {
+		case err != nil:
+			return s.bad("device-node-source", s.DeviceNodeSource, "device nodes (-device-nodes or the cdi-cri strategy) need it: %w", err)
+		case fi.Mode()&os.ModeDevice == 0:
+			return s.bad("device-node-source", s.DeviceNodeSource, "is not a character or block device (-device-nodes and the cdi-cri strategy need one)")
+		}
+	}
+	return nil
 }
 
 // sharedSuffix is what renameByDefault appends to the resource name, as

@@ -120,6 +120,9 @@ log-level: logLevel
 - replicas
 - numa-report
 - faults
+- nvidia-smi
+- visible-devices-env
+- device-nodes
 {{- end }}
 
 {{/* Checks of the values that the schema cannot express; each fails with what to change. */}}

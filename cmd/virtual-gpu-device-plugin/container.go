@@ -1,0 +1,588 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/rs/zerolog"
+
+	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/cdi"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/status"
+	"github.com/unicore/virtual-gpu-device-plugin/store"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
+)
+
+// The container view: what a container that gets virtual GPUs sees besides
+// the topology variables. Two parts:
+//
+//   - containerView, a value of each device set (one configuration): the
+//     catalog's Respond, which turns a stored allocation into the rest of
+//     the container's answer (VIRTUAL_GPU_UUIDS, NVIDIA_VISIBLE_DEVICES,
+//     the nvidia-smi and status mounts, device nodes, CDI device names);
+//   - viewFiles, one per process (liveParts.view): the files those answers
+//     name on the host — the nvidia-smi binary in -tools-dir, the status
+//     files in status/ next to the state file, the CDI spec in
+//     -cdi-spec-dir — written at start, around every live change and on
+//     every health change. None of them is ever removed: the kubelet
+//     replays cached answers on container restarts, across plugin
+//     restarts too.
+
+// Container paths and variables of the view.
+const (
+	// nvidiaSMIContainerPath is where a container finds nvidia-smi.
+	nvidiaSMIContainerPath = "/usr/bin/nvidia-smi"
+	// nvidiaSMIName is the binary's name in -tools-dir: the multi-call
+	// binary runs as nvidia-smi under that name (main).
+	nvidiaSMIName = "nvidia-smi"
+	// envVisibleDevices is NVIDIA's variable naming a container's GPUs
+	// (-visible-devices-env); NVIDIA's plugin sets no CUDA_VISIBLE_DEVICES,
+	// and neither does this one.
+	envVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
+	// selfExecutable is the running binary, the default source of the
+	// installed nvidia-smi: readable even after the file was replaced or
+	// deleted (an upgrade in place).
+	selfExecutable = "/proc/self/exe"
+	// toolTmpPrefix starts the names of the installer's temporary files.
+	toolTmpPrefix = "." + nvidiaSMIName + ".tmp-"
+)
+
+// containerView is how one configuration answers for a container. It is an
+// immutable, comparable value (deviceSet.equal compares it).
+type containerView struct {
+	nvidiaSMI   bool   // mount nvidia-smi
+	visibleEnv  bool   // set NVIDIA_VISIBLE_DEVICES
+	deviceNodes bool   // device nodes in the answer (envvar)
+	envvar      bool   // the envvar strategy: mounts and device nodes in the answer
+	cdi         bool   // the cdi-cri strategy: CDI device names in the answer
+	nodeSource  string // host device node behind every device node
+	smiHost     string // <tools-dir>/nvidia-smi on the host
+	statusDir   string // the status directory on the host
+}
+
+// newContainerView returns the view of cfg.
+func newContainerView(cfg *options.Config) containerView {
+	return containerView{
+		nvidiaSMI:   cfg.NvidiaSMI,
+		visibleEnv:  cfg.VisibleDevicesEnv,
+		deviceNodes: cfg.DeviceNodes,
+		envvar:      cfg.Uses(options.DeviceListEnvVar),
+		cdi:         cfg.Uses(options.DeviceListCDICRI),
+		nodeSource:  cfg.DeviceNodeSource,
+		smiHost:     filepath.Join(cfg.ToolsDir, nvidiaSMIName),
+		statusDir:   cfg.StatusDir,
+	}
+}
+
+// catalog returns the Server's catalog for the stored devices: build's,
+// with the container view's Respond over the stored GPU UUIDs.
+func (s *deviceSet) catalog(stored []store.Device) (plugin.Catalog, error) {
+	cat, err := s.build(stored)
+	if err != nil {
+		return cat, err
+	}
+	cat.Respond = s.view.respond(s.cfg.Machine, gpuUUIDs(stored), s.gpuOf)
+	return cat, nil
+}
+
+// physicalGPUs returns the GPU indices of an allocation's devices, each
+// once, ascending: the GPUs whose UUIDs, device nodes and CDI devices the
+// container gets. gpuOf maps a device to its GPU (deviceSet.gpuOf: a
+// replica to the GPU it shares).
+func physicalGPUs(devs []plugin.Device, gpuOf func(plugin.Device) int) []int {
+	gpus := make([]int, 0, len(devs))
+	for _, d := range devs {
+		gpus = append(gpus, gpuOf(d))
+	}
+	slices.Sort(gpus)
+	return slices.Compact(gpus)
+}
+
+// respond returns the catalog's Respond for machine m whose GPUs have the
+// given UUIDs (by GPU index; stored once and never changed, so the answer
+// is a function of the record's devices). It adds:
+//
+//   - VIRTUAL_GPU_UUIDS, the GPUs' UUIDs in the order of VIRTUAL_GPU_IDS
+//     (one per GPU), and with -visible-devices-env NVIDIA_VISIBLE_DEVICES,
+//     the same list; neither when a GPU has no UUID (no node identity);
+//   - with the envvar strategy: nvidia-smi read-only at /usr/bin/nvidia-smi
+//     (-nvidia-smi), the status directory read-only at /run/virtual-gpu,
+//     and with -device-nodes /dev/nvidia<minor> per GPU, /dev/nvidiactl and
+//     /dev/nvidia-uvm, all backed by the device node source;
+//   - with the cdi-cri strategy: the GPUs' CDI device names (the spec
+//     viewFiles writes carries the mounts and device nodes).
+func (v containerView) respond(m *topology.Machine, uuids map[int]string, gpuOf func(plugin.Device) int) plugin.RespondFunc {
+	return func(_ plugin.Record, devs []plugin.Device) (plugin.ContainerSpec, error) {
+		gpus := physicalGPUs(devs, gpuOf)
+		var spec plugin.ContainerSpec
+		if list, ok := joinUUIDs(gpus, uuids); ok {
+			spec.Envs = map[string]string{status.EnvUUIDs: list}
+			if v.visibleEnv {
+				spec.Envs[envVisibleDevices] = list
+			}
+		}
+		if v.envvar {
+			if v.nvidiaSMI {
+				spec.Mounts = append(spec.Mounts, plugin.Mount{ContainerPath: nvidiaSMIContainerPath, HostPath: v.smiHost, ReadOnly: true})
+			}
+			spec.Mounts = append(spec.Mounts, plugin.Mount{ContainerPath: status.DefaultDir, HostPath: v.statusDir, ReadOnly: true})
+			if v.deviceNodes {
+				spec.DeviceNodes = make([]plugin.DeviceNode, 0, len(gpus)+2)
+				for _, i := range gpus {
+					spec.DeviceNodes = append(spec.DeviceNodes, plugin.DeviceNode{ContainerPath: devicePath(minorOf(m, i)), HostPath: v.nodeSource})
+				}
+				for _, p := range []string{cdi.ControlDevicePath, cdi.UVMDevicePath} {
+					spec.DeviceNodes = append(spec.DeviceNodes, plugin.DeviceNode{ContainerPath: p, HostPath: v.nodeSource})
+				}
+			}
+		}
+		if v.cdi {
+			ids := make([]string, len(gpus))
+			for k, i := range gpus {
+				ids[k] = gpuID(i)
+			}
+			names, err := cdi.QualifiedNames(ids)
+			if err != nil {
+				return spec, err
+			}
+			spec.CDIDevices = names
+		}
+		return spec, nil
+	}
+}
+
+// joinUUIDs joins the UUIDs of gpus with commas; false if one has none.
+func joinUUIDs(gpus []int, uuids map[int]string) (string, bool) {
+	var b strings.Builder
+	for k, i := range gpus {
+		u := uuids[i]
+		if u == "" {
+			return "", false
+		}
+		if k > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(u)
+	}
+	return b.String(), len(gpus) > 0
+}
+
+// gpuID is the device id of whole GPU i, "fake-<i>": also its CDI device
+// name and the id in its status file.
+func gpuID(i int) string { return topology.IDPrefix + strconv.Itoa(i) }
+
+// gpuOfID returns the GPU index of a device id: fake-<i>, or a replica
+// fake-<i>::<j> of it.
+func gpuOfID(id string) (int, bool) {
+	if topology.IsReplicaID(id) {
+		i, _, err := topology.ParseReplicaID(id)
+		return i, err == nil
+	}
+	s, ok := strings.CutPrefix(id, topology.IDPrefix)
+	if !ok || s == "" || len(s) > 1 && s[0] == '0' || strings.Trim(s, "0123456789") != "" {
+		return 0, false
+	}
+	i, err := strconv.Atoi(s)
+	return i, err == nil
+}
+
+// gpuUUIDs returns the stored UUID of each whole GPU, by index; GPUs
+// without one are left out.
+func gpuUUIDs(stored []store.Device) map[int]string {
+	out := make(map[int]string, len(stored))
+	for _, d := range stored {
+		if i, ok := gpuOfID(d.ID); ok && d.UUID != "" && !topology.IsReplicaID(d.ID) {
+			out[i] = d.UUID
+		}
+	}
+	return out
+}
+
+// minorOf is the minor number of GPU i: the machine's, or, for a GPU the
+// machine no longer has (held since an earlier configuration), its index,
+// as topology numbers them.
+func minorOf(m *topology.Machine, i int) int {
+	if i < m.Len() {
+		return m.MinorNumber(i)
+	}
+	return i
+}
+
+// devicePath is the device node of the GPU with the given minor number.
+func devicePath(minor int) string { return "/dev/nvidia" + strconv.Itoa(minor) }
+
+// viewFiles keeps the host files containers use: it installs nvidia-smi,
+// publishes the GPU status files and writes the CDI spec. One serves the
+// whole process; it is safe for concurrent use. It never removes a file a
+// container may still use, not at shutdown either.
+type viewFiles struct {
+	st       *store.Store
+	log      zerolog.Logger
+	exe      string // the binary installed as nvidia-smi
+	toolsDir string
+	cdiDir   string
+	identity string // the node identity serials are derived from
+	now      func() time.Time
+	status   *status.Writer
+
+	mu        sync.Mutex
+	installed bool                   // nvidia-smi is current in toolsDir
+	gpus      map[string]*status.GPU // GPU id -> its status as last written
+	cdi       *cdi.Writer            // nil until a configuration uses cdi-cri
+}
+
+// newViewFiles returns the view's files for the process's configuration
+// cfg (its paths), reading active allocations from st. exe is the binary to
+// install as nvidia-smi ("" means the running one); identity the node's
+// identity (nodeIdentity). It creates the status directory.
+func newViewFiles(cfg *options.Config, st *store.Store, exe, identity string, log zerolog.Logger) (*viewFiles, error) {
+	if exe == "" {
+		exe = selfExecutable
+	}
+	w, err := status.NewWriter(cfg.StatusDir)
+	if err != nil {
+		return nil, err
+	}
+	return &viewFiles{st: st, log: log, exe: exe, toolsDir: cfg.ToolsDir, cdiDir: cfg.CDISpecDir, identity: identity, now: time.Now,
+		status: w, gpus: map[string]*status.GPU{}}, nil
+}
+
+// prepare makes the files set's answers name exist before set serves:
+// nvidia-smi installed (once per process) and, with the cdi-cri strategy,
+// a CDI spec that holds the GPUs of set, of prev (the set serving until
+// now; nil at start) and of every active allocation. An error leaves prev
+// serving.
+func (f *viewFiles) prepare(set, prev *deviceSet) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if set.view.nvidiaSMI && !f.installed {
+		changed, err := installTool(f.exe, f.toolsDir, nvidiaSMIName)
+		if err != nil {
+			return err
+		}
+		f.installed = true
+		f.log.Info().Str("path", filepath.Join(f.toolsDir, nvidiaSMIName)).Bool("replaced", changed).Msg("nvidia-smi installed for containers")
+	}
+	if !set.view.cdi {
+		return nil
+	}
+	held, err := f.heldGPUs()
+	if err != nil {
+		return err
+	}
+	gpus := append(machineGPUs(set.cfg.Machine), held...)
+	if prev != nil {
+		gpus = append(gpus, machineGPUs(prev.cfg.Machine)...)
+	}
+	return f.writeCDI(set, gpus)
+}
+
+// publish brings the files up to date with set, once it serves: the status
+// files of set's GPUs (with their stored UUIDs and health) and of GPUs an
+// active allocation still holds (their last files, kept), and the CDI spec
+// of the same GPUs. Errors are joined; what could be written is.
+func (f *viewFiles) publish(set *deviceSet) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	stored, err := f.st.Devices() // read under mu: a health change waits, or was stored before
+	if err != nil {
+		return err
+	}
+	held, err := f.heldGPUs()
+	if err != nil {
+		return err
+	}
+	m := set.cfg.Machine
+	byGPU := map[int]store.Device{}
+	for _, d := range stored {
+		if i, ok := gpuOfID(d.ID); ok && !topology.IsReplicaID(d.ID) {
+			byGPU[i] = d
+		}
+	}
+	now := f.now()
+	var errs []error
+	gpus := map[string]*status.GPU{}
+	list := make([]*status.GPU, 0, m.Len())
+	for i := range m.Len() {
+		d, ok := byGPU[i]
+		if !ok || d.UUID == "" {
+			continue // no UUID (no node identity): no file; nvidia-smi shows N/A
+		}
+		g, err := status.NewGPU(m, i, f.identity, now)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		g.UUID = d.UUID
+		g.Health = statusHealth(d.Healthy, d.Reason, d.Since, now)
+		gpus[g.ID] = g
+		list = append(list, g)
+	}
+	fsys := os.DirFS(f.status.Dir())
+	for _, i := range held {
+		d, ok := byGPU[i]
+		if i < m.Len() || !ok || d.UUID == "" {
+			continue
+		}
+		// A GPU the machine no longer has: its last file stays as it was.
+		if g, err := status.Read(fsys, d.UUID); err == nil {
+			list = append(list, g)
+		}
+	}
+	if err := f.status.Sync(list); err != nil {
+		errs = append(errs, err)
+	}
+	f.gpus = gpus
+	if set.view.cdi {
+		if err := f.writeCDI(set, append(machineGPUs(m), held...)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// health writes the status file of the GPU of device id with its new
+// health; a device without a status file is skipped.
+func (f *viewFiles) health(id string, healthy bool, reason string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	i, ok := gpuOfID(id)
+	if !ok {
+		return nil
+	}
+	g := f.gpus[gpuID(i)]
+	if g == nil {
+		return nil
+	}
+	now := f.now()
+	next := *g
+	next.Health = statusHealth(healthy, reason, now, now)
+	next.Telemetry.Updated = now
+	if err := f.status.Write(&next); err != nil {
+		return err
+	}
+	f.gpus[next.ID] = &next
+	return nil
+}
+
+// statusHealth is a status file's health: the reason only when unhealthy,
+// made one line of at most 1024 bytes as the format requires.
+func statusHealth(healthy bool, reason string, since, now time.Time) status.Health {
+	if since.IsZero() {
+		since = now
+	}
+	h := status.Health{Healthy: healthy, Since: since.UTC()}
+	if !healthy {
+		reason = strings.Map(func(r rune) rune {
+			if r < 0x20 || r == 0x7f {
+				return ' '
+			}
+			return r
+		}, reason)
+		for len(reason) > 1024 { // cut at a rune boundary
+			_, n := utf8.DecodeLastRuneInString(reason)
+			reason = reason[:len(reason)-n]
+		}
+		h.Reason = reason
+	}
+	return h
+}
+
+// heldGPUs returns the GPU indices of active allocations (allocated or held),
+// ascending. The caller holds mu.
+func (f *viewFiles) heldGPUs() ([]int, error) {
+	active, err := f.st.Allocations(store.AllocationFilter{Active: true})
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, a := range active {
+		for _, id := range a.DeviceIDs {
+			if i, ok := gpuOfID(id); ok {
+				out = append(out, i)
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// machineGPUs returns the GPU indices of m.
+func machineGPUs(m *topology.Machine) []int {
+	out := make([]int, m.Len())
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// writeCDI writes the CDI spec of gpus (any order, repeats allowed) for
+// set's view: one device per GPU with its device node, the shared nodes,
+// and the nvidia-smi (with -nvidia-smi) and status mounts. GPUs whose minor
+// number a CDI spec cannot hold are left out (they came from a
+// configuration without CDI). The caller holds mu.
+func (f *viewFiles) writeCDI(set *deviceSet, gpus []int) error {
+	if f.cdi == nil {
+		w, err := cdi.NewWriter(f.cdiDir)
+		if err != nil {
+			return err
+		}
+		if err := w.RemoveTemporaryFiles(); err != nil {
+			f.log.Warn().Err(err).Str("dir", f.cdiDir).Msg("temporary CDI spec files left by an earlier run not removed")
+		}
+		f.cdi = w
+	}
+	v, m := set.view, set.cfg.Machine
+	slices.Sort(gpus)
+	gpus = slices.Compact(gpus)
+	cfg := cdi.Config{SharedNodes: cdi.DefaultSharedNodes(v.nodeSource)}
+	for _, i := range gpus {
+		if minor := minorOf(m, i); minor <= cdi.MaxMinor {
+			cfg.GPUs = append(cfg.GPUs, cdi.GPU{ID: gpuID(i), Minor: minor, HostNode: v.nodeSource})
+		}
+	}
+	if v.nvidiaSMI {
+		cfg.Mounts = append(cfg.Mounts, cdi.Mount{HostPath: v.smiHost, ContainerPath: nvidiaSMIContainerPath})
+	}
+	cfg.Mounts = append(cfg.Mounts, cdi.Mount{HostPath: v.statusDir, ContainerPath: status.DefaultDir})
+	return f.cdi.Write(cfg)
+}
+
+// installTool installs the file src as dir/name for containers: mode 0755,
+// replaced atomically (a temporary file in dir, written, flushed, renamed
+// over the old one, the directory flushed) and only when its content
+// differs, so a running container's bind mount keeps the file it has and a
+// new one gets the new file. It creates dir (0755) if needed, removes
+// temporary files an interrupted install left, and reports whether it
+// wrote the file.
+func installTool(src, dir, name string) (changed bool, err error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return false, fmt.Errorf("install %s: create %q: %w", name, dir, err)
+	}
+	if leftovers, _ := filepath.Glob(filepath.Join(dir, toolTmpPrefix+"*")); len(leftovers) > 0 {
+		for _, p := range leftovers {
+			_ = os.Remove(p) // best effort: a leftover only costs space
+		}
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return false, fmt.Errorf("install %s: open %q: %w", name, src, err)
+	}
+	defer in.Close()
+	dst := filepath.Join(dir, name)
+	same, err := sameContent(in, dst)
+	if err != nil {
+		return false, fmt.Errorf("install %s: compare with %q: %w", name, dst, err)
+	}
+	if same {
+		if fi, err := os.Stat(dst); err == nil && fi.Mode().Perm() != 0o755 {
+			if err := os.Chmod(dst, 0o755); err != nil {
+				return false, fmt.Errorf("install %s: %w", name, err)
+			}
+		}
+		return false, nil
+	}
+	if _, err := in.Seek(0, io.SeekStart); err != nil {
+		return false, fmt.Errorf("install %s: read %q: %w", name, src, err)
+	}
+	tmp, err := os.CreateTemp(dir, toolTmpPrefix+"*")
+	if err != nil {
+		return false, fmt.Errorf("install %s: %w", name, err)
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if _, err := io.Copy(tmp, in); err != nil {
+		return false, fmt.Errorf("install %s: copy %q: %w", name, src, err)
+	}
+	if err := tmp.Chmod(0o755); err != nil {
+		return false, fmt.Errorf("install %s: %w", name, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return false, fmt.Errorf("install %s: flush: %w", name, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return false, fmt.Errorf("install %s: %w", name, err)
+	}
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		return false, fmt.Errorf("install %s: %w", name, err)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return true, fmt.Errorf("install %s: %w", name, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return true, fmt.Errorf("install %s: flush %q: %w", name, dir, err)
+	}
+	return true, nil
+}
+
+// sameContent reports whether the file at path holds exactly what r reads
+// from its start; a missing file is not the same.
+func sameContent(r io.Reader, path string) (bool, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	const chunk = 1 << 20
+	a, b := make([]byte, chunk), make([]byte, chunk)
+	for {
+		na, errA := io.ReadFull(r, a)
+		nb, errB := io.ReadFull(f, b)
+		if !bytes.Equal(a[:na], b[:nb]) {
+			return false, nil
+		}
+		doneA := errors.Is(errA, io.EOF) || errors.Is(errA, io.ErrUnexpectedEOF)
+		doneB := errors.Is(errB, io.EOF) || errors.Is(errB, io.ErrUnexpectedEOF)
+		switch {
+		case errA != nil && !doneA:
+			return false, errA
+		case errB != nil && !doneB:
+			return false, errB
+		case doneA || doneB:
+			return doneA && doneB, nil
+		}
+	}
+}
+
+// viewHealth stores a health change (next) and then writes the GPU's
+// status file, so nvidia-smi in running containers shows it. A status file
+// that cannot be written is logged: the change is stored and served all
+// the same.
+type viewHealth struct {
+	next  plugin.HealthRecorder
+	files *viewFiles
+	log   zerolog.Logger
+}
+
+var _ plugin.HealthRecorder = viewHealth{}
+
+func (h viewHealth) RecordHealth(id string, healthy bool, reason, cause string) error {
+	if err := h.next.RecordHealth(id, healthy, reason, cause); err != nil {
+		return err
+	}
+	if err := h.files.health(id, healthy, reason); err != nil {
+		h.log.Warn().Err(err).Str("device", id).Msg("status file not updated: nvidia-smi in containers shows the previous health")
+	}
+	return nil
+}

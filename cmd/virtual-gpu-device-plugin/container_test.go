@@ -1,0 +1,565 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	cdilib "tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/cdi"
+	nodeapi "github.com/unicore/virtual-gpu-device-plugin/plugin/node"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/status"
+	"github.com/unicore/virtual-gpu-device-plugin/store"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
+)
+
+// viewSet returns the device set of the flags args (with the state file in
+// a temp dir) for node identity "node-a", and its stored devices as a
+// fresh state file would hold them.
+func viewSet(t *testing.T, args ...string) (*deviceSet, []store.Device) {
+	t.Helper()
+	o, err := options.Parse(append([]string{"-state=" + filepath.Join(t.TempDir(), "state.db"), "-numa-report=never"}, args...), func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, err := o.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return viewSetOf(t, cfg)
+}
+
+func viewSetOf(t *testing.T, cfg *options.Config) (*deviceSet, []store.Device) {
+	t.Helper()
+	set, err := newDeviceSet(cfg, "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := make([]store.Device, len(set.specs))
+	for i, sp := range set.specs {
+		stored[i] = store.Device{ID: sp.ID, Index: sp.Index, NUMA: sp.NUMA, Healthy: true, UUID: sp.UUID, GPU: sp.GPU, Replica: sp.Replica}
+	}
+	return set, stored
+}
+
+// respondFor builds the catalog of set and answers rec for ids with it.
+func respondFor(t *testing.T, set *deviceSet, stored []store.Device, ids ...string) plugin.ContainerSpec {
+	t.Helper()
+	cat, err := set.catalog(stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var devs []plugin.Device
+	for _, d := range cat.Devices {
+		if slices.Contains(ids, d.ID) {
+			devs = append(devs, d)
+		}
+	}
+	spec, err := cat.Respond(plugin.Record{Seq: 7, IDs: ids}, devs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec
+}
+
+// Replicas of shared GPUs: the container sees the physical GPUs, once each,
+// whatever replicas it got.
+func TestContainerView_Replicas(t *testing.T) {
+	set, stored := viewSet(t, "-devices=4", "-replicas=4", "-device-nodes", "-device-list-strategy=envvar,cdi-cri")
+	spec := respondFor(t, set, stored, "fake-1::0", "fake-1::3", "fake-3::2")
+	uuids := strings.Split(spec.Envs[status.EnvUUIDs], ",")
+	want := []string{status.DeriveUUID("node-a", "fake-1"), status.DeriveUUID("node-a", "fake-3")}
+	if !slices.Equal(uuids, want) {
+		t.Errorf("%s = %v, want the UUIDs of fake-1 and fake-3 once each: %v", status.EnvUUIDs, uuids, want)
+	}
+	var nodes []string
+	for _, n := range spec.DeviceNodes {
+		nodes = append(nodes, n.ContainerPath)
+	}
+	if !slices.Equal(nodes, []string{"/dev/nvidia1", "/dev/nvidia3", "/dev/nvidiactl", "/dev/nvidia-uvm"}) {
+		t.Errorf("device nodes = %v", nodes)
+	}
+	if !slices.Equal(spec.CDIDevices, []string{"unicore.mcyou.cc/gpu=fake-1", "unicore.mcyou.cc/gpu=fake-3"}) {
+		t.Errorf("CDI devices = %v", spec.CDIDevices)
+	}
+}
+
+func TestContainerView_Respond(t *testing.T) {
+	uuid := func(id string) string { return status.DeriveUUID("node-a", id) }
+	uuids := uuid("fake-2") + "," + uuid("fake-5")
+	smi := func(set *deviceSet) plugin.Mount {
+		return plugin.Mount{ContainerPath: "/usr/bin/nvidia-smi", HostPath: filepath.Join(set.cfg.ToolsDir, "nvidia-smi"), ReadOnly: true}
+	}
+	statusMount := func(set *deviceSet) plugin.Mount {
+		return plugin.Mount{ContainerPath: "/run/virtual-gpu", HostPath: set.cfg.StatusDir, ReadOnly: true}
+	}
+	nodes := func(source string) []plugin.DeviceNode {
+		var out []plugin.DeviceNode
+		for _, p := range []string{"/dev/nvidia2", "/dev/nvidia5", "/dev/nvidiactl", "/dev/nvidia-uvm"} {
+			out = append(out, plugin.DeviceNode{ContainerPath: p, HostPath: source})
+		}
+		return out
+	}
+	tests := []struct {
+		name string
+		args []string
+		want func(set *deviceSet) plugin.ContainerSpec
+	}{
+		{"defaults: UUIDs, nvidia-smi and status", nil, func(set *deviceSet) plugin.ContainerSpec {
+			return plugin.ContainerSpec{Envs: map[string]string{"VIRTUAL_GPU_UUIDS": uuids}, Mounts: []plugin.Mount{smi(set), statusMount(set)}}
+		}},
+		{"no nvidia-smi", []string{"-nvidia-smi=false"}, func(set *deviceSet) plugin.ContainerSpec {
+			return plugin.ContainerSpec{Envs: map[string]string{"VIRTUAL_GPU_UUIDS": uuids}, Mounts: []plugin.Mount{statusMount(set)}}
+		}},
+		{"visible devices", []string{"-visible-devices-env"}, func(set *deviceSet) plugin.ContainerSpec {
+			return plugin.ContainerSpec{Envs: map[string]string{"VIRTUAL_GPU_UUIDS": uuids, "NVIDIA_VISIBLE_DEVICES": uuids}, Mounts: []plugin.Mount{smi(set), statusMount(set)}}
+		}},
+		{"device nodes", []string{"-device-nodes", "-device-node-source=/dev/zero"}, func(set *deviceSet) plugin.ContainerSpec {
+			return plugin.ContainerSpec{Envs: map[string]string{"VIRTUAL_GPU_UUIDS": uuids}, Mounts: []plugin.Mount{smi(set), statusMount(set)}, DeviceNodes: nodes("/dev/zero")}
+		}},
+		{"cdi only: names, the rest from the spec", []string{"-device-list-strategy=cdi-cri", "-device-nodes"}, func(*deviceSet) plugin.ContainerSpec {
+			return plugin.ContainerSpec{Envs: map[string]string{"VIRTUAL_GPU_UUIDS": uuids}, CDIDevices: []string{"unicore.mcyou.cc/gpu=fake-2", "unicore.mcyou.cc/gpu=fake-5"}}
+		}},
+		{"both strategies", []string{"-device-list-strategy=cdi-cri,envvar", "-device-nodes"}, func(set *deviceSet) plugin.ContainerSpec {
+			return plugin.ContainerSpec{Envs: map[string]string{"VIRTUAL_GPU_UUIDS": uuids}, Mounts: []plugin.Mount{smi(set), statusMount(set)},
+				DeviceNodes: nodes("/dev/null"), CDIDevices: []string{"unicore.mcyou.cc/gpu=fake-2", "unicore.mcyou.cc/gpu=fake-5"}}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			set, stored := viewSet(t, append([]string{"-topology=dgx1-volta"}, tt.args...)...)
+			got := respondFor(t, set, stored, "fake-2", "fake-5")
+			if want := tt.want(set); !reflect.DeepEqual(got, want) {
+				t.Errorf("spec =\n%+v\nwant\n%+v", got, want)
+			}
+			// Deterministic: the same record gives the same answer.
+			if again := respondFor(t, set, stored, "fake-2", "fake-5"); !reflect.DeepEqual(again, got) {
+				t.Errorf("second answer differs:\n%+v\n%+v", again, got)
+			}
+		})
+	}
+}
+
+// TestContainerView_StoredUUIDs: the answer carries the stored UUIDs (a
+// renamed node keeps them), and none when a GPU has none (no identity).
+func TestContainerView_StoredUUIDs(t *testing.T) {
+	set, stored := viewSet(t, "-visible-devices-env")
+	stored[1].UUID = status.DeriveUUID("old-name", "fake-1")
+	if got := respondFor(t, set, stored, "fake-1").Envs["VIRTUAL_GPU_UUIDS"]; got != stored[1].UUID {
+		t.Errorf("VIRTUAL_GPU_UUIDS = %q, want the stored %q", got, stored[1].UUID)
+	}
+	stored[0].UUID = ""
+	spec := respondFor(t, set, stored, "fake-0", "fake-1")
+	if _, ok := spec.Envs["VIRTUAL_GPU_UUIDS"]; ok {
+		t.Errorf("envs %v: a GPU without a UUID, want neither UUID variable", spec.Envs)
+	}
+	if _, ok := spec.Envs["NVIDIA_VISIBLE_DEVICES"]; ok {
+		t.Errorf("envs %v: a GPU without a UUID, want neither UUID variable", spec.Envs)
+	}
+	if len(spec.Mounts) != 2 {
+		t.Errorf("mounts %v: want nvidia-smi and status all the same", spec.Mounts)
+	}
+}
+
+func TestGPUOfID(t *testing.T) {
+	tests := []struct {
+		id   string
+		want int
+		ok   bool
+	}{
+		{"fake-0", 0, true}, {"fake-17", 17, true}, {"fake-3::2", 3, true},
+		{"fake-", 0, false}, {"fake-01", 0, false}, {"fake-1a", 0, false}, {"gpu-1", 0, false}, {"fake--1", 0, false}, {"fake-1::", 0, false},
+	}
+	for _, tt := range tests {
+		if got, ok := gpuOfID(tt.id); got != tt.want || ok != tt.ok {
+			t.Errorf("gpuOfID(%q) = %d, %v; want %d, %v", tt.id, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+func TestStatusHealth_ReasonFitsTheFormat(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	long := strings.Repeat("é", 600) // 1200 bytes
+	h := statusHealth(false, "XID 79\nfallen off the bus\t"+long, time.Time{}, now)
+	if strings.ContainsAny(h.Reason, "\n\t") || len(h.Reason) > 1024 || !strings.HasPrefix(h.Reason, "XID 79 fallen off the bus ") || !h.Since.Equal(now) {
+		t.Errorf("health = %+v (%d bytes)", h, len(h.Reason))
+	}
+	if !strings.HasSuffix(h.Reason, "é") {
+		t.Errorf("reason cut inside a rune: %q", h.Reason[len(h.Reason)-4:])
+	}
+	if h := statusHealth(true, "was broken", now, now); h.Reason != "" || !h.Healthy {
+		t.Errorf("healthy = %+v, want no reason", h)
+	}
+}
+
+// TestInstallTool: installed atomically with mode 0755, rewritten only
+// when the content differs; a container holding the old file keeps it.
+func TestInstallTool(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	tools := filepath.Join(dir, "tools")
+	write := func(content string) {
+		t.Helper()
+		if err := os.WriteFile(src, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inode := func(p string) uint64 {
+		t.Helper()
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o755 {
+			t.Errorf("%s mode %v, want 0755", p, fi.Mode().Perm())
+		}
+		return fi.Sys().(*syscall.Stat_t).Ino
+	}
+	dst := filepath.Join(tools, "nvidia-smi")
+	write("version one")
+	if changed, err := installTool(src, tools, "nvidia-smi"); err != nil || !changed {
+		t.Fatalf("first install: changed %v, %v", changed, err)
+	}
+	first := inode(dst)
+	held, err := os.Open(dst) // a running container's bind mount holds the inode
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if changed, err := installTool(src, tools, "nvidia-smi"); err != nil || changed {
+		t.Fatalf("same content: changed %v, %v; want untouched", changed, err)
+	}
+	if inode(dst) != first {
+		t.Error("same content: the file was replaced")
+	}
+	// A crashed install's leftover goes; a shorter and a longer binary are
+	// both seen as different.
+	if err := os.WriteFile(filepath.Join(tools, ".nvidia-smi.tmp-123"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, content := range []string{"version", "version one and more"} {
+		write(content)
+		if changed, err := installTool(src, tools, "nvidia-smi"); err != nil || !changed {
+			t.Fatalf("%q: changed %v, %v", content, changed, err)
+		}
+		if b, _ := os.ReadFile(dst); string(b) != content {
+			t.Errorf("installed %q, want %q", b, content)
+		}
+	}
+	if inode(dst) == first {
+		t.Error("new content written in place: a running container would see a changing binary")
+	}
+	if b, _ := os.ReadFile(held.Name()); string(b) == "version one" {
+		t.Error("path still has the old content")
+	}
+	old := make([]byte, 32)
+	n, _ := held.ReadAt(old, 0)
+	if string(old[:n]) != "version one" {
+		t.Errorf("the held file reads %q, want the old content", old[:n])
+	}
+	if left, _ := filepath.Glob(filepath.Join(tools, ".nvidia-smi.tmp-*")); len(left) > 0 {
+		t.Errorf("temporary files left: %v", left)
+	}
+	if _, err := installTool(filepath.Join(dir, "missing"), tools, "nvidia-smi"); err == nil || !strings.Contains(err.Error(), "missing") {
+		t.Errorf("missing source: %v, want an error naming it", err)
+	}
+}
+
+// runSMI runs an installed nvidia-smi with a container's environment: the
+// answer's variables, and the status directory where the container sees it
+// mounted (here its host path).
+func runSMI(t *testing.T, smi string, env map[string]string, statusDir string, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(smi, args...)
+	cmd.Env = []string{status.EnvStatusDir + "=" + statusDir}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	out, err := cmd.Output()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		return string(out), ee.ExitCode()
+	case err != nil:
+		t.Fatal(err)
+	}
+	return string(out), 0
+}
+
+// TestBinary_ContainerView runs the plugin with every option of the envvar
+// strategy on, allocates two GPUs of dgx1-volta and uses the answer as a
+// container would: the mounted nvidia-smi (the installed copy of the
+// binary) lists exactly those GPUs with the UUIDs dump shows, topo -m shows
+// their NVLink, the CSV query works, device nodes are there; after health
+// set … unhealthy it shows the GPU as lost.
+func TestBinary_ContainerView(t *testing.T) {
+	n := newNode(t)
+	_, reg := n.start(t, "-topology=dgx1-volta", "-numa-report=never", "-node-name=node-a", "-device-nodes", "-visible-devices-env")
+	resp, err := reg.Client.Allocate(context.Background(), &pluginapi.AllocateRequest{
+		ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"fake-4", "fake-0"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ans := resp.ContainerResponses[0]
+	dump := n.dump(t)
+	uuidOf := map[string]string{}
+	for _, d := range dump.Devices {
+		uuidOf[d.ID] = d.UUID
+	}
+	wantUUIDs := uuidOf["fake-0"] + "," + uuidOf["fake-4"]
+	if ans.Envs["VIRTUAL_GPU_UUIDS"] != wantUUIDs || ans.Envs["NVIDIA_VISIBLE_DEVICES"] != wantUUIDs || ans.Envs["VIRTUAL_GPU_IDS"] != "fake-0,fake-4" {
+		t.Errorf("envs %v, want the UUIDs dump shows: %s", ans.Envs, wantUUIDs)
+	}
+	if _, ok := ans.Envs["CUDA_VISIBLE_DEVICES"]; ok {
+		t.Error("CUDA_VISIBLE_DEVICES is set; NVIDIA's plugin sets none")
+	}
+	stateDir := filepath.Dir(n.state)
+	mounts := map[string]*pluginapi.Mount{}
+	for _, m := range ans.Mounts {
+		mounts[m.ContainerPath] = m
+	}
+	smi, statusDir := mounts["/usr/bin/nvidia-smi"], mounts["/run/virtual-gpu"]
+	if smi == nil || !smi.ReadOnly || smi.HostPath != filepath.Join(stateDir, "bin", "nvidia-smi") ||
+		statusDir == nil || !statusDir.ReadOnly || statusDir.HostPath != filepath.Join(stateDir, "status") || len(mounts) != 2 {
+		t.Fatalf("mounts %v", ans.Mounts)
+	}
+	var devs []string
+	for _, d := range ans.Devices {
+		devs = append(devs, d.ContainerPath+"<-"+d.HostPath+":"+d.Permissions)
+	}
+	if want := []string{"/dev/nvidia0<-/dev/null:rw", "/dev/nvidia4<-/dev/null:rw", "/dev/nvidiactl<-/dev/null:rw", "/dev/nvidia-uvm<-/dev/null:rw"}; !slices.Equal(devs, want) {
+		t.Errorf("device nodes %v, want %v", devs, want)
+	}
+	installed, err := os.ReadFile(smi.HostPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.ReadFile(binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(installed, self) {
+		t.Errorf("installed nvidia-smi (%d bytes) is not the plugin binary (%d bytes)", len(installed), len(self))
+	}
+
+	out, code := runSMI(t, smi.HostPath, ans.Envs, statusDir.HostPath, "-L")
+	want := "GPU 0: Tesla V100-SXM2-32GB (UUID: " + uuidOf["fake-0"] + ")\nGPU 1: Tesla V100-SXM2-32GB (UUID: " + uuidOf["fake-4"] + ")\n"
+	if out != want || code != 0 {
+		t.Errorf("nvidia-smi -L: exit %d\n%s\nwant\n%s", code, out, want)
+	}
+	out, code = runSMI(t, smi.HostPath, ans.Envs, statusDir.HostPath, "topo", "-m")
+	m, err := topology.ParseNvidiaSMI("topo", strings.NewReader(out))
+	if err != nil || code != 0 {
+		t.Fatalf("topo -m: exit %d, %v\n%s", code, err, out)
+	}
+	volta, _ := topology.Preset("dgx1-volta")
+	if m.Len() != 2 || m.Link(0, 1).String() != volta.Link(0, 4).String() {
+		t.Errorf("topo -m: %d GPUs, link %v; want 2 and fake-0–fake-4's %v\n%s", m.Len(), m.Link(0, 1), volta.Link(0, 4), out)
+	}
+	out, _ = runSMI(t, smi.HostPath, ans.Envs, statusDir.HostPath, "--query-gpu=index,uuid,pci.bus_id,name", "--format=csv,noheader")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 || !strings.HasPrefix(lines[1], "1, "+uuidOf["fake-4"]+", 00000000:") {
+		t.Errorf("--query-gpu:\n%s", out)
+	}
+
+	if out, errOut, code := cli(t, "health", "set", "fake-4", "unhealthy", "--reason", "XID 79", "-state="+n.state); code != 0 {
+		t.Fatalf("health set: exit %d: %s %s", code, out, errOut)
+	}
+	plugintest.WaitFor(t, 5*time.Second, "nvidia-smi to show fake-4 lost", func() bool {
+		out, code = runSMI(t, smi.HostPath, ans.Envs, statusDir.HostPath, "-L")
+		return code == 255
+	})
+	if !strings.HasPrefix(out, "GPU 0: Tesla V100-SXM2-32GB (UUID: "+uuidOf["fake-0"]+")\nUnable to determine the device handle for GPU0000:") {
+		t.Errorf("after health set unhealthy, nvidia-smi -L:\n%s", out)
+	}
+}
+
+// TestBinary_Allocate1024_EveryOption: with every option on (UUIDs,
+// NVIDIA_VISIBLE_DEVICES, nvidia-smi, device nodes, both strategies) the
+// answer for 1,024 GPUs keeps each variable under 64 KiB and the whole
+// under 256 KiB. The cdi-cri strategy needs minor numbers a real driver
+// has (at most 255 GPUs), so the answer is built here from the device set
+// the binary would build, by the Server, without a spec.
+func TestBinary_Allocate1024_EveryOption(t *testing.T) {
+	o, err := options.Parse([]string{"-devices=1024", "-state=" + filepath.Join(t.TempDir(), "s.db"), "-numa-report=never",
+		"-device-nodes", "-visible-devices-env"}, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, err := o.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DeviceListStrategies = []options.DeviceListStrategy{options.DeviceListEnvVar, options.DeviceListCDICRI}
+	set, stored := viewSetOf(t, cfg)
+	cat, err := set.catalog(stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := plugin.NewServer(plugin.ServerConfig{Catalog: cat})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ids := make([]string, 0, 1024)
+	for _, d := range cat.Devices {
+		ids = append(ids, d.ID)
+	}
+	resp, err := srv.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ans := resp.ContainerResponses[0]
+	for _, k := range slices.Sorted(maps.Keys(ans.Envs)) {
+		v := ans.Envs[k]
+		t.Logf("%s: %d bytes", k, len(v))
+		if len(v) >= 64<<10 {
+			t.Errorf("%s is %d bytes, want < 64 KiB", k, len(v))
+		}
+	}
+	if len(ans.Envs) != 6 || len(ans.Mounts) != 2 || len(ans.Devices) != 1026 || len(ans.CdiDevices) != 1024 {
+		t.Errorf("%d variables, %d mounts, %d device nodes, %d CDI devices; want 6, 2, 1026, 1024", len(ans.Envs), len(ans.Mounts), len(ans.Devices), len(ans.CdiDevices))
+	}
+	size := proto.Size(resp)
+	t.Logf("Allocate answer for 1024 GPUs with every option: %d bytes (mounts+devices %d, CDI names %d)", size,
+		proto.Size(&pluginapi.ContainerAllocateResponse{Mounts: ans.Mounts, Devices: ans.Devices}), proto.Size(&pluginapi.ContainerAllocateResponse{CdiDevices: ans.CdiDevices}))
+	if size >= 256<<10 {
+		t.Errorf("Allocate answer is %d bytes, want < 256 KiB", size)
+	}
+}
+
+// readStatus reads the status file of uuid in dir.
+func readStatus(t *testing.T, dir, uuid string) *status.GPU {
+	t.Helper()
+	g, err := status.Read(os.DirFS(dir), uuid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// TestServe_ContainerView_LiveChange: with cdi-cri, the spec and the status
+// files follow a live change of the machine, and keep a GPU an active
+// allocation holds though the new machine lacks it; a health change reaches
+// the status file.
+func TestServe_ContainerView_LiveChange(t *testing.T) {
+	n := newLiveNode(t)
+	cdiDir := filepath.Join(n.dir, "cdi")
+	api := newFakeAPI(map[string]string{nodeapi.ConfigLabel: "big"})
+	reg := n.start(t, api, "-device-list-strategy=cdi-cri", "-cdi-spec-dir="+cdiDir)
+	plugintest.NextList(t, reg, 10*time.Second)
+	statusDir := filepath.Join(filepath.Dir(n.state), "status")
+	specIDs := func() []string {
+		t.Helper()
+		spec, err := cdilib.ReadSpec(filepath.Join(cdiDir, cdi.SpecFileName), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, d := range spec.Devices {
+			out = append(out, d.Name)
+		}
+		return out
+	}
+	if got := specIDs(); !slices.Equal(got, fakeIDs(8)) {
+		t.Errorf("CDI spec of dgx-a100: %v", got)
+	}
+	resp, err := reg.Client.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"fake-6"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ans := resp.ContainerResponses[0]
+	if !slices.Equal(cdiNames(ans), []string{"unicore.mcyou.cc/gpu=fake-6"}) || len(ans.Mounts) != 0 || len(ans.Devices) != 0 {
+		t.Errorf("answer %v: want the CDI name only, besides the variables", ans)
+	}
+	held := ans.Envs["VIRTUAL_GPU_UUIDS"]
+	if g := readStatus(t, statusDir, held); g.ID != "fake-6" || g.Product != "NVIDIA A100-SXM4-40GB" {
+		t.Errorf("status of fake-6: %+v", g)
+	}
+
+	api.setLabel(nodeapi.ConfigLabel, "small")
+	if got := ids(plugintest.NextList(t, reg, 10*time.Second)); !slices.Equal(got, fakeIDs(4)) {
+		t.Fatalf("after the change: %v", got)
+	}
+	plugintest.WaitFor(t, 10*time.Second, "the CDI spec of the new machine plus the held GPU", func() bool {
+		return slices.Equal(specIDs(), []string{"fake-0", "fake-1", "fake-2", "fake-3", "fake-6"})
+	})
+	var files []string
+	plugintest.WaitFor(t, 10*time.Second, "the status files of the new machine plus the held GPU", func() bool {
+		files, _ = filepath.Glob(filepath.Join(statusDir, "*.json"))
+		return len(files) == 5
+	})
+	if g := readStatus(t, statusDir, held); g.ID != "fake-6" || g.Product != "NVIDIA A100-SXM4-40GB" {
+		t.Errorf("the held GPU's status changed: %+v", g)
+	}
+	s := n.snapshot(t)
+	uuid1 := ""
+	for _, d := range s.Devices {
+		if d.ID == "fake-1" {
+			uuid1 = d.UUID
+		}
+	}
+	if g := readStatus(t, statusDir, uuid1); g.Product != "NVIDIA RTX A6000" || !g.Health.Healthy {
+		t.Errorf("status of fake-1 on workstation-4gpu: %+v", g)
+	}
+	if _, err := n.admin.SetHealth(context.Background(), "fake-1", false, "XID 79"); err != nil {
+		t.Fatal(err)
+	}
+	g := readStatus(t, statusDir, uuid1)
+	if g.Health.Healthy || g.Health.Reason != "XID 79" {
+		t.Errorf("status of fake-1 after health set unhealthy: %+v", g.Health)
+	}
+	b, _ := json.Marshal(g.Health)
+	t.Logf("fake-1 health in its status file: %s", b)
+}
+
+func cdiNames(r *pluginapi.ContainerAllocateResponse) []string {
+	var out []string
+	for _, d := range r.CdiDevices {
+		out = append(out, d.Name)
+	}
+	return out
+}
+
+// FuzzGPUOfID: a device id maps to a GPU only in the canonical forms
+// fake-<i> and fake-<i>::<j>, and fake-<i> is then exactly gpuID(i).
+func FuzzGPUOfID(f *testing.F) {
+	for _, s := range []string{"fake-0", "fake-12", "fake-3::1", "fake-01", "fake-", "x", "fake-1::", "fake-99999999999999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		i, ok := gpuOfID(id)
+		if !ok {
+			return
+		}
+		if i < 0 {
+			t.Fatalf("gpuOfID(%q) = %d", id, i)
+		}
+		if topology.IsReplicaID(id) {
+			if !strings.HasPrefix(id, gpuID(i)+topology.ReplicaSeparator) {
+				t.Fatalf("replica %q maps to GPU %d", id, i)
+			}
+			return
+		}
+		if gpuID(i) != id {
+			t.Fatalf("gpuOfID(%q) = %d, but gpuID(%d) = %q", id, i, i, gpuID(i))
+		}
+	})
+}
