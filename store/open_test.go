@@ -170,8 +170,10 @@ func TestOpen_DefaultTimeout(t *testing.T) {
 	if !errors.Is(err, store.ErrLocked) {
 		t.Fatalf("err = %v, want ErrLocked", err)
 	}
-	if d := time.Since(start); d < store.DefaultTimeout/2 || d > 3*store.DefaultTimeout {
-		t.Errorf("gave up after %v, want about %v", d, store.DefaultTimeout)
+	// It waited for the lock (at least about the timeout) and gave up (not
+	// forever); the upper bound is loose, a loaded machine is slow.
+	if d := time.Since(start); d < store.DefaultTimeout/2 || d > 20*store.DefaultTimeout {
+		t.Errorf("gave up after %v, want after about %v", d, store.DefaultTimeout)
 	}
 }
 
