@@ -137,7 +137,7 @@ func TestOpen_Locked(t *testing.T) {
 			if !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "another process") {
 				t.Errorf("error %q should name the file and say another process holds it", err)
 			}
-			if elapsed < timeout/2 || elapsed > 2*time.Second {
+			if elapsed < timeout/2 || elapsed > 20*time.Second { // waited, and not forever (loose: a loaded machine is slow)
 				t.Errorf("gave up after %v, want about %v", elapsed, timeout)
 			}
 			// The first store is unaffected.
