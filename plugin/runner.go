@@ -477,6 +477,10 @@ func (r *Runner) serve() (*generation, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", r.socketPath, err)
 	}
+	// Closing the listener must not unlink the path: by then another
+	// process may have replaced our socket with its own. stop removes the
+	// file only if it is still the one created here.
+	lis.(*net.UnixListener).SetUnlinkOnClose(false)
 	id, err := statSocket(r.socketPath)
 	if err != nil {
 		lis.Close()

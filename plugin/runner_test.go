@@ -370,6 +370,34 @@ func TestRunner_SocketInUse_OtherProcess(t *testing.T) {
 	}
 }
 
+// Another process replaces our socket while we serve (it took our path
+// while we were stopped): we notice, find a live process answering there,
+// stop with ErrSocketInUse, and leave its socket alone: closing our old
+// listener must not unlink the path.
+func TestRunner_SocketTakenOver_LeftAlone(t *testing.T) {
+	dir := plugintest.ShortTempDir(t)
+	k := plugintest.StartKubelet(t, dir)
+	r := startRunner(t, dir, nil)
+	plugintest.NextList(t, k.WaitRegistration(wait), wait)
+	// A live process's socket renamed over ours, in one step.
+	elsewhere := filepath.Join(dir, "other.sock")
+	startHolder(t, elsewhere)
+	if err := os.Rename(elsewhere, r.SocketPath()); err != nil {
+		t.Fatal(err)
+	}
+	theirs, err := os.Lstat(r.SocketPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := runErr(t, r); !errors.Is(err, plugin.ErrSocketInUse) {
+		t.Fatalf("Run = %v, want ErrSocketInUse", err)
+	}
+	now, err := os.Lstat(r.SocketPath())
+	if err != nil || !os.SameFile(theirs, now) {
+		t.Fatalf("the other process's socket was removed or replaced (%v)", err)
+	}
+}
+
 // The socket a SIGKILLed process leaves behind is stale: it is replaced.
 func TestRunner_StaleSocketOfKilledProcess_Replaced(t *testing.T) {
 	dir := plugintest.ShortTempDir(t)
