@@ -27,6 +27,17 @@ func checkRegular(path string) (exists bool, err error) {
 	return true, notRegular(path, fi.Mode())
 }
 
+// CheckPath reports whether path can be a state file, without opening it:
+// nil for a regular file or a missing one (Open creates it), else an error
+// wrapping ErrNotRegularFile that says what path is and, for a symlink,
+// where it points ("a symlink to "/dev/null", which is a character
+// device"). Open runs the same check; callers use it to refuse a bad path
+// before anything starts.
+func CheckPath(path string) error {
+	_, err := checkRegular(path)
+	return err
+}
+
 // notRegular describes path, which is of mode m (after following symlinks),
 // as an error wrapping ErrNotRegularFile.
 func notRegular(path string, m fs.FileMode) error {

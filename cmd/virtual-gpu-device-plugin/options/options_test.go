@@ -221,6 +221,30 @@ func TestLoad_BadInput(t *testing.T) {
 	}
 }
 
+// Paths are looked at for what they are, through symlinks: a state file
+// that is a symlink to /dev/null is named as such, and an admin socket whose
+// directory is a symlink to the device-plugin directory is refused.
+func TestLoad_PathsThroughSymlinks(t *testing.T) {
+	dir := t.TempDir()
+	devnull := filepath.Join(dir, "state.db")
+	if err := os.Symlink(os.DevNull, devnull); err != nil {
+		t.Fatal(err)
+	}
+	_, err := load([]string{"-state=" + devnull}, nil)
+	checkInvalid(t, err, `a symlink to "`+os.DevNull+`", which is a character device`)
+
+	dp := filepath.Join(dir, "dp")
+	if err := os.Mkdir(dp, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(dp, link); err != nil {
+		t.Fatal(err)
+	}
+	_, err = load([]string{"-device-plugin-path=" + dp, "-state=" + filepath.Join(dir, "s", "state.db"), "-admin-socket=" + filepath.Join(link, "kubelet.sock")}, nil)
+	checkInvalid(t, err, "must not be in -device-plugin-path")
+}
+
 // TestLoad_WrapsCauses: errors.Is reaches the cause through ErrInvalid.
 func TestLoad_WrapsCauses(t *testing.T) {
 	for _, tc := range []struct {
@@ -278,8 +302,8 @@ func TestLoad_NonBlockingInputs(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"state is a FIFO", []string{"-state=" + fifo}, "is not a regular file"},
-		{"state is a directory", []string{"-state=" + dir}, "is not a regular file"},
+		{"state is a FIFO", []string{"-state=" + fifo}, "a named pipe: not a regular file"},
+		{"state is a directory", []string{"-state=" + dir}, "a directory: not a regular file"},
 		{"NUMA dir is a FIFO", []string{"-sysfs-root=" + sysfs}, "devices/system/node is not a directory"},
 		{"config is a FIFO", []string{"-config=" + fifo}, fifo + ": not a regular file"},
 		{"profile is a FIFO", []string{"-config=" + profiles}, filepath.Join(profiles, "pipe.yaml") + ": not a regular file"},

@@ -18,6 +18,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/cdi"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/faults"
+	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
@@ -152,7 +153,7 @@ func (s Settings) Validate() (*Config, error) {
 		return nil, s.bad("state", s.State, "must be an absolute file path")
 	}
 	c.StatePath = filepath.Clean(s.State)
-	if err := checkKind(c.StatePath, 0); err != nil {
+	if err := store.CheckPath(c.StatePath); err != nil {
 		return nil, s.bad("state", s.State, "%w", err)
 	}
 	c.StateMoveAside = s.StateMoveAside
@@ -174,7 +175,7 @@ func (s Settings) Validate() (*Config, error) {
 	if c.AdminSocket, err = AdminSocketPath(s.AdminSocket, c.StatePath); err != nil {
 		return nil, s.bad("admin-socket", s.AdminSocket, "%w", err)
 	}
-	if filepath.Dir(c.AdminSocket) == c.DevicePluginPath {
+	if sameDir(filepath.Dir(c.AdminSocket), c.DevicePluginPath) {
 		what := fmt.Sprintf("%s=%q", s.name("admin-socket"), c.AdminSocket)
 		if s.AdminSocket == "" {
 			what = fmt.Sprintf("-admin-socket (default %s, next to %s)", c.AdminSocket, s.name("state"))
@@ -367,6 +368,24 @@ func checkKind(path string, want os.FileMode) error {
 		return fmt.Errorf("%s is not a directory", path)
 	}
 	return fmt.Errorf("%s is not a regular file", path)
+}
+
+// sameDir reports whether a and b name the same directory: the same path,
+// or, where both exist, the same directory after following symlinks (a
+// symlink must not smuggle the admin socket into the device-plugin
+// directory).
+func sameDir(a, b string) bool {
+	if a == b {
+		return true
+	}
+	ra, errA := filepath.EvalSymlinks(a)
+	rb, errB := filepath.EvalSymlinks(b)
+	if errA == nil && errB == nil && ra == rb {
+		return true
+	}
+	fa, errA := os.Stat(a)
+	fb, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(fa, fb)
 }
 
 // validateListenAddress checks a TCP listen address: host:port, the host
