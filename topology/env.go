@@ -47,14 +47,30 @@ const (
 	// point-to-point NVLinks (hybrid cube mesh, bridges) cost at most one
 	// group per pair. ParseLinks decodes the value.
 	EnvLinks = "VIRTUAL_GPU_LINKS"
+
+	// EnvLinksOmitted is set, instead of a value of EnvLinks, when the links
+	// of an allocation do not fit in MaxEnvLinksBytes: only possible with a
+	// custom topology of many irregular point-to-point NVLinks across
+	// hundreds of GPUs (presets, generic layouts, PCIe trees and NVSwitch
+	// domains stay far below). Its value says how long the links would have
+	// been; EnvLinks is then empty, and the fake nvidia-smi says it cannot
+	// show the matrix. Example: VIRTUAL_GPU_LINKS_OMITTED=71604 bytes.
+	EnvLinksOmitted = "VIRTUAL_GPU_LINKS_OMITTED"
 )
+
+// MaxEnvLinksBytes bounds the EnvLinks value ContainerEnv writes: under
+// 64 KiB, so that every variable of an Allocate answer stays well below
+// Linux's 128 KiB per environment string and the whole answer small.
+const MaxEnvLinksBytes = 64<<10 - 1
 
 // ContainerEnv returns the extra environment variables that tell a
 // container what a real driver would let it discover about the devices
 // allocated to it: EnvTopology, EnvNUMANodes and EnvLinks (see their docs).
 // indices are GPU indices; they are sorted, duplicates and indices out of
 // range are dropped. The result is deterministic and always has the three
-// keys; it does not include VIRTUAL_GPU_IDS. It takes O(k²) time and memory
+// keys, plus EnvLinksOmitted when the links would be longer than
+// MaxEnvLinksBytes (EnvLinks is then empty); it does not include
+// VIRTUAL_GPU_IDS. It takes O(k²) time and memory
 // for k devices: about 14 ms for 1024 on a 2-core machine
 // (BenchmarkContainerEnv).
 func (m *Machine) ContainerEnv(indices []int) map[string]string {
@@ -74,9 +90,14 @@ func (m *Machine) ContainerEnv(indices []int) map[string]string {
 		}
 		numa.WriteString(strconv.Itoa(m.NUMA(i)))
 	}
-	return map[string]string{
+	env := map[string]string{
 		EnvTopology:  m.Name(),
 		EnvNUMANodes: numa.String(),
 		EnvLinks:     m.linksValue(idx),
 	}
+	if n := len(env[EnvLinks]); n > MaxEnvLinksBytes {
+		env[EnvLinks] = ""
+		env[EnvLinksOmitted] = strconv.Itoa(n) + " bytes"
+	}
+	return env
 }

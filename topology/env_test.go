@@ -254,3 +254,38 @@ func TestMachine_ReportNUMA(t *testing.T) {
 		})
 	}
 }
+
+// A custom machine whose point-to-point NVLinks follow no pattern the
+// encoding can group (each of 1024 GPUs linked to the GPUs 1, 3, 5, … 17
+// places on) has links too long for a variable: they are omitted, said so,
+// and every value stays under the bound.
+func TestMachine_ContainerEnv_LinksOmittedWhenTooLong(t *testing.T) {
+	const n = 1024
+	m, err := New("irregular", make([]int, n), func(i, j int) Link {
+		if d := j - i; d%2 == 1 && d <= 17 {
+			return Link{NVLinks: 1, PCIe: PHB}
+		}
+		return Link{PCIe: PHB}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := make([]int, n)
+	for i := range all {
+		all[i] = i
+	}
+	env := m.ContainerEnv(all)
+	if env[EnvLinks] != "" || !strings.HasSuffix(env[EnvLinksOmitted], " bytes") {
+		t.Fatalf("links %d bytes, omitted %q: want the links omitted and said so", len(env[EnvLinks]), env[EnvLinksOmitted])
+	}
+	for k, v := range env {
+		if len(v) > MaxEnvLinksBytes {
+			t.Errorf("%s is %d bytes, want at most %d", k, len(v), MaxEnvLinksBytes)
+		}
+	}
+	// A few of them still fit and are given.
+	few := m.ContainerEnv([]int{0, 1, 2, 3})
+	if few[EnvLinks] == "" || few[EnvLinksOmitted] != "" {
+		t.Errorf("4 GPUs: links %q, omitted %q", few[EnvLinks], few[EnvLinksOmitted])
+	}
+}

@@ -210,6 +210,12 @@ func TestTopology_Errors(t *testing.T) {
 			t.Errorf("VIRTUAL_GPU_LINKS=%q: exit %d, output %q; want 255 and an explanation", links, code, out)
 		}
 	}
+	// Links the plugin had to omit (too long for a variable) are named.
+	f.env["VIRTUAL_GPU_LINKS"] = ""
+	f.env["VIRTUAL_GPU_LINKS_OMITTED"] = "71604 bytes"
+	if out, code := f.run(t, "topo", "-m"); code != nvidiasmi.ExitUnknownError || !strings.Contains(out, "too long to pass to the container (VIRTUAL_GPU_LINKS_OMITTED=71604 bytes)") {
+		t.Errorf("omitted links: exit %d, output %q", code, out)
+	}
 	// Without VIRTUAL_GPU_NUMA_NODES the status files give the NUMA nodes.
 	f = newFixture(t, mustPreset(t, "dgx1-volta"), []int{0, 4}, nil)
 	delete(f.env, "VIRTUAL_GPU_NUMA_NODES")

@@ -84,7 +84,10 @@ func readMachine(env func(string) string) *machine {
 	m.links, m.linksErr = topology.ParseLinks(env(topology.EnvLinks), len(m.gpus))
 	if m.linksErr != nil {
 		m.links = nil
-		if env(topology.EnvLinks) == "" {
+		switch omitted := env(topology.EnvLinksOmitted); {
+		case omitted != "":
+			m.linksErr = fmt.Errorf("the links of these %d GPUs were too long to pass to the container (%s=%s)", len(m.gpus), topology.EnvLinksOmitted, omitted)
+		case env(topology.EnvLinks) == "":
 			m.linksErr = fmt.Errorf("%s is not set", topology.EnvLinks)
 		}
 	}
