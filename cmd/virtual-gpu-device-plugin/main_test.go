@@ -21,6 +21,9 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 )
 
+// testRevision is the commit the test binary is stamped with.
+const testRevision = "0123456789abcdef0123456789abcdef01234567"
+
 // binary is the plugin built once for the tests that run it as a process.
 var binary string
 
@@ -41,7 +44,8 @@ func buildAndRun(m *testing.M) int {
 		return 1
 	}
 	binary = filepath.Join(dir, "virtual-gpu-device-plugin")
-	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
+	// Stamped as make build stamps it, with a revision the tests recognise.
+	out, err := exec.Command("go", "build", "-ldflags=-X main.revision="+testRevision, "-o", binary, ".").CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "build the plugin: %v\n%s", err, out)
 		return 1
@@ -174,7 +178,7 @@ func TestBinary_BadFlag_OneLineExit2(t *testing.T) {
 // and the Go version, whatever VGPU_* variables say.
 func TestBinary_Version(t *testing.T) {
 	// The commit is "unknown", or the VCS revision when the build stamped one.
-	want := regexp.MustCompile(fmt.Sprintf(`^version: %s\ncommit: [0-9a-z-]+\ngo: %s %s/%s\n$`,
+	want := regexp.MustCompile(fmt.Sprintf(`^version: %s\ncommit: `+testRevision+`\ngo: %s %s/%s\n$`,
 		regexp.QuoteMeta(version), regexp.QuoteMeta(runtime.Version()), runtime.GOOS, runtime.GOARCH))
 	for _, tc := range []struct {
 		name string

@@ -43,7 +43,7 @@ func TestBinary_Metrics_BuildStateLatency(t *testing.T) {
 		}
 	}
 	// go build stamps the commit when it builds inside a git checkout.
-	if !regexp.MustCompile(`(?m)^virtual_gpu_build_info\{goversion="go[^"]+",revision="([0-9a-f]{40}|unknown)",version="dev"\} 1$`).MatchString(body) {
+	if !regexp.MustCompile(`(?m)^virtual_gpu_build_info\{goversion="go[^"]+",revision="`+testRevision+`",version="dev"\} 1$`).MatchString(body) {
 		t.Errorf("/metrics lacks a build_info line:\n%s", grepLines(body, "build_info"))
 	}
 	problems, err := promlint.New(strings.NewReader(body)).Lint()

@@ -179,6 +179,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	faultPlan.Restart(cfg.FaultPlan, cfg.Faults, set.faultIDs)
 	m := metrics.New(metrics.Config{
 		Version:      version,
+		Revision:     revision,
 		Devices:      srv,
 		Registration: reg,
 		Allocations:  st,

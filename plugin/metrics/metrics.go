@@ -91,6 +91,10 @@ var (
 type Config struct {
 	// Version is the build_info version label; "" reports "unknown".
 	Version string
+	// Revision is the build_info revision label, the commit the binary was
+	// built from (stamped by the build); "" or "unknown" falls back to the
+	// VCS revision Go recorded, else "unknown".
+	Revision string
 	// Devices feeds the devices and devices_by_allocation_state gauges;
 	// nil leaves both out.
 	Devices Devices
@@ -179,7 +183,7 @@ func New(cfg Config) *Metrics {
 	}
 	m.registry.MustRegister(
 		m.allocations, m.allocatedDevices, m.allocateSeconds, m.preferredSeconds, m.preferredScore, m.preferred,
-		m.healthChanges, buildInfo(cfg.Version),
+		m.healthChanges, buildInfo(cfg.Version, cfg.Revision),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	if reg := cfg.Registration; reg != nil {
@@ -217,12 +221,14 @@ func New(cfg Config) *Metrics {
 
 // buildInfo is the build_info gauge: 1, with the version, the VCS revision
 // the binary was built from and the Go version as labels.
-func buildInfo(version string) prometheus.Collector {
+func buildInfo(version, revision string) prometheus.Collector {
 	if version == "" {
 		version = "unknown"
 	}
-	revision := "unknown"
-	if bi, ok := debug.ReadBuildInfo(); ok {
+	if revision == "" {
+		revision = "unknown"
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && revision == "unknown" {
 		for _, s := range bi.Settings {
 			if s.Key == "vcs.revision" && s.Value != "" {
 				revision = s.Value
