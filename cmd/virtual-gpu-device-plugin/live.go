@@ -16,6 +16,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/lifecycle"
 	nodeapi "github.com/unicore/virtual-gpu-device-plugin/plugin/node"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 // defaultLabelWait bounds how long the start waits for the Node's labels
@@ -77,6 +78,7 @@ type selector struct {
 // Server, the registration, the lifecycle tracker, the fault plan and the
 // files containers see.
 type liveParts struct {
+	obs     plugin.Observer // told of the devices a reconcile adds
 	st      *store.Store
 	srv     *plugin.Server
 	reg     *registrar
@@ -365,8 +367,23 @@ func (s *selector) apply(ctx context.Context, cfg *options.Config, why, detail s
 		Int("devices", len(set.slots)).Strs("added", report.Added).Strs("removed", report.Removed).Strs("restored", report.Restored).
 		Msg("configuration applied")
 	p.faults.Restart(cfg.FaultPlan, cfg.Faults, set.faultIDs)
+	observeReconcile(p.obs, report)
 	s.last = record(s.log, p.st, s.last, set, report, why, detail)
 	return nil
+}
+
+// observeReconcile tells obs (nil: nobody) of the health events a
+// reconcile stored: a new GPU is added healthy, cause reconcile. Replicas
+// and restored devices get no health event.
+func observeReconcile(obs plugin.Observer, report store.ReconcileReport) {
+	if obs == nil {
+		return
+	}
+	for _, id := range report.Added {
+		if !topology.IsReplicaID(id) {
+			obs.HealthChanged(id, true, store.CauseReconcile)
+		}
+	}
 }
 
 // reconcile makes the state file's devices those of set and returns the

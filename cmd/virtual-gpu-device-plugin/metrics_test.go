@@ -37,12 +37,13 @@ func TestBinary_Metrics_BuildStateLatency(t *testing.T) {
 		`virtual_gpu_devices_by_allocation_state{state="abandoned"} 0`,
 		`virtual_gpu_allocate_duration_seconds_count 2`,
 		`virtual_gpu_health_changes_total{cause="fault-injection"} 0`,
+		`virtual_gpu_health_changes_total{cause="reconcile"} 4`, // the first start added the 4 devices
 	} {
 		if !strings.Contains(body, want+"\n") {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
-	// go build stamps the commit when it builds inside a git checkout.
+	// The test binary is stamped as make build stamps it.
 	if !regexp.MustCompile(`(?m)^virtual_gpu_build_info\{goversion="go[^"]+",revision="`+testRevision+`",version="dev"\} 1$`).MatchString(body) {
 		t.Errorf("/metrics lacks a build_info line:\n%s", grepLines(body, "build_info"))
 	}

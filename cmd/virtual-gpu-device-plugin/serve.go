@@ -187,6 +187,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 		Logger:       log,
 	})
 	srv.SetObserver(m) // before anything serves srv
+	observeReconcile(m, report)
 	adminSrv := admin.NewServer(admin.ServerConfig{Socket: cfg.AdminSocket, Source: stateSource{st}, Reported: srv.Devices, Logger: log,
 		Health: func(id string, healthy bool, reason string) error {
 			return sel.setHealth(srv, id, healthy, reason, store.CauseAdmin)
@@ -211,7 +212,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 		Str("resource", set.resource).Str("profile", cfg.Profile).Str("why", why).Str("dir", cfg.DevicePluginPath).Str("state", st.Path()).
 		Str("policy", cfg.AllocationPolicy).Msg("starting")
 	// From here on a new label or profile is applied live.
-	sel.start(ctx, liveParts{st: st, srv: srv, reg: reg, tracker: tracker, faults: faultPlan, view: view}, set, report, last, why, detail)
+	sel.start(ctx, liveParts{obs: m, st: st, srv: srv, reg: reg, tracker: tracker, faults: faultPlan, view: view}, set, report, last, why, detail)
 
 	g.Go(func() error { return reg.Run(ctx) })
 	g.Go(func() error { return adminSrv.Run(ctx) })
