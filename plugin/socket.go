@@ -47,7 +47,7 @@ func ClaimSocket(path string, timeout time.Duration) error {
 	case err != nil:
 		return fmt.Errorf("socket %s: %w", path, err)
 	case fi.Mode().Type() != fs.ModeSocket:
-		return fmt.Errorf("socket path %s (%s): %w", path, fi.Mode().Type(), ErrNotSocket)
+		return fmt.Errorf("socket path %s is %s: %w", path, kindOf(fi.Mode()), ErrNotSocket)
 	}
 	live, err := socketAnswers(path, timeout)
 	if err != nil {
@@ -90,4 +90,21 @@ func socketAnswers(path string, timeout time.Duration) (bool, error) {
 	default:
 		return false, nil // no reply within timeout
 	}
+}
+
+// kindOf names what a file of mode m is, with its article.
+func kindOf(m fs.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return "a regular file"
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeSymlink != 0:
+		return "a symlink"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	}
+	return "not a socket"
 }

@@ -94,11 +94,11 @@ func Open(path string, opts Options) (*Store, error) {
 	fail := func(err error) error {
 		switch {
 		case errors.Is(err, berrors.ErrTimeout):
-			how := "another process holds it"
+			how := ""
 			if opts.ReadOnly {
-				how = "another process holds it for writing; stop the plugin to inspect it"
+				how = " for writing; stop the plugin to inspect it"
 			}
-			return fmt.Errorf("open state %q: %w: %s (gave up after %s): %w", path, ErrLocked, how, timeout, err)
+			return fmt.Errorf("open state %q: %w%s (gave up after %s): %w", path, ErrLocked, how, timeout, err)
 		case errors.Is(err, ErrCorrupt):
 			return fmt.Errorf("open state %q: %w; %s", path, err, hint)
 		case isCorruptOpen(err):

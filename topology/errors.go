@@ -25,7 +25,7 @@ var (
 	// ErrNotRegularFile reports a -topology path that exists but is not a
 	// regular file (a directory, a named pipe, a device, a socket): opening
 	// a named pipe blocks until a writer comes, and the others mean nothing.
-	ErrNotRegularFile = errors.New("topology path is not a regular file")
+	ErrNotRegularFile = errors.New("not a regular file")
 
 	// ErrInvalidLinks reports a VIRTUAL_GPU_LINKS value ParseLinks cannot
 	// decode; the wrapping error names the entry and what was expected.

@@ -463,10 +463,10 @@ func TestResolve_RegularFilesOnly(t *testing.T) {
 		want string // "" for success
 	}{
 		{"symlink to a regular file", link, ""},
-		{"named pipe", fifo, fmt.Sprintf("topology %q is a named pipe (FIFO), not a regular file", fifo)},
+		{"named pipe", fifo, fmt.Sprintf("topology %q is a named pipe (FIFO): not a regular file", fifo)},
 		{"symlink to a named pipe", fifoLink, fmt.Sprintf("topology %q is a named pipe (FIFO)", fifoLink)},
-		{"directory", dir, fmt.Sprintf("topology %q is a directory, not a regular file", dir)},
-		{"character device", os.DevNull, "is a character device, not a regular file"},
+		{"directory", dir, fmt.Sprintf("topology %q is a directory: not a regular file", dir)},
+		{"character device", os.DevNull, "is a character device: not a regular file"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -142,7 +142,7 @@ func notRegular(path string, mode fs.FileMode) error {
 	default:
 		what = "of mode " + mode.String()
 	}
-	return fmt.Errorf("topology %q is %s, not a regular file: expected a YAML or nvidia-smi text file: %w", path, what, ErrNotRegularFile)
+	return fmt.Errorf("topology %q is %s: %w (expected a YAML or nvidia-smi text file)", path, what, ErrNotRegularFile)
 }
 
 // Format is a topology file format.

@@ -170,7 +170,7 @@ func TestBinary_TopologyBadInput(t *testing.T) {
 		want string
 	}{
 		{"devices contradict preset", []string{"-topology=dgx2", "-devices=4"}, "dgx2"},
-		{"named pipe", []string{"-topology=" + fifo}, "is a named pipe (FIFO), not a regular file"},
+		{"named pipe", []string{"-topology=" + fifo}, "is a named pipe (FIFO): not a regular file"},
 		{"unknown preset", []string{"-topology=dgx9"}, "dgx9"},
 		{"bad file", []string{"-topology=" + bad}, bad + ":4"},
 		{"bad policy", []string{"-allocation-policy=random"}, `invalid -allocation-policy="random"`},

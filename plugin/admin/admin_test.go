@@ -395,7 +395,8 @@ func TestHandler_BadInput(t *testing.T) {
 		{"reason with healthy", "PUT", "/v1/devices/fake-0/health", `{"healthy":true,"reason":"fixed"}`, 400, `\"reason\" is only for \"healthy\": false`},
 		{"trailing whitespace is fine", "PUT", "/v1/devices/fake-0/health", "{\"healthy\":true}\n ", 200, `"id":"fake-0"`},
 		{"unknown device health", "PUT", "/v1/devices/fake-9/health", `{"healthy":false}`, 404, `unknown device \"fake-9\" (devices: fake-0, fake-1)`},
-		{"wrong method", "DELETE", "/v1/snapshot", "", 405, ""},
+		{"wrong method", "DELETE", "/v1/snapshot", "", 405, `{"error":"DELETE /v1/snapshot: method not allowed"}`},
+		{"unknown route", "GET", "/v2/things", "", 404, `{"error":"GET /v2/things: not found"}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

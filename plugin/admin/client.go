@@ -142,7 +142,7 @@ func (c *Client) connError(err error) error {
 		case errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ENOTDIR):
 			return fmt.Errorf("%s: %w: %w", c.socket, ErrNoPlugin, op.Err)
 		case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):
-			return fmt.Errorf("%s: %w: %w", c.socket, ErrPermission, op.Err)
+			return fmt.Errorf("%w %s", ErrPermission, c.socket)
 		}
 	}
 	return fmt.Errorf("admin socket %s: %w", c.socket, err)

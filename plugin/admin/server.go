@@ -13,6 +13,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -67,8 +68,33 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/snapshot", s.snapshot)
 	mux.HandleFunc("PUT /v1/devices/{id}/health", s.setHealth)
-	return mux
+	// Every answer is JSON, the mux's own 404 and 405 too.
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, pattern := mux.Handler(r)
+		if pattern != "" {
+			mux.ServeHTTP(w, r) // routes again, setting the path values
+			return
+		}
+		// The mux's answer (404, or 405 with Allow), in our format.
+		probe := &statusProbe{header: http.Header{}, code: http.StatusOK}
+		h.ServeHTTP(probe, r)
+		if allow := probe.header.Get("Allow"); allow != "" {
+			w.Header().Set("Allow", allow)
+		}
+		fail(w, probe.code, fmt.Errorf("%s %s: %s", r.Method, Clip(r.URL.Path), strings.ToLower(http.StatusText(probe.code))))
+	})
 }
+
+// statusProbe records the status and headers a handler answers with and
+// discards the body.
+type statusProbe struct {
+	header http.Header
+	code   int
+}
+
+func (p *statusProbe) Header() http.Header         { return p.header }
+func (p *statusProbe) Write(b []byte) (int, error) { return len(b), nil }
+func (p *statusProbe) WriteHeader(code int)        { p.code = code }
 
 // Listen claims the socket path with plugin.ClaimSocket — a stale socket
 // is replaced; a socket on which any process answers (another plugin, the
