@@ -44,7 +44,7 @@ func TestBinary_Metrics_BuildStateLatency(t *testing.T) {
 		}
 	}
 	// The test binary is stamped as make build stamps it.
-	if !regexp.MustCompile(`(?m)^virtual_gpu_build_info\{goversion="go[^"]+",revision="`+testRevision+`",version="dev"\} 1$`).MatchString(body) {
+	if !regexp.MustCompile(`(?m)^virtual_gpu_build_info\{goversion="go[^"]+",revision="` + testRevision + `",version="dev"\} 1$`).MatchString(body) {
 		t.Errorf("/metrics lacks a build_info line:\n%s", grepLines(body, "build_info"))
 	}
 	problems, err := promlint.New(strings.NewReader(body)).Lint()
