@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -421,6 +422,46 @@ func TestHelmDaemonSet(t *testing.T) {
 	podDevices(t, c, four, 4)
 	if err := c.DeletePod(t.Context(), 40*time.Second, four.Namespace, four.Name); err != nil {
 		t.Fatal(err)
+	}
+
+	// The pod reads its Node through the chart's service account and RBAC:
+	// a profile label applies that profile live, and the plugin keeps the
+	// GPU labels on its Node (patch rule).
+	const profileLabel = "unicore.mcyou.cc/device-plugin.config"
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = c.SetNodeLabel(ctx, profileLabel, "")
+	})
+	for _, step := range []struct {
+		profile  string
+		gpus     int64
+		replicas string
+	}{
+		{"workstation", 2, "1"},
+		{"shared-a100", 32, "4"},
+		{"", defaultGPUs, "1"}, // label removed: the default profile again
+	} {
+		start = time.Now()
+		if err := c.SetNodeLabel(t.Context(), profileLabel, step.profile); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.WaitNodeResource(t.Context(), 30*time.Second, cluster.ResourceName, step.gpus, step.gpus); err != nil {
+			t.Fatalf("profile label %q: %v", step.profile, err)
+		}
+		t.Logf("timing: profile label %q -> node allocatable %d: %s", step.profile, step.gpus, time.Since(start).Round(time.Millisecond))
+		err := cluster.Poll(t.Context(), 10*time.Second, 100*time.Millisecond, func() (bool, string, error) {
+			node, err := c.Get(t.Context())
+			if err != nil {
+				return false, "", err
+			}
+			l := node.Labels
+			return l["unicore.mcyou.cc/gpu.replicas"] == step.replicas && l["unicore.mcyou.cc/gpu.profile"] == cmp.Or(step.profile, defaultProfile) &&
+				l["unicore.mcyou.cc/gpu.product"] != "", fmt.Sprintf("labels %v", l), nil
+		})
+		if err != nil {
+			t.Errorf("profile label %q: the plugin's GPU labels on the Node: %v", step.profile, err)
+		}
 	}
 
 	start = time.Now()
