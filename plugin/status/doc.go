@@ -59,7 +59,10 @@
 // A Writer owns the directory: it writes each file atomically (a temporary
 // file in the same directory, fsync, rename, fsync of the directory), mode
 // 0644 in a 0755 directory so that containers running as any user can read
-// them, and Sync removes the files of GPUs no longer present. Nothing
+// them, and Sync removes the files of GPUs no longer present. WriteLive
+// replaces a file as atomically but without the fsyncs: for the live
+// values the plugin rewrites every second while its telemetry is on (the
+// identity in the file does not change then). Nothing
 // removes the files at shutdown: containers keep reading them while the
 // plugin restarts.
 //

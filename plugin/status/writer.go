@@ -85,6 +85,23 @@ func (w *Writer) Write(g *GPU) error {
 	return w.syncDir()
 }
 
+// WriteLive replaces g's status file as Write does, atomically (a reader
+// sees the old document or the new one), but without flushing it to disk:
+// for live values rewritten every second, where an fsync per file and
+// second would cost the node's disk for nothing. After a crash of the node
+// the file may be the previous one, or empty; the plugin writes every file
+// again (Sync) before it serves. Errors wrap ErrInvalidStatus or
+// ErrUnsupportedVersion for a bad g.
+func (w *Writer) WriteLive(g *GPU) error {
+	data, err := Marshal(g)
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.replace(g.UUID, data, false)
+}
+
 // Sync makes the directory hold exactly the given GPUs: it writes the file of
 // each (as Write does) and removes the status files of GPUs not among them
 // (files named <uuid>.json with a valid UUID; other files are left alone) and
@@ -135,8 +152,12 @@ func (w *Writer) Sync(gpus []*GPU) error {
 	return errors.Join(errs...)
 }
 
-// write replaces the file of uuid with data; w.mu is held.
-func (w *Writer) write(uuid string, data []byte) (err error) {
+// write replaces the file of uuid with data, flushed; w.mu is held.
+func (w *Writer) write(uuid string, data []byte) error { return w.replace(uuid, data, true) }
+
+// replace replaces the file of uuid with data through a temporary file,
+// flushed to disk first if flush; w.mu is held.
+func (w *Writer) replace(uuid string, data []byte, flush bool) (err error) {
 	final := filepath.Join(w.dir, FileName(uuid))
 	f, err := os.CreateTemp(w.dir, tmpPrefix+uuid+"-*")
 	if err != nil {
@@ -155,8 +176,10 @@ func (w *Writer) write(uuid string, data []byte) (err error) {
 	if err := f.Chmod(FileMode); err != nil {
 		return fmt.Errorf("set mode of status file %q: %w", tmp, err)
 	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("flush status file %q: %w", tmp, err)
+	if flush {
+		if err := f.Sync(); err != nil {
+			return fmt.Errorf("flush status file %q: %w", tmp, err)
+		}
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("close status file %q: %w", tmp, err)
