@@ -53,7 +53,7 @@ const (
 	StatusDirName = "status"
 	// LoadSocketDirName is the directory next to the state file that holds
 	// the per-allocation load sockets of -telemetry-writable:
-	// <seq>.sock per allocation record.
+	// <seq>/load.sock per allocation record (loadsock).
 	LoadSocketDirName = "load"
 	// DefaultDeviceNodeSource is the default of -device-node-source.
 	DefaultDeviceNodeSource = cdi.DefaultNodeSource
@@ -63,9 +63,9 @@ const (
 	// -device-plugin-path is VGPU_DEVICE_PLUGIN_PATH.
 	EnvPrefix = "VGPU_"
 
-	// longestLoadSocket is the longest name of a load socket: the largest
-	// record sequence number.
-	longestLoadSocket = "18446744073709551615.sock"
+	// longestLoadSocket is the longest path of a load socket in its
+	// directory: that of the largest record sequence number.
+	longestLoadSocket = "18446744073709551615/load.sock"
 	// maxSocketPath is the longest unix socket path Linux accepts
 	// (sun_path is 108 bytes including the terminating NUL).
 	maxSocketPath = 107
