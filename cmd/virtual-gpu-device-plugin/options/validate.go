@@ -363,7 +363,7 @@ func (s *Settings) validateTelemetry(c *Config) error {
 		if err := validateListenAddress(s.TelemetryAddress); err != nil {
 			return s.bad("telemetry-address", s.TelemetryAddress, "%w", err)
 		}
-		if s.TelemetryAddress == c.MetricsAddress {
+		if _, port, _ := net.SplitHostPort(s.TelemetryAddress); s.TelemetryAddress == c.MetricsAddress && port != "0" { // port 0: each its own
 			return s.bad("telemetry-address", s.TelemetryAddress, "is %s too: the telemetry and the plugin's metrics are two listeners", s.name("metrics-address"))
 		}
 	}
