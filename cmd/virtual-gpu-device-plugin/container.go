@@ -271,9 +271,10 @@ type viewFiles struct {
 	status   *status.Writer
 
 	mu        sync.Mutex
-	installed bool                   // nvidia-smi is current in toolsDir
-	gpus      map[string]*status.GPU // GPU id -> its status as last written
-	cdi       *cdi.Writer            // nil until a configuration uses cdi-cri
+	installed bool                        // nvidia-smi is current in toolsDir
+	gpus      map[string]*status.GPU      // GPU id -> its status as last written
+	cdi       *cdi.Writer                 // nil until a configuration uses cdi-cri
+	lastLive  map[string]status.Telemetry // UUID -> its live values as last written (telemetry.go)
 }
 
 // newViewFiles returns the view's files for the process's configuration

@@ -133,6 +133,11 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	if err := view.publish(set); err != nil {
 		return err
 	}
+	if cfg.TelemetryAddress == "" {
+		if err := view.dropLive(); err != nil {
+			log.Warn().Err(err).Msg("live GPU values of an earlier run not removed: nvidia-smi in containers shows them")
+		}
+	}
 	logUnhealthy(log, stored)
 	logNUMA(log, cfg, set)
 

@@ -35,9 +35,10 @@ import (
 //     Server's devices.
 //   - Every second, just after the clock's second turns (the load model
 //     changes once a second), and at once after a change (a workload's
-//     load, a rebuild), every GPU's status file gets the exporter's
-//     readings of that second (viewFiles.live, without fsync): nvidia-smi
-//     in a container shows what the exporter serves.
+//     load, a rebuild), the exporter's readings of that second go into the
+//     status directory's live file (viewFiles.live: one file, replaced
+//     without fsync), whose values nvidia-smi in a container shows instead
+//     of its status files': what the exporter serves.
 //   - A workload's request (loadsock.Handler) becomes an exporter override
 //     for its holder on its GPUs, for loadTTL; the overrides are
 //     remembered, so that a rebuilt exporter gets them again, and cleared
@@ -423,10 +424,10 @@ func activeLoadSockets(st *store.Store) ([]uint64, error) {
 	return out, nil
 }
 
-// live writes rs, the exporter's readings at now, into the status files of
-// their GPUs (by UUID), without fsync: a GPU's status then shows the
-// values the exporter serves (see liveTelemetry). GPUs without a reading
-// keep their file.
+// live writes rs, the exporter's readings at now, into the status
+// directory's live file (status.WriteLive: one file for every GPU, without
+// fsync), where nvidia-smi takes a GPU's values from (see liveTelemetry).
+// GPUs without a reading are left out.
 func (f *viewFiles) live(rs []telemetry.Reading, now time.Time) error {
 	byUUID := make(map[string]*telemetry.Reading, len(rs))
 	for i := range rs {
@@ -434,21 +435,32 @@ func (f *viewFiles) live(rs []telemetry.Reading, now time.Time) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var errs []error
-	for id, g := range f.gpus {
+	l := status.NewLive(now)
+	for _, g := range f.gpus {
 		r := byUUID[g.UUID]
 		if r == nil {
 			continue
 		}
-		next := *g
-		next.Telemetry = liveTelemetry(g, r, now)
-		if err := f.status.WriteLive(&next); err != nil {
-			errs = append(errs, err)
-			continue
+		base := *g
+		if prev, ok := f.lastLive[g.UUID]; ok {
+			base.Telemetry = prev // the last XID and a lost GPU's last values stay
 		}
-		f.gpus[id] = &next
+		l.GPUs[g.UUID] = liveTelemetry(&base, r, now)
 	}
-	return errors.Join(errs...)
+	if err := f.status.WriteLive(l); err != nil {
+		return err
+	}
+	f.lastLive = l.GPUs
+	return nil
+}
+
+// dropLive removes the live file: without the telemetry nvidia-smi shows
+// the status files' values, not those of an earlier run.
+func (f *viewFiles) dropLive() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastLive = nil
+	return f.status.RemoveLive()
 }
 
 // liveTelemetry returns g's telemetry with reading r's values at now:

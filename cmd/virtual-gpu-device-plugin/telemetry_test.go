@@ -88,7 +88,7 @@ type telemetryRig struct {
 // newTelemetryRig builds the configuration of args (-node-name=node-a),
 // reconciles a fresh state file with it, publishes its status files and
 // builds its telemetry.
-func newTelemetryRig(t *testing.T, args ...string) *telemetryRig {
+func newTelemetryRig(t testing.TB, args ...string) *telemetryRig {
 	t.Helper()
 	state := filepath.Join(plugintest.ShortTempDir(t), "state.db") // the load sockets' paths must fit
 	set, _ := viewSet(t, append([]string{"-node-name=node-a", "-state=" + state}, args...)...)
@@ -127,7 +127,7 @@ func newTelemetryRig(t *testing.T, args ...string) *telemetryRig {
 
 // hold records an allocation of ids held by namespace/pod/container and
 // returns its sequence number.
-func (r *telemetryRig) hold(t *testing.T, namespace, pod, container string, ids ...string) uint64 {
+func (r *telemetryRig) hold(t testing.TB, namespace, pod, container string, ids ...string) uint64 {
 	t.Helper()
 	a, err := r.st.RecordAllocation(store.Allocation{DeviceIDs: ids, Envs: map[string]string{loadsock.EnvSocket: loadsock.ContainerPath}})
 	if err != nil {
@@ -277,9 +277,12 @@ func TestTelemetry_NvidiaSMIShowsTheExportersValues(t *testing.T) {
 			if x := values(parseExposition(t, must(r.scrape(t))), "DCGM_FI_DEV_XID_ERRORS")["7"]; x != "79" {
 				t.Errorf("XID of the lost GPU 7: %s, want 79", x)
 			}
-			lost := readStatus(t, r.set.cfg.StatusDir, gpuUUIDs(mustDevices(t, r.st))[7])
-			if lost.Telemetry.LastXID == nil || *lost.Telemetry.LastXID != 79 {
-				t.Errorf("status file of the lost GPU: lastXid %v, want 79", lost.Telemetry.LastXID)
+			live, err := status.ReadLive(os.DirFS(r.set.cfg.StatusDir))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if x := live.GPUs[gpuUUIDs(mustDevices(t, r.st))[7]].LastXID; x == nil || *x != 79 {
+				t.Errorf("live values of the lost GPU: lastXid %v, want 79", x)
 			}
 		})
 	}
@@ -658,4 +661,72 @@ func TestServe_Telemetry(t *testing.T) {
 	for _, p := range problems {
 		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
 	}
+}
+
+// BenchmarkTelemetryUpdate is the live values' update of one second at 128
+// GPUs (half of them held): the exporter's readings in one live file
+// (WriteLive, not flushed), against the baseline of every GPU's status
+// file replaced (Write, flushed) with them. disk-B/op is what reached the
+// disk (/proc/self/io write_bytes).
+func BenchmarkTelemetryUpdate(b *testing.B) {
+	r := newTelemetryRig(b, "-devices=128", "-telemetry-address=:9400")
+	for i := 0; i < 64; i += 2 {
+		r.hold(b, "ml", "train-"+strconv.Itoa(i), "trainer", gpuID(i), gpuID(i+1))
+	}
+	now := r.clock.Now()
+	b.Run("live", func(b *testing.B) {
+		b.ReportAllocs()
+		w0 := writeBytes(b)
+		for b.Loop() {
+			now = now.Add(time.Second)
+			r.tel.update(now)
+		}
+		b.ReportMetric(float64(writeBytes(b)-w0)/float64(b.N), "disk-B/op")
+		if r.tel.lastErr != "" {
+			b.Fatal(r.tel.lastErr)
+		}
+	})
+	b.Run("file-per-gpu", func(b *testing.B) {
+		b.ReportAllocs()
+		w0 := writeBytes(b)
+		defer func() { b.ReportMetric(float64(writeBytes(b)-w0)/float64(b.N), "disk-B/op") }()
+		for b.Loop() {
+			now = now.Add(time.Second)
+			rs, err := r.tel.state.Load().exp.ReadingsAt(now)
+			if err != nil {
+				b.Fatal(err)
+			}
+			r.view.mu.Lock()
+			for _, g := range r.view.gpus {
+				next := *g
+				for i := range rs {
+					if rs[i].UUID == g.UUID {
+						next.Telemetry = liveTelemetry(g, &rs[i], now)
+					}
+				}
+				if err := r.view.status.Write(&next); err != nil {
+					b.Fatal(err)
+				}
+			}
+			r.view.mu.Unlock()
+		}
+	})
+}
+
+// writeBytes is what this process has caused to be written to disk so far
+// (/proc/self/io write_bytes).
+func writeBytes(b *testing.B) int64 {
+	b.Helper()
+	data, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		b.Skip("no /proc/self/io")
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "write_bytes: "); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	b.Skip("no write_bytes in /proc/self/io")
+	return 0
 }

@@ -85,23 +85,6 @@ func (w *Writer) Write(g *GPU) error {
 	return w.syncDir()
 }
 
-// WriteLive replaces g's status file as Write does, atomically (a reader
-// sees the old document or the new one), but without flushing it to disk:
-// for live values rewritten every second, where an fsync per file and
-// second would cost the node's disk for nothing. After a crash of the node
-// the file may be the previous one, or empty; the plugin writes every file
-// again (Sync) before it serves. Errors wrap ErrInvalidStatus or
-// ErrUnsupportedVersion for a bad g.
-func (w *Writer) WriteLive(g *GPU) error {
-	data, err := Marshal(g)
-	if err != nil {
-		return err
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.replace(g.UUID, data, false)
-}
-
 // Sync makes the directory hold exactly the given GPUs: it writes the file of
 // each (as Write does) and removes the status files of GPUs not among them
 // (files named <uuid>.json with a valid UUID; other files are left alone) and
@@ -153,13 +136,13 @@ func (w *Writer) Sync(gpus []*GPU) error {
 }
 
 // write replaces the file of uuid with data, flushed; w.mu is held.
-func (w *Writer) write(uuid string, data []byte) error { return w.replace(uuid, data, true) }
+func (w *Writer) write(uuid string, data []byte) error { return w.replace(FileName(uuid), data, true) }
 
-// replace replaces the file of uuid with data through a temporary file,
+// replace replaces the file name with data through a temporary file,
 // flushed to disk first if flush; w.mu is held.
-func (w *Writer) replace(uuid string, data []byte, flush bool) (err error) {
-	final := filepath.Join(w.dir, FileName(uuid))
-	f, err := os.CreateTemp(w.dir, tmpPrefix+uuid+"-*")
+func (w *Writer) replace(name string, data []byte, flush bool) (err error) {
+	final := filepath.Join(w.dir, name)
+	f, err := os.CreateTemp(w.dir, tmpPrefix+name+"-*")
 	if err != nil {
 		return fmt.Errorf("write status file %q: %w", final, err)
 	}
@@ -186,6 +169,14 @@ func (w *Writer) replace(uuid string, data []byte, flush bool) (err error) {
 	}
 	if err := os.Rename(tmp, final); err != nil {
 		return fmt.Errorf("replace status file %q: %w", final, err)
+	}
+	return nil
+}
+
+// remove removes the file name, if it exists; w.mu is held.
+func (w *Writer) remove(name string) error {
+	if err := os.Remove(filepath.Join(w.dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove %q: %w", name, err)
 	}
 	return nil
 }

@@ -109,18 +109,9 @@ func TestWriter_WriteReplacesAndReads(t *testing.T) {
 }
 
 // TestWriter_AtomicReplace has readers read a file while the writer replaces
-// it many times, flushed (Write) or not (WriteLive): every read must see a
-// whole, valid document.
+// it many times: every read must see a whole, valid document.
 func TestWriter_AtomicReplace(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		write func(*status.Writer, *status.GPU) error
-	}{
-		{"Write", (*status.Writer).Write},
-		{"WriteLive", (*status.Writer).WriteLive},
-	} {
-		t.Run(tc.name, func(t *testing.T) { testAtomicReplace(t, tc.write) })
-	}
+	testAtomicReplace(t, (*status.Writer).Write)
 }
 
 func testAtomicReplace(t *testing.T, write func(*status.Writer, *status.GPU) error) {
@@ -170,40 +161,6 @@ func testAtomicReplace(t *testing.T, write func(*status.Writer, *status.GPU) err
 	}
 	if reads.Load() == 0 {
 		t.Error("no read completed")
-	}
-}
-
-// TestWriter_WriteLive: live values replace the file and read back; an
-// invalid status leaves the previous file and no temporary file.
-func TestWriter_WriteLive(t *testing.T) {
-	dir := t.TempDir()
-	w := mustWriter(t, dir)
-	g := mustGPU(t, "dgx-a100", 1)
-	if err := w.Write(g); err != nil {
-		t.Fatal(err)
-	}
-	live := *g
-	live.Telemetry.UtilizationGPUPercent, live.Telemetry.MemoryUsedMiB, live.Telemetry.PowerDrawW = 90, 4096, 301.25
-	if err := w.WriteLive(&live); err != nil {
-		t.Fatal(err)
-	}
-	got, err := status.Read(os.DirFS(dir), g.UUID)
-	if err != nil || got.Telemetry.UtilizationGPUPercent != 90 || got.Telemetry.MemoryUsedMiB != 4096 || got.Telemetry.PowerDrawW != 301.25 {
-		t.Fatalf("read back %+v, %v; want %+v", got, err, live.Telemetry)
-	}
-	bad := live
-	bad.Telemetry.MemoryUsedMiB = g.MemoryTotalMiB // above total − reserved
-	if err := w.WriteLive(&bad); !errors.Is(err, status.ErrInvalidStatus) {
-		t.Fatalf("WriteLive invalid: %v, want ErrInvalidStatus", err)
-	}
-	if got, err := status.Read(os.DirFS(dir), g.UUID); err != nil || got.Telemetry.MemoryUsedMiB != 4096 {
-		t.Errorf("after a refused write: %+v, %v; want the previous file", got, err)
-	}
-	if names := listDir(t, dir); len(names) != 1 {
-		t.Errorf("directory holds %v, want one file (no temporary file left)", names)
-	}
-	if r := status.ReservedMiB(g.MemoryTotalMiB); r != g.MemoryReservedMiB || r != g.MemoryTotalMiB*6/1000 {
-		t.Errorf("ReservedMiB(%d) = %d, NewGPU reserved %d", g.MemoryTotalMiB, r, g.MemoryReservedMiB)
 	}
 }
 

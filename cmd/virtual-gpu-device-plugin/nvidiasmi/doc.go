@@ -20,8 +20,11 @@
 //     list of another length) the GPUs' identity is unknown.
 //   - VIRTUAL_GPU_STATUS_DIR: the status directory, default /run/virtual-gpu
 //     (see plugin/status): <uuid>.json per GPU, with its identity, health and
-//     live values. A GPU whose file is missing or invalid, or describes
-//     another device id, is still listed, with N/A values.
+//     live values, and while the plugin's telemetry is on telemetry.json,
+//     every GPU's live values of the last second, which replace the status
+//     files' (an unusable one is ignored). A GPU whose file is missing or
+//     invalid, or describes another device id, is still listed, with N/A
+//     values.
 //   - VIRTUAL_GPU_NUMA_NODES: the NUMA node of each GPU (else the status
 //     files' nodes); VIRTUAL_GPU_LINKS: the link of every pair (needed by
 //     topo -m); VIRTUAL_GPU_TOPOLOGY: the machine's name. See topology.EnvLinks.
