@@ -151,6 +151,10 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	// The load sockets of -telemetry-writable, one per allocation whose
 	// record says it has one (whatever the configuration in force): those
 	// of the active allocations exist again before the plugin registers.
+	active, err := newActiveAllocations(st)
+	if err != nil {
+		return err
+	}
 	var telemetryRef atomic.Pointer[gpuTelemetry] // set below, with -telemetry-address
 	loads, err := loadsock.NewServer(loadsock.Config{Dir: cfg.LoadSocketDir, Logger: log,
 		Handler: loadsock.HandlerFunc(func(ctx context.Context, seq uint64, req loadsock.Request) (int, error) {
@@ -165,7 +169,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	}
 	defer loads.Close()
 	loadList := func() ([]uint64, error) {
-		seqs, err := activeLoadSockets(st)
+		seqs, err := activeLoadSockets(active)
 		if t := telemetryRef.Load(); err == nil && t != nil {
 			t.keepLoads(seqs)
 		}
@@ -190,15 +194,16 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	if err != nil {
 		return err
 	}
-	openLoadSocket := func(a store.Allocation) error { // before Allocate answers: the answer mounts it
+	opened := func(a store.Allocation) error { // before Allocate answers
+		active.add(a.Seq) // before its socket: a Sync after the Open must list it
 		if a.Envs[loadsock.EnvSocket] == "" {
 			return nil
 		}
-		return loads.Open(a.Seq)
+		return loads.Open(a.Seq) // the answer mounts it
 	}
 	srv, err := plugin.NewServer(plugin.ServerConfig{
 		Catalog:  catalog,
-		Recorder: recorder{st: st, kick: pruner.Kick, recorded: tracker.Notify, opened: openLoadSocket},
+		Recorder: recorder{st: st, kick: pruner.Kick, recorded: tracker.Notify, opened: opened},
 		Health:   viewHealth{next: healthRecorder{st}, files: view, log: log},
 		Logger:   log,
 	})
@@ -247,7 +252,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	var telemetryLis net.Listener
 	var telem *gpuTelemetry
 	if cfg.TelemetryAddress != "" {
-		telem = newGPUTelemetry(st, srv, view, nodeName, tracker.Notify, nil, log)
+		telem = newGPUTelemetry(st, active, srv, view, nodeName, tracker.Notify, nil, log)
 		telemetryRef.Store(telem)
 		if err := telem.follow(set); err != nil {
 			log.Error().Err(err).Msg("GPU telemetry unavailable: its listener answers 503")

@@ -70,6 +70,7 @@ const (
 // until ctx ends. It is safe for concurrent use.
 type gpuTelemetry struct {
 	st       *store.Store
+	active   telemetry.Allocations // the active records, for the holders
 	devices  telemetry.Devices
 	view     *viewFiles
 	hostname string
@@ -112,18 +113,22 @@ type telemetryClock struct{}
 
 func (telemetryClock) Now() time.Time { return time.Now() }
 
-// newGPUTelemetry returns the telemetry of the process: holders from st,
+// newGPUTelemetry returns the telemetry of the process: devices and
+// records from st, holders from active (its active records; nil: st),
 // health from devices, live values into view's status files, hostname the
 // Hostname label. notify (nil: none) asks the lifecycle tracker to look
 // for holders now; clock nil is the wall clock.
-func newGPUTelemetry(st *store.Store, devices telemetry.Devices, view *viewFiles, hostname string, notify func(), clock telemetry.Clock, log zerolog.Logger) *gpuTelemetry {
+func newGPUTelemetry(st *store.Store, active telemetry.Allocations, devices telemetry.Devices, view *viewFiles, hostname string, notify func(), clock telemetry.Clock, log zerolog.Logger) *gpuTelemetry {
+	if active == nil {
+		active = st
+	}
 	if clock == nil {
 		clock = telemetryClock{}
 	}
 	if notify == nil {
 		notify = func() {}
 	}
-	return &gpuTelemetry{st: st, devices: devices, view: view, hostname: hostname, notify: notify, clock: clock,
+	return &gpuTelemetry{st: st, active: active, devices: devices, view: view, hostname: hostname, notify: notify, clock: clock,
 		log: log.With().Str("component", "telemetry").Logger(), kick: make(chan struct{}, 1), overrides: map[loadKey]loadOverride{}}
 }
 
@@ -171,7 +176,7 @@ func (t *gpuTelemetry) newExporter(set *deviceSet) (*telemetry.Exporter, error) 
 		Hostname:      t.hostname,
 		DriverVersion: status.DriverVersion,
 		Devices:       t.devices,
-		Holders:       telemetry.StoreHolders{Store: t.st},
+		Holders:       telemetry.StoreHolders{Store: t.active},
 		Model:         cfg.TelemetryModel,
 		Seed:          cfg.TelemetrySeed,
 		Clock:         t.clock,
@@ -409,7 +414,7 @@ func (t *gpuTelemetry) keepLoads(active []uint64) {
 
 // activeLoadSockets returns the active allocations whose answer mounted a
 // load socket (their record has loadsock.EnvSocket), ascending.
-func activeLoadSockets(st *store.Store) ([]uint64, error) {
+func activeLoadSockets(st telemetry.Allocations) ([]uint64, error) {
 	recs, err := st.Allocations(store.AllocationFilter{Active: true})
 	if err != nil {
 		return nil, err
