@@ -95,15 +95,15 @@ const (
 	CauseFailed = "failed"
 )
 
-// ErrRefused is wrapped by every *Refusal.
-var ErrRefused = errors.New("load request refused")
-
 // Refusal is why a request was refused: a Cause constant and what was
 // wrong. It wraps ErrRefused and, if set, Err.
 type Refusal struct {
+	// Cause is one of the Cause constants.
 	Cause string
-	Msg   string
-	Err   error
+	// Msg says what was wrong, naming the value and the rule.
+	Msg string
+	// Err is the error behind the refusal, if any.
+	Err error
 }
 
 // Refusef returns a Refusal of cause with a formatted message; %w wraps.
@@ -112,6 +112,7 @@ func Refusef(cause, format string, args ...any) *Refusal {
 	return &Refusal{Cause: cause, Msg: err.Error(), Err: errors.Unwrap(err)}
 }
 
+// Error returns "<cause>: <message>".
 func (r *Refusal) Error() string { return r.Cause + ": " + r.Msg }
 
 // Unwrap returns ErrRefused and the cause's error.
