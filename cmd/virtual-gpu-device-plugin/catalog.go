@@ -127,7 +127,8 @@ func (s *deviceSet) build(stored []store.Device) (plugin.Catalog, error) {
 
 // equal reports whether s and o serve the same: the same resource, devices
 // (UUIDs included), NUMA nodes, machine, policies, sharing, fault plan,
-// GPU labels and description in the history. A new configuration equal to
+// container view, telemetry load model, GPU labels and description in the
+// history. A new configuration equal to
 // the one in force changes nothing, not even a ListAndWatch message. A nil
 // set equals nothing.
 func (s *deviceSet) equal(o *deviceSet) bool {
@@ -143,5 +144,6 @@ func (s *deviceSet) equal(o *deviceSet) bool {
 		a.FaultPlan == b.FaultPlan && slices.Equal(a.DeviceListStrategies, b.DeviceListStrategies) &&
 		sa.Replicas == sb.Replicas && sa.ResourceName == sb.ResourceName && sa.Renamed == sb.Renamed &&
 		sa.FailRequestsGreaterThanOne == sb.FailRequestsGreaterThanOne && slices.Equal(sa.GPUs, sb.GPUs) &&
-		sa.PolicyName == sb.PolicyName && s.view == o.view
+		sa.PolicyName == sb.PolicyName && s.view == o.view &&
+		a.TelemetryModel == b.TelemetryModel && a.TelemetrySeed == b.TelemetrySeed && a.TelemetryPerPod == b.TelemetryPerPod
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/loadsock"
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/cdi"
@@ -31,7 +33,8 @@ import (
 //   - containerView, a value of each device set (one configuration): the
 //     catalog's Respond, which turns a stored allocation into the rest of
 //     the container's answer (VIRTUAL_GPU_UUIDS, NVIDIA_VISIBLE_DEVICES,
-//     the nvidia-smi and status mounts, device nodes, CDI device names);
+//     the nvidia-smi and status mounts, device nodes, CDI device names, and
+//     with -telemetry-writable the allocation's load socket directory);
 //   - viewFiles, one per process (liveParts.view): the files those answers
 //     name on the host — the nvidia-smi binary in -tools-dir, the status
 //     files in status/ next to the state file, the CDI spec in
@@ -70,6 +73,8 @@ type containerView struct {
 	nodeSource  string // host device node behind every device node
 	smiHost     string // <tools-dir>/nvidia-smi on the host
 	statusDir   string // the status directory on the host
+	loadSocket  bool   // -telemetry-writable: a load socket per allocation
+	loadDir     string // the load sockets' directory on the host
 }
 
 // newContainerView returns the view of cfg.
@@ -83,6 +88,8 @@ func newContainerView(cfg *options.Config) containerView {
 		nodeSource:  cfg.DeviceNodeSource,
 		smiHost:     filepath.Join(cfg.ToolsDir, nvidiaSMIName),
 		statusDir:   cfg.StatusDir,
+		loadSocket:  cfg.TelemetryWritable,
+		loadDir:     cfg.LoadSocketDir,
 	}
 }
 
@@ -94,7 +101,25 @@ func (s *deviceSet) catalog(stored []store.Device) (plugin.Catalog, error) {
 		return cat, err
 	}
 	cat.Respond = s.view.respond(s.cfg.Machine, gpuUUIDs(stored), s.gpuOf)
+	if s.view.loadSocket {
+		cat.Env = withLoadSocket(cat.Env)
+	}
 	return cat, nil
+}
+
+// withLoadSocket adds loadsock.EnvSocket to env's variables: stored with
+// the record, it says that the allocation has a load socket (respond
+// mounts it; the load sockets follow the records that have it), whatever
+// the configuration in force later.
+func withLoadSocket(env plugin.EnvFunc) plugin.EnvFunc {
+	return func(devs []plugin.Device) map[string]string {
+		out := map[string]string{}
+		if env != nil {
+			maps.Copy(out, env(devs))
+		}
+		out[loadsock.EnvSocket] = loadsock.ContainerPath
+		return out
+	}
 }
 
 // physicalGPUs returns the GPU indices of an allocation's devices, each
@@ -122,9 +147,14 @@ func physicalGPUs(devs []plugin.Device, gpuOf func(plugin.Device) int) []int {
 //     and with -device-nodes /dev/nvidia<minor> per GPU, /dev/nvidiactl and
 //     /dev/nvidia-uvm, all backed by the device node source;
 //   - with the cdi-cri strategy: the GPUs' CDI device names (the spec
-//     viewFiles writes carries the mounts and device nodes).
+//     viewFiles writes carries the mounts and device nodes);
+//   - for a record with a load socket (its variables have
+//     loadsock.EnvSocket, -telemetry-writable), whatever the strategy: the
+//     allocation's socket directory read-only at loadsock.ContainerDir.
+//     The answer then differs per allocation (rec.Seq names the
+//     directory).
 func (v containerView) respond(m *topology.Machine, uuids map[int]string, gpuOf func(plugin.Device) int) plugin.RespondFunc {
-	return func(_ plugin.Record, devs []plugin.Device) (plugin.ContainerSpec, error) {
+	return func(rec plugin.Record, devs []plugin.Device) (plugin.ContainerSpec, error) {
 		gpus := physicalGPUs(devs, gpuOf)
 		var spec plugin.ContainerSpec
 		if list, ok := joinUUIDs(gpus, uuids); ok {
@@ -147,6 +177,9 @@ func (v containerView) respond(m *topology.Machine, uuids map[int]string, gpuOf 
 					spec.DeviceNodes = append(spec.DeviceNodes, plugin.DeviceNode{ContainerPath: p, HostPath: v.nodeSource})
 				}
 			}
+		}
+		if rec.Envs[loadsock.EnvSocket] != "" {
+			spec.Mounts = append(spec.Mounts, plugin.Mount{ContainerPath: loadsock.ContainerDir, HostPath: loadsock.HostDir(v.loadDir, rec.Seq), ReadOnly: true})
 		}
 		if v.cdi {
 			ids := make([]string, len(gpus))
@@ -238,9 +271,10 @@ type viewFiles struct {
 	status   *status.Writer
 
 	mu        sync.Mutex
-	installed bool                   // nvidia-smi is current in toolsDir
-	gpus      map[string]*status.GPU // GPU id -> its status as last written
-	cdi       *cdi.Writer            // nil until a configuration uses cdi-cri
+	installed bool                        // nvidia-smi is current in toolsDir
+	gpus      map[string]*status.GPU      // GPU id -> its status as last written
+	cdi       *cdi.Writer                 // nil until a configuration uses cdi-cri
+	lastLive  map[string]status.Telemetry // UUID -> its live values as last written (telemetry.go)
 }
 
 // newViewFiles returns the view's files for the process's configuration

@@ -33,7 +33,7 @@ import (
 // viewSet returns the device set of the flags args (with the state file in
 // a temp dir) for node identity "node-a", and its stored devices as a
 // fresh state file would hold them.
-func viewSet(t *testing.T, args ...string) (*deviceSet, []store.Device) {
+func viewSet(t testing.TB, args ...string) (*deviceSet, []store.Device) {
 	t.Helper()
 	o, err := options.Parse(append([]string{"-state=" + filepath.Join(t.TempDir(), "state.db"), "-numa-report=never"}, args...), func(string) string { return "" })
 	if err != nil {
@@ -46,7 +46,7 @@ func viewSet(t *testing.T, args ...string) (*deviceSet, []store.Device) {
 	return viewSetOf(t, cfg)
 }
 
-func viewSetOf(t *testing.T, cfg *options.Config) (*deviceSet, []store.Device) {
+func viewSetOf(t testing.TB, cfg *options.Config) (*deviceSet, []store.Device) {
 	t.Helper()
 	set, err := newDeviceSet(cfg, "node-a")
 	if err != nil {

@@ -669,6 +669,9 @@ type pluginFlags struct {
 	toolsDir           string
 	statusDir          string
 	cdiSpecDir         string
+	loadSocketDir      string
+	telemetryAddress   string
+	telemetryWritable  bool
 }
 
 // downwardNodeName is the node name the tests give an environment variable set from the
@@ -707,6 +710,9 @@ func parsePluginFlags(args []string, env map[string]string) (pluginFlags, error)
 		toolsDir:           cfg.ToolsDir,
 		statusDir:          cfg.StatusDir,
 		cdiSpecDir:         cfg.CDISpecDir,
+		loadSocketDir:      cfg.LoadSocketDir,
+		telemetryAddress:   cfg.TelemetryAddress,
+		telemetryWritable:  cfg.TelemetryWritable,
 	}, nil
 }
 
@@ -1028,7 +1034,7 @@ func checkHostPaths(t *testing.T, spec corev1.PodSpec, c corev1.Container, flags
 		filepath.Dir(flags.podResourcesSocket): {corev1.HostPathDirectory, true, "-pod-resources-socket"},
 		flags.cdiSpecDir:                       {corev1.HostPathDirectoryOrCreate, false, "-cdi-spec-dir"},
 	}
-	for _, d := range []struct{ path, what string }{{flags.toolsDir, "-tools-dir"}, {flags.statusDir, "the status directory"}} {
+	for _, d := range []struct{ path, what string }{{flags.toolsDir, "-tools-dir"}, {flags.statusDir, "the status directory"}, {flags.loadSocketDir, "the load sockets' directory"}} {
 		if filepath.Dir(d.path) != filepath.Dir(flags.statePath) {
 			t.Errorf("%s %s is not next to the state file %s: not in its hostPath", d.what, d.path, flags.statePath)
 		}
@@ -1212,6 +1218,19 @@ func checkProbesAndMetrics(t *testing.T, ds *appsv1.DaemonSet, c corev1.Containe
 	a := ds.Spec.Template.Annotations
 	if a["prometheus.io/scrape"] != "true" || a["prometheus.io/port"] != port || a["prometheus.io/path"] != "/metrics" {
 		t.Errorf("scrape annotations %v, want prometheus.io/scrape \"true\", port %s, path /metrics", a, port)
+	}
+	// The telemetry, when on, listens on the container port named telemetry.
+	var telemetryPorts []string
+	for _, p := range c.Ports {
+		if p.Name == "telemetry" {
+			telemetryPorts = append(telemetryPorts, strconv.Itoa(int(p.ContainerPort)))
+		}
+	}
+	switch _, tport, _ := net.SplitHostPort(flags.telemetryAddress); {
+	case flags.telemetryAddress == "" && len(telemetryPorts) > 0:
+		t.Errorf("a telemetry port %v without -telemetry-address", telemetryPorts)
+	case flags.telemetryAddress != "" && !slices.Equal(telemetryPorts, []string{tport}):
+		t.Errorf("-telemetry-address %s: container ports named telemetry %v, want [%s]", flags.telemetryAddress, telemetryPorts, tport)
 	}
 }
 

@@ -75,16 +75,17 @@ type selector struct {
 }
 
 // liveParts are what applying a configuration changes: the state file, the
-// Server, the registration, the lifecycle tracker, the fault plan and the
-// files containers see.
+// Server, the registration, the lifecycle tracker, the fault plan, the
+// files containers see and the GPU telemetry (nil when off).
 type liveParts struct {
-	obs     plugin.Observer // told of the devices a reconcile adds
-	st      *store.Store
-	srv     *plugin.Server
-	reg     *registrar
-	tracker *lifecycle.Tracker
-	faults  *faultRunner
-	view    *viewFiles
+	obs       plugin.Observer // told of the devices a reconcile adds
+	st        *store.Store
+	srv       *plugin.Server
+	reg       *registrar
+	tracker   *lifecycle.Tracker
+	faults    *faultRunner
+	view      *viewFiles
+	telemetry *gpuTelemetry
 }
 
 // newSelector returns a selector for the profiles (nil: -config is not a
@@ -358,6 +359,11 @@ func (s *selector) apply(ctx context.Context, cfg *options.Config, why, detail s
 	s.current.Store(set)
 	if err := p.view.publish(set); err != nil {
 		s.log.Error().Err(err).Msg("files containers use (status, CDI spec) not all brought up to date with the configuration applied")
+	}
+	if p.telemetry != nil {
+		if err := p.telemetry.follow(set); err != nil {
+			s.log.Error().Err(err).Msg("GPU telemetry unavailable with the configuration applied")
+		}
 	}
 	logConfig(s.log, cfg)
 	logNUMA(s.log, cfg, set)

@@ -8,11 +8,13 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/loadsock"
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/admin"
@@ -131,6 +133,11 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	if err := view.publish(set); err != nil {
 		return err
 	}
+	if cfg.TelemetryAddress == "" {
+		if err := view.dropLive(); err != nil {
+			log.Warn().Err(err).Msg("live GPU values of an earlier run not removed: nvidia-smi in containers shows them")
+		}
+	}
 	logUnhealthy(log, stored)
 	logNUMA(log, cfg, set)
 
@@ -140,6 +147,36 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 		store.PrunerConfig{Report: func(r store.PruneResult, err error) { logPrune(log, r, err) }})
 	if err != nil {
 		return err
+	}
+	// The load sockets of -telemetry-writable, one per allocation whose
+	// record says it has one (whatever the configuration in force): those
+	// of the active allocations exist again before the plugin registers.
+	active, err := newActiveAllocations(st)
+	if err != nil {
+		return err
+	}
+	var telemetryRef atomic.Pointer[gpuTelemetry] // set below, with -telemetry-address
+	loads, err := loadsock.NewServer(loadsock.Config{Dir: cfg.LoadSocketDir, Logger: log,
+		Handler: loadsock.HandlerFunc(func(ctx context.Context, seq uint64, req loadsock.Request) (int, error) {
+			t := telemetryRef.Load()
+			if t == nil {
+				return 0, loadsock.Refusef(loadsock.CauseOff, "the plugin's telemetry is off (-telemetry-address)")
+			}
+			return t.SetLoad(ctx, seq, req)
+		})})
+	if err != nil {
+		return err
+	}
+	defer loads.Close()
+	loadList := func() ([]uint64, error) {
+		seqs, err := activeLoadSockets(active)
+		if t := telemetryRef.Load(); err == nil && t != nil {
+			t.keepLoads(seqs)
+		}
+		return seqs, err
+	}
+	if err := loads.Sync(loadList); err != nil {
+		log.Error().Err(err).Msg("load sockets of active allocations not all created again; retrying")
 	}
 	// The tracker first: the recorder tells it about each allocation.
 	tracker, err := lifecycle.New(lifecycle.Config{
@@ -157,9 +194,16 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	if err != nil {
 		return err
 	}
+	opened := func(a store.Allocation) error { // before Allocate answers
+		active.add(a.Seq) // before its socket: a Sync after the Open must list it
+		if a.Envs[loadsock.EnvSocket] == "" {
+			return nil
+		}
+		return loads.Open(a.Seq) // the answer mounts it
+	}
 	srv, err := plugin.NewServer(plugin.ServerConfig{
 		Catalog:  catalog,
-		Recorder: recorder{st: st, kick: pruner.Kick, recorded: tracker.Notify},
+		Recorder: recorder{st: st, kick: pruner.Kick, recorded: tracker.Notify, opened: opened},
 		Health:   viewHealth{next: healthRecorder{st}, files: view, log: log},
 		Logger:   log,
 	})
@@ -203,22 +247,41 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 		}
 		log.Info().Str("address", metricsLis.Addr().String()).Msg("serving /metrics, /healthz, /readyz")
 	}
-
 	nodeName := o.NodeName
 	if nodeName == "" {
 		nodeName, _ = os.Hostname()
 	}
+	var telemetryLis net.Listener
+	var telem *gpuTelemetry
+	if cfg.TelemetryAddress != "" {
+		telem = newGPUTelemetry(st, active, srv, view, nodeName, tracker.Notify, nil, log)
+		telemetryRef.Store(telem)
+		if err := telem.follow(set); err != nil {
+			log.Error().Err(err).Msg("GPU telemetry unavailable: its listener answers 503")
+		}
+		if telemetryLis, err = net.Listen("tcp", cfg.TelemetryAddress); err != nil {
+			return fmt.Errorf("-telemetry-address: %w", err)
+		}
+		log.Info().Str("address", telemetryLis.Addr().String()).Str("model", cfg.TelemetryModel.String()).
+			Bool("writable", cfg.TelemetryWritable).Msg("serving GPU telemetry on /metrics (dcgm-exporter " + telemetryRelease + ")")
+	}
+
 	log.Info().Str("version", version).Str("node", nodeName).Str("topology", cfg.Machine.Name()).Int("devices", cfg.Machine.Len()).
 		Str("resource", set.resource).Str("profile", cfg.Profile).Str("why", why).Str("dir", cfg.DevicePluginPath).Str("state", st.Path()).
 		Str("policy", cfg.AllocationPolicy).Msg("starting")
 	// From here on a new label or profile is applied live.
-	sel.start(ctx, liveParts{obs: m, st: st, srv: srv, reg: reg, tracker: tracker, faults: faultPlan, view: view}, set, report, last, why, detail)
+	sel.start(ctx, liveParts{obs: m, st: st, srv: srv, reg: reg, tracker: tracker, faults: faultPlan, view: view, telemetry: telem}, set, report, last, why, detail)
 
 	g.Go(func() error { return reg.Run(ctx) })
 	g.Go(func() error { return adminSrv.Run(ctx) })
 	g.Go(func() error { return tracker.Run(ctx) })
 	g.Go(func() error { return pruner.Run(ctx) })
 	g.Go(func() error { return faultPlan.Run(ctx) })
+	g.Go(func() error { return loads.Run(ctx, loadSyncInterval, loadList) })
+	if telem != nil {
+		g.Go(func() error { return telem.Run(ctx) })
+		g.Go(func() error { return metrics.Serve(ctx, telemetryLis, telem) })
+	}
 	if profiles != nil {
 		w := &dirWatch{dir: profiles.Dir, poll: env.profilePoll, log: log}
 		g.Go(func() error { return w.Run(ctx, func() { sel.reload(ctx) }) })
@@ -394,6 +457,10 @@ type recorder struct {
 	// recorded, if set, runs after each stored record (the lifecycle
 	// tracker's Notify: look for the holder now).
 	recorded func()
+	// opened, if set, makes what the answer to the stored record names
+	// exist (its load socket) before Allocate answers; an error fails the
+	// Allocate.
+	opened func(store.Allocation) error
 }
 
 var _ plugin.Recorder = recorder{}
@@ -402,6 +469,11 @@ func (r recorder) RecordAllocation(_ context.Context, ids []string, envs map[str
 	a, err := r.st.RecordAllocation(store.Allocation{DeviceIDs: ids, Envs: envs})
 	if err != nil {
 		return plugin.Record{}, err
+	}
+	if r.opened != nil {
+		if err := r.opened(a); err != nil {
+			return plugin.Record{}, err
+		}
 	}
 	if r.recorded != nil {
 		r.recorded()

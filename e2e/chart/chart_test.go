@@ -476,6 +476,26 @@ telemetry: {enabled: true, port: 9600}`))
 		t.Errorf("ServiceMonitor endpoints %s", got)
 	}
 
+	// The telemetry's settings become its flags, only those set.
+	for _, c := range []struct {
+		values string
+		want   []string
+	}{
+		{"telemetry: {enabled: true}", []string{"-telemetry-address=:9400"}},
+		{"telemetry: {enabled: true, model: random-walk, seed: 0, perPod: true, writable: true}",
+			[]string{"-telemetry-address=:9400", "-telemetry-model=random-walk", "-telemetry-seed=0", "-telemetry-per-pod", "-telemetry-writable"}},
+	} {
+		var got []string
+		for _, arg := range args(t, render(t, values(t, c.values))) {
+			if strings.HasPrefix(arg, "-telemetry") {
+				got = append(got, arg)
+			}
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("values %s: telemetry args %v, want %v", c.values, got, c.want)
+		}
+	}
+
 	// A ServiceMonitor needs the Service: it comes with it.
 	objs = render(t, values(t, "metrics: {serviceMonitor: {enabled: true}}"))
 	if ks := kinds(objs); !slices.Contains(ks, "Service") {
@@ -532,6 +552,12 @@ func TestChart_RefusesBadValues(t *testing.T) {
 		{"profile without version", "profiles: {a: {flags: {devices: 2}}}", "version"},
 		{"profile devices out of range", "profiles: {a: {version: v1, flags: {devices: 2000}}}", "/profiles/a/flags/devices"},
 		{"one port for two listeners", "telemetry: {enabled: true, port: 9401}", "telemetry.port and metrics.port are both 9401"},
+		{"telemetry setting without telemetry", "telemetry: {writable: true}", "telemetry.writable without telemetry.enabled"},
+		{"telemetry model with profiles", "{telemetry: {enabled: true, model: wave}, profiles: {a: {version: v1}}}",
+			"telemetry.model with profiles: the flag would override every profile; set flags.telemetryModel in the profiles instead"},
+		{"telemetry seed with profiles", "{telemetry: {enabled: true, seed: 3}, profiles: {a: {version: v1}}}", "set flags.telemetrySeed in the profiles"},
+		{"unknown telemetry model", "telemetry: {enabled: true, model: busy}", "model"},
+		{"negative telemetry seed", "telemetry: {enabled: true, seed: -1}", "seed"},
 		{"relative kubelet root", "kubeletRootDir: var/lib/kubelet", "kubeletRootDir"},
 		{"misspelt value", "labelnode: false", "labelnode"},
 		{"devices out of range", "devices: 0", "devices"},
@@ -601,7 +627,8 @@ func configFlags(t *testing.T) []configFlag {
 // stay allowed, but those the chart sets itself. Without profiles a profile's flag is allowed.
 // The list comes from the configuration file's schema, so a new flag is covered.
 func TestChart_ProfilesOwnTheirFlags(t *testing.T) {
-	chartFlags := map[string]bool{"devices": true, "topology": true, "metrics-address": true, "log-format": true, "log-level": true, "pod-resources-socket": true}
+	chartFlags := map[string]bool{"devices": true, "topology": true, "metrics-address": true, "log-format": true, "log-level": true, "pod-resources-socket": true,
+		"telemetry-address": true, "telemetry-model": true, "telemetry-seed": true, "telemetry-per-pod": true, "telemetry-writable": true}
 	for _, f := range configFlags(t) {
 		t.Run(f.name, func(t *testing.T) {
 			env := "VGPU_" + strings.ToUpper(strings.ReplaceAll(f.name, "-", "_"))

@@ -63,6 +63,18 @@
 // removes the files at shutdown: containers keep reading them while the
 // plugin restarts.
 //
+// # Live values
+//
+// While the plugin's telemetry is on, the live values of every GPU are in
+// one more file, telemetry.json (LiveFileName, kind GPUTelemetry: updated,
+// and the telemetry of each GPU by UUID, in the format of a status file's
+// telemetry), which the plugin replaces every second: atomically, but
+// without fsync (WriteLive), and as one file rather than a file per GPU,
+// so that the node's disk takes one small write a second. Where it has a
+// GPU (Live.Apply), its values replace those of the GPU's status file,
+// which keeps the values of when it was last written. Without the
+// telemetry the plugin removes it (RemoveLive).
+//
 // Read and ReadGPUs read the files of the given UUIDs; a missing file wraps
 // fs.ErrNotExist, and the GPU's identity is then unknown to the reader
 // (nvidia-smi still lists it, with N/A values).

@@ -58,6 +58,11 @@ func hasFan(product string) bool {
 	return false
 }
 
+// ReservedMiB is the memory the fake driver reserves on a GPU of totalMiB:
+// 0.6 %, rounded down (memory.reserved). memory.used + memory.free is
+// totalMiB − ReservedMiB(totalMiB).
+func ReservedMiB(totalMiB int) int { return totalMiB * 6 / 1000 }
+
 // NewGPU returns the status of GPU index of machine m on the node whose
 // identity is node: its identity from the machine (product, memory, compute
 // capability, power limit, bus id, minor number, NUMA node, CPU affinity),
@@ -107,7 +112,7 @@ func NewGPU(m *topology.Machine, index int, node string, now time.Time) (*GPU, e
 		Family:            model.Family,
 		ComputeCapability: cc,
 		MemoryTotalMiB:    model.MemoryMiB,
-		MemoryReservedMiB: model.MemoryMiB * 6 / 1000,
+		MemoryReservedMiB: ReservedMiB(model.MemoryMiB),
 		PCIBusID:          m.PCIBusID(index),
 		NUMANode:          m.NUMA(index),
 		CPUAffinity:       m.CPUAffinity(index),

@@ -188,7 +188,6 @@ func (g *GPU) Validate() error {
 	bad := func(field string, v any, want string) error {
 		return fmt.Errorf("%s %v: want %s: %w", field, v, want, ErrInvalidStatus)
 	}
-	t := g.Telemetry
 	switch {
 	case g.ID == "" || len(g.ID) > 64 || !printable(g.ID):
 		return bad("id", fmt.Sprintf("%q", g.ID), "a device id like fake-0")
@@ -228,26 +227,37 @@ func (g *GPU) Validate() error {
 		return bad("health.reason", fmt.Sprintf("%q", g.Health.Reason), "at most 1024 bytes on one line")
 	case g.Health.Healthy && g.Health.Reason != "":
 		return bad("health.reason", fmt.Sprintf("%q", g.Health.Reason), "empty for a healthy GPU")
+	}
+	return g.Telemetry.validate("telemetry.", g.MemoryTotalMiB-g.MemoryReservedMiB)
+}
+
+// validate checks telemetry values, with memory used at most maxUsedMiB;
+// errors name the field with prefix.
+func (t *Telemetry) validate(prefix string, maxUsedMiB int) error {
+	bad := func(field string, v any, want string) error {
+		return fmt.Errorf("%s%s %v: want %s: %w", prefix, field, v, want, ErrInvalidStatus)
+	}
+	switch {
 	case t.UtilizationGPUPercent < 0 || t.UtilizationGPUPercent > 100:
-		return bad("telemetry.utilizationGpuPercent", t.UtilizationGPUPercent, "0..100")
+		return bad("utilizationGpuPercent", t.UtilizationGPUPercent, "0..100")
 	case t.UtilizationMemoryPercent < 0 || t.UtilizationMemoryPercent > 100:
-		return bad("telemetry.utilizationMemoryPercent", t.UtilizationMemoryPercent, "0..100")
-	case t.MemoryUsedMiB < 0 || t.MemoryUsedMiB > g.MemoryTotalMiB-g.MemoryReservedMiB:
-		return bad("telemetry.memoryUsedMiB", t.MemoryUsedMiB, fmt.Sprintf("0..%d (total - reserved)", g.MemoryTotalMiB-g.MemoryReservedMiB))
+		return bad("utilizationMemoryPercent", t.UtilizationMemoryPercent, "0..100")
+	case t.MemoryUsedMiB < 0 || t.MemoryUsedMiB > maxUsedMiB:
+		return bad("memoryUsedMiB", t.MemoryUsedMiB, fmt.Sprintf("0..%d (total - reserved)", maxUsedMiB))
 	case t.TemperatureC < -50 || t.TemperatureC > 200:
-		return bad("telemetry.temperatureC", t.TemperatureC, "-50..200")
+		return bad("temperatureC", t.TemperatureC, "-50..200")
 	case t.MemoryTemperatureC != nil && (*t.MemoryTemperatureC < -50 || *t.MemoryTemperatureC > 200):
-		return bad("telemetry.memoryTemperatureC", *t.MemoryTemperatureC, "null or -50..200")
+		return bad("memoryTemperatureC", *t.MemoryTemperatureC, "null or -50..200")
 	case !(t.PowerDrawW >= 0 && t.PowerDrawW <= 100000): // also refuses NaN
-		return bad("telemetry.powerDrawW", t.PowerDrawW, "0..100000")
+		return bad("powerDrawW", t.PowerDrawW, "0..100000")
 	case t.SMClockMHz < 0 || t.SMClockMHz > 100000:
-		return bad("telemetry.smClockMHz", t.SMClockMHz, "0..100000")
+		return bad("smClockMHz", t.SMClockMHz, "0..100000")
 	case t.MemoryClockMHz < 0 || t.MemoryClockMHz > 100000:
-		return bad("telemetry.memoryClockMHz", t.MemoryClockMHz, "0..100000")
+		return bad("memoryClockMHz", t.MemoryClockMHz, "0..100000")
 	case t.FanSpeedPercent != nil && (*t.FanSpeedPercent < 0 || *t.FanSpeedPercent > 200):
-		return bad("telemetry.fanSpeedPercent", *t.FanSpeedPercent, "null or 0..200")
+		return bad("fanSpeedPercent", *t.FanSpeedPercent, "null or 0..200")
 	case t.LastXID != nil && (*t.LastXID < 0 || *t.LastXID > 1<<20):
-		return bad("telemetry.lastXid", *t.LastXID, "null or an XID number")
+		return bad("lastXid", *t.LastXID, "null or an XID number")
 	}
 	return nil
 }

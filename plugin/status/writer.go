@@ -135,10 +135,14 @@ func (w *Writer) Sync(gpus []*GPU) error {
 	return errors.Join(errs...)
 }
 
-// write replaces the file of uuid with data; w.mu is held.
-func (w *Writer) write(uuid string, data []byte) (err error) {
-	final := filepath.Join(w.dir, FileName(uuid))
-	f, err := os.CreateTemp(w.dir, tmpPrefix+uuid+"-*")
+// write replaces the file of uuid with data, flushed; w.mu is held.
+func (w *Writer) write(uuid string, data []byte) error { return w.replace(FileName(uuid), data, true) }
+
+// replace replaces the file name with data through a temporary file,
+// flushed to disk first if flush; w.mu is held.
+func (w *Writer) replace(name string, data []byte, flush bool) (err error) {
+	final := filepath.Join(w.dir, name)
+	f, err := os.CreateTemp(w.dir, tmpPrefix+name+"-*")
 	if err != nil {
 		return fmt.Errorf("write status file %q: %w", final, err)
 	}
@@ -155,14 +159,24 @@ func (w *Writer) write(uuid string, data []byte) (err error) {
 	if err := f.Chmod(FileMode); err != nil {
 		return fmt.Errorf("set mode of status file %q: %w", tmp, err)
 	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("flush status file %q: %w", tmp, err)
+	if flush {
+		if err := f.Sync(); err != nil {
+			return fmt.Errorf("flush status file %q: %w", tmp, err)
+		}
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("close status file %q: %w", tmp, err)
 	}
 	if err := os.Rename(tmp, final); err != nil {
 		return fmt.Errorf("replace status file %q: %w", final, err)
+	}
+	return nil
+}
+
+// remove removes the file name, if it exists; w.mu is held.
+func (w *Writer) remove(name string) error {
+	if err := os.Remove(filepath.Join(w.dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove %q: %w", name, err)
 	}
 	return nil
 }

@@ -111,6 +111,10 @@ func TestWriter_WriteReplacesAndReads(t *testing.T) {
 // TestWriter_AtomicReplace has readers read a file while the writer replaces
 // it many times: every read must see a whole, valid document.
 func TestWriter_AtomicReplace(t *testing.T) {
+	testAtomicReplace(t, (*status.Writer).Write)
+}
+
+func testAtomicReplace(t *testing.T, write func(*status.Writer, *status.GPU) error) {
 	dir := t.TempDir()
 	w := mustWriter(t, dir)
 	g := mustGPU(t, "hgx-h100", 2)
@@ -145,7 +149,7 @@ func TestWriter_AtomicReplace(t *testing.T) {
 		next := *g
 		next.Telemetry.UtilizationGPUPercent = i % 101
 		next.Product = []string{"NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3 with a much longer name to change the file size"}[i%2]
-		if err := w.Write(&next); err != nil {
+		if err := write(w, &next); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -348,7 +348,8 @@ func TestQueryXML_Parses(t *testing.T) {
 // exits with one of the documented codes.
 func FuzzRun(f *testing.F) {
 	for _, s := range []string{"", "-L", "-q\x00-x", "--query-gpu=name,index\x00--format=csv", "-i\x000,1\x00-L", "topo\x00-m",
-		"--id=GPU-x", "--format=csv", "-h", "--query-gpu\x00gpu_name\x00--format\x00csv,nounits,noheader", "topo\x00-i"} {
+		"--id=GPU-x", "--format=csv", "-h", "--query-gpu\x00gpu_name\x00--format\x00csv,nounits,noheader", "topo\x00-i",
+		"--set-load=90,4096\x00-i\x000", "--set-load\x00clear"} {
 		f.Add(s)
 	}
 	fx := newQuickFixture(f, mustPreset(f, "dgx1-volta"), []int{0, 3, 4})
@@ -359,7 +360,7 @@ func FuzzRun(f *testing.F) {
 		}
 		_, code := fx.run(t, args...)
 		switch code {
-		case nvidiasmi.ExitOK, nvidiasmi.ExitInvalidArgument, nvidiasmi.ExitNotFound, nvidiasmi.ExitUnknownError:
+		case nvidiasmi.ExitOK, nvidiasmi.ExitInvalidArgument, nvidiasmi.ExitNotSupported, nvidiasmi.ExitNotFound, nvidiasmi.ExitUnknownError:
 		default:
 			t.Fatalf("nvidia-smi %q: exit code %d", args, code)
 		}

@@ -9,7 +9,8 @@
 //
 // # Environment
 //
-// It reads only the environment and the status directory:
+// It reads only the environment and the status directory (and --set-load
+// talks to the plugin's load socket):
 //
 //   - VIRTUAL_GPU_IDS (required): the container's device ids, joined by
 //     commas (fake-3,fake-5, or replica ids fake-3::0; the replicas of one GPU
@@ -19,11 +20,16 @@
 //     list of another length) the GPUs' identity is unknown.
 //   - VIRTUAL_GPU_STATUS_DIR: the status directory, default /run/virtual-gpu
 //     (see plugin/status): <uuid>.json per GPU, with its identity, health and
-//     live values. A GPU whose file is missing or invalid, or describes
-//     another device id, is still listed, with N/A values.
+//     live values, and while the plugin's telemetry is on telemetry.json,
+//     every GPU's live values of the last second, which replace the status
+//     files' (an unusable one is ignored). A GPU whose file is missing or
+//     invalid, or describes another device id, is still listed, with N/A
+//     values.
 //   - VIRTUAL_GPU_NUMA_NODES: the NUMA node of each GPU (else the status
 //     files' nodes); VIRTUAL_GPU_LINKS: the link of every pair (needed by
 //     topo -m); VIRTUAL_GPU_TOPOLOGY: the machine's name. See topology.EnvLinks.
+//   - VIRTUAL_GPU_LOAD_SOCKET: the allocation's load socket (loadsock), set
+//     when the plugin runs with -telemetry-writable; --set-load needs it.
 //
 // GPU indices are positions 0 … k-1 in the order of VIRTUAL_GPU_IDS, as the
 // real tool numbers the GPUs of a container; minor numbers, bus ids and
@@ -55,6 +61,14 @@
 //   - topo -m: the matrix of the container's GPUs (labels from
 //     VIRTUAL_GPU_LINKS, CPU and NUMA affinity), the legend; the project's
 //     parser, topology.ParseNvidiaSMI, reads it back.
+//   - --set-load=UTIL[,MEM_MIB] (this nvidia-smi only): the container's own
+//     utilization (0-100 %) and memory used (MiB per GPU) on its GPUs (or
+//     those -i picks), sent over VIRTUAL_GPU_LOAD_SOCKET; the plugin's
+//     telemetry and the status files then show them. --set-load=clear
+//     returns the GPUs to the plugin's load model. A value that is not a
+//     number or out of range: exit code 2, nothing sent; no socket: exit
+//     code 3 (ExitNotSupported); the plugin's refusal is printed, with exit
+//     code 2 for a bad value and 255 otherwise.
 //   - -h, --version, topo -h.
 //
 // Unknown options and arguments: "ERROR: Option X is not recognized. Please

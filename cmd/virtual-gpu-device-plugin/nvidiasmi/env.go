@@ -26,7 +26,8 @@ type machine struct {
 }
 
 // readMachine builds the container's view from the environment and the
-// status directory. Device ids are split on commas and trimmed; empty
+// status directory: the GPUs' status files, with the live values of the
+// live file where it has them (status.ReadLive). Device ids are split on commas and trimmed; empty
 // entries are skipped; the replicas of one GPU (fake-3::0, fake-3::1) are
 // one GPU, at the position of its first entry. VIRTUAL_GPU_UUIDS gives the
 // UUIDs, one per entry of VIRTUAL_GPU_IDS or one per GPU; entries that are
@@ -96,6 +97,7 @@ func readMachine(env func(string) string) *machine {
 		dir = status.DefaultDir
 	}
 	fsys := os.DirFS(dir)
+	live, _ := status.ReadLive(fsys) // none, or unusable: the status files' values
 	for _, g := range m.gpus {
 		if g.uuid == "" {
 			continue
@@ -104,6 +106,7 @@ func readMachine(env func(string) string) *machine {
 		if err != nil || st.ID != g.id {
 			continue // identity unknown: shown as N/A
 		}
+		live.Apply(st)
 		g.st = st
 		if !numaFromEnv {
 			g.numa = st.NUMANode

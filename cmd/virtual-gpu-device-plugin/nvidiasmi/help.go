@@ -65,6 +65,20 @@ nvidia-smi [OPTION1 [ARG1]] [OPTION2 [ARG2]] ...
 
  TOPOLOGY:
     topo -m                     Display the GPU connection matrix.
+
+ VIRTUAL GPU OPTIONS (this nvidia-smi only):
+    --set-load=UTIL[,MEM_MIB]   Set this container's load on its GPUs: the
+                                utilization (0-100 %) and the memory used per
+                                GPU (MiB) it puts on them, as the plugin's
+                                telemetry and nvidia-smi then show them, for
+                                an hour or until the container's pod ends.
+                                --set-load=clear gives them back to the
+                                plugin's load model. Needs the plugin's
+                                -telemetry-writable ($VIRTUAL_GPU_LOAD_SOCKET).
+
+    [plus any of]
+
+    -i,   --id=                 Target specific GPUs.
 `
 
 // topoHelpText is `nvidia-smi topo` and `topo -h`.

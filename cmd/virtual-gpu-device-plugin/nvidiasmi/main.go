@@ -6,6 +6,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/loadsock"
 )
 
 // Exit codes, as the real nvidia-smi documents them (nvidia-smi(1), RETURN
@@ -60,7 +62,8 @@ type Command struct {
 // the environment through env, and returns the exit code. It is the
 // multi-call entry point: the plugin binary runs it when invoked as
 // nvidia-smi. It reads only the environment and the status directory, and
-// writes only to stdout and stderr.
+// writes only to stdout and stderr (--set-load also talks to the plugin's
+// load socket).
 func Main(args []string, env func(string) string, stdout, stderr io.Writer) int {
 	return (&Command{Env: env, Stdout: stdout, Stderr: stderr}).Run(args)
 }
@@ -72,6 +75,7 @@ type options struct {
 	topo, topoMatrix, topoHelp  bool
 	topoID                      bool
 	id, queryGPU, format        *string
+	setLoad                     *string
 }
 
 // Run runs nvidia-smi with args (without the program name) and returns the
@@ -136,6 +140,15 @@ func (c *Command) run(args []string, out *bytes.Buffer) int {
 		}
 	}
 
+	var load loadsock.Request
+	if opts.setLoad != nil {
+		var msg string
+		if load, msg = parseSetLoad(*opts.setLoad); msg != "" {
+			out.WriteString(msg + "\n")
+			return ExitInvalidArgument
+		}
+	}
+
 	m := readMachine(c.Env)
 	if len(m.gpus) == 0 {
 		out.WriteString(msgNoDevices + "\n")
@@ -157,6 +170,8 @@ func (c *Command) run(args []string, out *bytes.Buffer) int {
 	}
 	q := &queryContext{now: now(), count: len(m.gpus)}
 	switch {
+	case opts.setLoad != nil:
+		return c.writeSetLoad(out, load, gpus)
 	case opts.list:
 		return writeList(out, gpus)
 	case opts.queryGPU != nil:
@@ -205,6 +220,8 @@ func parseArgs(args []string) (options, string) {
 			target = &o.queryGPU
 		case "--format":
 			target = &o.format
+		case "--set-load":
+			target = &o.setLoad
 		}
 		if target != nil {
 			if !hasValue {
@@ -241,7 +258,8 @@ func parseArgs(args []string) (options, string) {
 }
 
 // validCombination reports whether the options make one command: -L, -q
-// [-x], --query-gpu with --format, or the summary; -i with any of them.
+// [-x], --query-gpu with --format, --set-load, or the summary; -i with any
+// of them.
 func validCombination(o options) bool {
 	csv := o.queryGPU != nil
 	switch {
@@ -251,7 +269,7 @@ func validCombination(o options) bool {
 		return false
 	}
 	n := 0
-	for _, b := range []bool{o.list, o.query, csv} {
+	for _, b := range []bool{o.list, o.query, csv, o.setLoad != nil} {
 		if b {
 			n++
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/faults"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
@@ -106,6 +107,24 @@ type Config struct {
 	AbandonAfter time.Duration
 	// MetricsAddress serves /metrics, /healthz and /readyz; "" is off.
 	MetricsAddress string
+	// TelemetryAddress serves the GPU telemetry in dcgm-exporter's format
+	// (plugin/telemetry) on /metrics; "" is off (default off). It is never
+	// MetricsAddress.
+	TelemetryAddress string
+	// TelemetryModel is the load model of held GPUs (default steady).
+	TelemetryModel telemetry.Model
+	// TelemetrySeed seeds the load model (default 0).
+	TelemetrySeed uint64
+	// TelemetryPerPod gives a GPU several containers share one series per
+	// holder (default false).
+	TelemetryPerPod bool
+	// TelemetryWritable lets containers set their GPUs' load over a
+	// per-allocation socket in LoadSocketDir (default false); only with
+	// TelemetryAddress.
+	TelemetryWritable bool
+	// LoadSocketDir is the host directory of the per-allocation load
+	// sockets, load next to StatePath (not a flag).
+	LoadSocketDir string
 
 	// Profile is the name of the profile in force; "" without one.
 	Profile string

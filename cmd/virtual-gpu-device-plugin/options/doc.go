@@ -67,9 +67,12 @@
 // start. A profile holds the machine's shape and behaviour (devices,
 // topology, resourceName, allocationPolicy, sharedDevicesAllocationPolicy,
 // deviceListStrategy, replicas, numaReport, faults, nvidiaSmi,
-// visibleDevicesEnv, deviceNodes, sharing) and is refused if it sets a path
-// or address (state, sockets, directories, the device node source, metrics)
-// or a setting of the whole process (logging, history, intervals).
+// visibleDevicesEnv, deviceNodes, telemetryModel, telemetrySeed,
+// telemetryPerPod, telemetryWritable, sharing) and is refused if it sets a
+// path or address (state, sockets, directories, the device node source,
+// metrics, telemetry) or a setting of the whole process (logging, history,
+// intervals). telemetryWritable needs -telemetry-address, so a profile that
+// sets it does not resolve without it.
 //
 // # Sharing and NVIDIA's fields
 //

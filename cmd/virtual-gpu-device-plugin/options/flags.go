@@ -14,6 +14,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/cdi"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/lifecycle"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
@@ -50,6 +51,10 @@ const (
 	// StatusDirName is the status directory's name next to the state file:
 	// the GPU status files containers read (plugin/status).
 	StatusDirName = "status"
+	// LoadSocketDirName is the directory next to the state file that holds
+	// the per-allocation load sockets of -telemetry-writable:
+	// <seq>/load.sock per allocation record (loadsock).
+	LoadSocketDirName = "load"
 	// DefaultDeviceNodeSource is the default of -device-node-source.
 	DefaultDeviceNodeSource = cdi.DefaultNodeSource
 	// DefaultCDISpecDir is the default of -cdi-spec-dir.
@@ -58,6 +63,9 @@ const (
 	// -device-plugin-path is VGPU_DEVICE_PLUGIN_PATH.
 	EnvPrefix = "VGPU_"
 
+	// longestLoadSocket is the longest path of a load socket in its
+	// directory: that of the largest record sequence number.
+	longestLoadSocket = "18446744073709551615/load.sock"
 	// maxSocketPath is the longest unix socket path Linux accepts
 	// (sun_path is 108 bytes including the terminating NUL).
 	maxSocketPath = 107
@@ -168,6 +176,21 @@ type Settings struct {
 	// MetricsAddress serves /metrics, /healthz and /readyz; "" is off
 	// (-metrics-address, default "").
 	MetricsAddress string
+	// TelemetryAddress serves dcgm-exporter-compatible GPU telemetry on
+	// /metrics; "" is off (-telemetry-address, default "").
+	TelemetryAddress string
+	// TelemetryModel is the load model: idle, steady, wave or random-walk
+	// (-telemetry-model, default steady).
+	TelemetryModel string
+	// TelemetrySeed seeds the load model, 0 or more (-telemetry-seed,
+	// default 0).
+	TelemetrySeed int
+	// TelemetryPerPod gives a shared GPU one series per holder
+	// (-telemetry-per-pod, default false).
+	TelemetryPerPod bool
+	// TelemetryWritable lets containers set their GPUs' load through a
+	// per-allocation socket (-telemetry-writable, default false).
+	TelemetryWritable bool
 
 	// origins holds where each value not at its default came from, by
 	// flag name.
@@ -246,8 +269,22 @@ func newFlagSet(s *Settings, b *bootstrap) *flag.FlagSet {
 	fs.DurationVar(&s.ReconcileInterval, "reconcile-interval", lifecycle.DefaultInterval, "how often to ask the PodResources API who holds which devices")
 	fs.DurationVar(&s.AbandonAfter, "abandon-after", lifecycle.DefaultAbandonAfter, "mark an allocation abandoned when no pod claimed it this long")
 	fs.StringVar(&s.MetricsAddress, "metrics-address", "", "serve /metrics, /healthz and /readyz on this `host:port` (e.g. :9400 or 127.0.0.1:9400); empty: off")
+	fs.StringVar(&s.TelemetryAddress, "telemetry-address", "", "serve dcgm-exporter-compatible GPU telemetry (DCGM_FI_DEV_* series) on /metrics at this `host:port` (dcgm-exporter's is :9400); empty: off")
+	fs.StringVar(&s.TelemetryModel, "telemetry-model", string(telemetry.ModelSteady), "the load a container puts on the GPUs it holds (`model`): "+strings.Join(modelNames(), ", "))
+	fs.IntVar(&s.TelemetrySeed, "telemetry-seed", 0, "seed of the load model: the same seed and clock give the same values")
+	fs.BoolVar(&s.TelemetryPerPod, "telemetry-per-pod", false, "a GPU shared by several containers has one telemetry series per container (dcgm-exporter's --kubernetes-virtual-gpus), not one for its newest holder")
+	fs.BoolVar(&s.TelemetryWritable, "telemetry-writable", false, "let containers set their GPUs' utilization and memory used (nvidia-smi --set-load) over a per-allocation socket; needs -telemetry-address")
 	fs.BoolVar(&b.version, "version", false, "print the version, commit and Go version and exit")
 	return fs
+}
+
+// modelNames are the accepted -telemetry-model values.
+func modelNames() []string {
+	out := make([]string, len(telemetry.Models))
+	for i, m := range telemetry.Models {
+		out[i] = string(m)
+	}
+	return out
 }
 
 // EnvName is the environment twin of a flag: -device-plugin-path is

@@ -15,6 +15,7 @@ import (
 
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/faults"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
@@ -97,7 +98,9 @@ func TestLoad_Defaults(t *testing.T) {
 		got.AllocationPolicy != want.AllocationPolicy || got.StatePath != want.StatePath || got.StateMoveAside ||
 		got.HistoryMaxRecords != want.HistoryMaxRecords || got.HistoryMaxAge != want.HistoryMaxAge || got.HistoryMaxBytes != want.HistoryMaxBytes ||
 		got.AdminSocket != want.AdminSocket || got.PodResourcesSocket != want.PodResourcesSocket || got.ReconcileInterval != want.ReconcileInterval ||
-		got.AbandonAfter != want.AbandonAfter || got.MetricsAddress != "" || got.FaultPlan != "" || got.Faults != nil || got.Topology != "" {
+		got.AbandonAfter != want.AbandonAfter || got.MetricsAddress != "" || got.FaultPlan != "" || got.Faults != nil || got.Topology != "" ||
+		got.TelemetryAddress != "" || got.TelemetryModel != telemetry.ModelSteady || got.TelemetrySeed != 0 || got.TelemetryPerPod ||
+		got.TelemetryWritable || got.LoadSocketDir != "/var/lib/virtual-gpu/load" {
 		t.Errorf("defaults = %+v", got)
 	}
 	if c.Machine.Len() != 4 || c.Machine.FixedSize() || c.Policy == nil {
@@ -195,6 +198,16 @@ func TestLoad_BadInput(t *testing.T) {
 		{"metrics bad host", []string{"-metrics-address=bad_host!:9400"}, nil, `host "bad_host!" is neither an IP address nor a DNS name`},
 		{"metrics url", []string{"-metrics-address=http://x:9400"}, nil, "want host:port"},
 		{"metrics bad host with port", []string{"-metrics-address=x/y:9400"}, nil, `host "x/y" is neither`},
+		{"telemetry bad port", []string{"-telemetry-address=:99999"}, nil, `invalid -telemetry-address=":99999": port 99999 is out of range 0–65535`},
+		{"telemetry on the metrics address", []string{"-metrics-address=:9400", "-telemetry-address=:9400"}, nil,
+			`invalid -telemetry-address=":9400": is -metrics-address too: the telemetry and the plugin's metrics are two listeners`},
+		{"telemetry model", []string{"-telemetry-model=busy"}, nil, `invalid -telemetry-model="busy": must be one of idle, steady, wave, random-walk`},
+		{"telemetry model empty", nil, map[string]string{"VGPU_TELEMETRY_MODEL": " "}, `invalid VGPU_TELEMETRY_MODEL=" ": must be one of`},
+		{"telemetry seed negative", []string{"-telemetry-seed=-1"}, nil, "invalid -telemetry-seed=-1: must be 0 or more"},
+		{"telemetry seed not a number", []string{"-telemetry-seed=x"}, nil, `invalid value "x" for flag -telemetry-seed`},
+		{"writable without telemetry", []string{"-telemetry-writable"}, nil, "invalid -telemetry-writable=true: needs -telemetry-address"},
+		{"writable sockets too long", []string{"-telemetry-address=:9400", "-telemetry-writable", "-state=/" + strings.Repeat("s", 80) + "/state.db"}, nil,
+			"invalid -telemetry-writable=true: the per-allocation sockets next to -state"},
 		{"admin socket relative", []string{"-admin-socket=admin.sock"}, nil, `invalid -admin-socket="admin.sock": must be an absolute path`},
 		{"admin socket in the device-plugin dir", []string{"-device-plugin-path=/dp", "-admin-socket=/dp/admin.sock"}, nil,
 			`invalid -admin-socket="/dp/admin.sock": must not be in -device-plugin-path /dp: the kubelet deletes the sockets there when it restarts`},
@@ -267,6 +280,9 @@ func TestLoad_GoodAddresses(t *testing.T) {
 	for _, addr := range []string{":9400", "127.0.0.1:9400", "[::1]:9400", "[fe80::1%eth0]:9400", "localhost:9400", "node-1.example.com:0", ":65535", ":http"} {
 		if _, err := load([]string{"-metrics-address=" + addr}, nil); err != nil {
 			t.Errorf("-metrics-address=%s: %v", addr, err)
+		}
+		if _, err := load([]string{"-telemetry-address=" + addr}, nil); err != nil {
+			t.Errorf("-telemetry-address=%s: %v", addr, err)
 		}
 	}
 	// An admin socket below the device-plugin dir, not in it, is safe: the
@@ -432,7 +448,12 @@ flags:
   state: `+dir+`/state/state.db
   adminSocket: `+dir+`/admin/a.sock
   podResourcesSocket: `+dir+`/pr.sock
-  metricsAddress: "127.0.0.1:9400"
+  metricsAddress: "127.0.0.1:9401"
+  telemetryAddress: "127.0.0.1:9400"
+  telemetryModel: wave
+  telemetrySeed: 42
+  telemetryPerPod: true
+  telemetryWritable: true
   stateMoveAside: true
   historyMaxRecords: 10
   historyMaxAge: 0
@@ -461,7 +482,12 @@ flags:
 		{"state", c.StatePath == dir+"/state/state.db"},
 		{"admin-socket", c.AdminSocket == dir+"/admin/a.sock"},
 		{"pod-resources-socket", c.PodResourcesSocket == dir+"/pr.sock"},
-		{"metrics-address", c.MetricsAddress == "127.0.0.1:9400"},
+		{"metrics-address", c.MetricsAddress == "127.0.0.1:9401"},
+		{"telemetry-address", c.TelemetryAddress == "127.0.0.1:9400"},
+		{"telemetry-model", c.TelemetryModel == telemetry.ModelWave},
+		{"telemetry-seed", c.TelemetrySeed == 42},
+		{"telemetry-per-pod", c.TelemetryPerPod},
+		{"telemetry-writable", c.TelemetryWritable && c.LoadSocketDir == dir+"/state/load"},
 		{"state-move-aside", c.StateMoveAside},
 		{"history-max-records", c.HistoryMaxRecords == 10},
 		{"history-max-age", c.HistoryMaxAge == 0},
@@ -540,8 +566,8 @@ func TestSchema_BoundsAreValidatesBounds(t *testing.T) {
 		}
 		checked++
 	}
-	if checked != 3 {
-		t.Errorf("checked %d integer flags, want 3 (devices, replicas, historyMaxRecords)", checked)
+	if checked != 4 {
+		t.Errorf("checked %d integer flags, want 4 (devices, replicas, historyMaxRecords, telemetrySeed)", checked)
 	}
 }
 

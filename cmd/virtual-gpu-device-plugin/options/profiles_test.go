@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
 )
 
 // mustConfigMapDir builds dir as the kubelet mounts a ConfigMap: the keys
@@ -201,6 +202,7 @@ func TestLoadProfiles_RefusesPathsAndProcessSettings(t *testing.T) {
 		"adminSocket: /run/a.sock":         "path",
 		"podResourcesSocket: /run/pr.sock": "path",
 		"metricsAddress: \":9400\"":        "path",
+		"telemetryAddress: \":9400\"":      "path",
 		"stateMoveAside: true":             "process",
 		"historyMaxRecords: 10":            "process",
 		"historyMaxAge: 1h":                "process",
@@ -335,5 +337,23 @@ func TestResolve_ProfileVersusFlags(t *testing.T) {
 	c, ps2, err := o.Load()
 	if err != nil || ps2 == nil || c.Profile != "" || c.File != "" || c.Machine.Len() != 4 {
 		t.Errorf("no default: %v, profiles %v, config %+v", err, ps2, c)
+	}
+}
+
+// TestResolve_TelemetryProfile: a profile sets the load model, its seed,
+// per-pod series and writable loads; writable needs the process's
+// -telemetry-address, which a profile may not set.
+func TestResolve_TelemetryProfile(t *testing.T) {
+	dir := t.TempDir()
+	file := writeFile(t, dir, "busy.yaml", "version: v1\nflags:\n  telemetryModel: random-walk\n  telemetrySeed: 7\n  telemetryPerPod: true\n  telemetryWritable: true\n")
+	_, err := load([]string{"-config=" + dir}, nil)
+	checkInvalid(t, err, `profile "busy": `+file+":6: invalid flags.telemetryWritable=true: needs -telemetry-address")
+	c := mustLoad(t, []string{"-config=" + dir, "-config-default=busy", "-telemetry-address=:9400"}, nil)
+	if c.TelemetryModel != telemetry.ModelRandomWalk || c.TelemetrySeed != 7 || !c.TelemetryPerPod || !c.TelemetryWritable || c.TelemetryAddress != ":9400" {
+		t.Errorf("telemetry of the profile: %+v", c)
+	}
+	writeFile(t, dir, "addr.yaml", "version: v1\nflags:\n  telemetryAddress: \":9400\"\n")
+	if _, err := options.LoadProfiles(dir); err == nil || !strings.Contains(err.Error(), "telemetryAddress") {
+		t.Errorf("a profile setting telemetryAddress: %v, want it refused", err)
 	}
 }

@@ -66,6 +66,11 @@ type flagsSpec struct {
 	AdminSocket                   *string     `yaml:"adminSocket" flag:"admin-socket" profile:"path"`
 	PodResourcesSocket            *string     `yaml:"podResourcesSocket" flag:"pod-resources-socket" profile:"path"`
 	MetricsAddress                *string     `yaml:"metricsAddress" flag:"metrics-address" profile:"path"`
+	TelemetryAddress              *string     `yaml:"telemetryAddress" flag:"telemetry-address" profile:"path"`
+	TelemetryModel                *string     `yaml:"telemetryModel" flag:"telemetry-model" profile:"allow"`
+	TelemetrySeed                 *int        `yaml:"telemetrySeed" flag:"telemetry-seed" profile:"allow" min:"0"`
+	TelemetryPerPod               *bool       `yaml:"telemetryPerPod" flag:"telemetry-per-pod" profile:"allow"`
+	TelemetryWritable             *bool       `yaml:"telemetryWritable" flag:"telemetry-writable" profile:"allow"`
 	StateMoveAside                *bool       `yaml:"stateMoveAside" flag:"state-move-aside" profile:"process"`
 	HistoryMaxRecords             *int        `yaml:"historyMaxRecords" flag:"history-max-records" profile:"process" min:"1"`
 	HistoryMaxAge                 *duration   `yaml:"historyMaxAge" flag:"history-max-age" profile:"process"`

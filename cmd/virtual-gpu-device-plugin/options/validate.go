@@ -18,6 +18,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/cdi"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/faults"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
@@ -47,6 +48,8 @@ func enums(flagName string) []string {
 		return allocator.SharedPolicyNames()
 	case "device-list-strategy":
 		return deviceListStrategies
+	case "telemetry-model":
+		return modelNames()
 	}
 	return nil
 }
@@ -196,6 +199,9 @@ func (s Settings) Validate() (*Config, error) {
 		}
 	}
 	c.MetricsAddress = s.MetricsAddress
+	if err := s.validateTelemetry(c); err != nil {
+		return nil, err
+	}
 	if s.AbandonAfter < s.ReconcileInterval {
 		return nil, s.bad("abandon-after", s.AbandonAfter, "must be at least -reconcile-interval (%s)", s.ReconcileInterval)
 	}
@@ -347,6 +353,40 @@ func (s *Settings) validateContainerView(c *Config) error {
 		case fi.Mode()&os.ModeDevice == 0:
 			return s.bad("device-node-source", s.DeviceNodeSource, "is not a character or block device (-device-nodes and the cdi-cri strategy need one)")
 		}
+	}
+	return nil
+}
+
+// validateTelemetry checks the telemetry settings. It needs c's
+// StatePath and MetricsAddress.
+func (s *Settings) validateTelemetry(c *Config) error {
+	if s.TelemetryAddress != "" {
+		if err := validateListenAddress(s.TelemetryAddress); err != nil {
+			return s.bad("telemetry-address", s.TelemetryAddress, "%w", err)
+		}
+		if _, port, _ := net.SplitHostPort(s.TelemetryAddress); s.TelemetryAddress == c.MetricsAddress && port != "0" { // port 0: each its own
+			return s.bad("telemetry-address", s.TelemetryAddress, "is %s too: the telemetry and the plugin's metrics are two listeners", s.name("metrics-address"))
+		}
+	}
+	c.TelemetryAddress = s.TelemetryAddress
+	model, err := telemetry.ParseModel(s.TelemetryModel)
+	if err != nil || s.TelemetryModel == "" {
+		return s.bad("telemetry-model", s.TelemetryModel, "must be one of %s", strings.Join(modelNames(), ", "))
+	}
+	c.TelemetryModel = model
+	if s.TelemetrySeed < 0 {
+		return s.bad("telemetry-seed", s.TelemetrySeed, "must be 0 or more")
+	}
+	c.TelemetrySeed = uint64(s.TelemetrySeed)
+	c.TelemetryPerPod = s.TelemetryPerPod
+	if s.TelemetryWritable && s.TelemetryAddress == "" {
+		return s.bad("telemetry-writable", s.TelemetryWritable, "needs -telemetry-address: the values a container sets show in the telemetry")
+	}
+	c.TelemetryWritable = s.TelemetryWritable
+	c.LoadSocketDir = filepath.Join(filepath.Dir(c.StatePath), LoadSocketDirName)
+	if p := filepath.Join(c.LoadSocketDir, longestLoadSocket); c.TelemetryWritable && len(p) > maxSocketPath {
+		return s.bad("telemetry-writable", s.TelemetryWritable, "the per-allocation sockets next to %s (%s) would be up to %d bytes long, unix sockets allow %d",
+			s.name("state"), p, len(p), maxSocketPath)
 	}
 	return nil
 }

@@ -84,6 +84,18 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- end }}
 {{- if .Values.telemetry.enabled }}
 - -telemetry-address=:{{ int64 .Values.telemetry.port }}
+{{- with .Values.telemetry.model }}
+- -telemetry-model={{ . }}
+{{- end }}
+{{- if not (kindIs "invalid" .Values.telemetry.seed) }}
+- -telemetry-seed={{ int64 .Values.telemetry.seed }}
+{{- end }}
+{{- if .Values.telemetry.perPod }}
+- -telemetry-per-pod
+{{- end }}
+{{- if .Values.telemetry.writable }}
+- -telemetry-writable
+{{- end }}
 {{- end }}
 {{- if ne (include "vgpu.podResourcesDir" .) "/var/lib/kubelet/pod-resources" }}
 - -pod-resources-socket={{ include "vgpu.podResourcesDir" . }}/kubelet.sock
@@ -103,6 +115,10 @@ node-name: (the chart sets NODE_NAME from the downward API)
 label-node: labelNode
 metrics-address: metrics.port
 telemetry-address: telemetry
+telemetry-model: telemetry.model
+telemetry-seed: telemetry.seed
+telemetry-per-pod: telemetry.perPod
+telemetry-writable: telemetry.writable
 pod-resources-socket: kubeletRootDir
 log-format: logFormat
 log-level: logLevel
@@ -123,6 +139,10 @@ log-level: logLevel
 - nvidia-smi
 - visible-devices-env
 - device-nodes
+- telemetry-model
+- telemetry-seed
+- telemetry-per-pod
+- telemetry-writable
 {{- end }}
 
 {{/* Checks of the values that the schema cannot express; each fails with what to change. */}}
@@ -152,6 +172,19 @@ log-level: logLevel
 {{- end }}
 {{- if and .Values.telemetry.enabled (eq (int64 .Values.telemetry.port) (int64 .Values.metrics.port)) }}
 {{- fail (printf "telemetry.port and metrics.port are both %v: they are two listeners" .Values.metrics.port) }}
+{{- end }}
+{{- $telemetrySet := dict }}
+{{- with .Values.telemetry.model }}{{ $_ := set $telemetrySet "model" "telemetryModel" }}{{ end }}
+{{- if not (kindIs "invalid" .Values.telemetry.seed) }}{{ $_ := set $telemetrySet "seed" "telemetrySeed" }}{{ end }}
+{{- if .Values.telemetry.perPod }}{{ $_ := set $telemetrySet "perPod" "telemetryPerPod" }}{{ end }}
+{{- if .Values.telemetry.writable }}{{ $_ := set $telemetrySet "writable" "telemetryWritable" }}{{ end }}
+{{- range $value, $field := $telemetrySet }}
+{{- if not $.Values.telemetry.enabled }}
+{{- fail (printf "telemetry.%s without telemetry.enabled: it has no effect without the telemetry" $value) }}
+{{- end }}
+{{- if $profiles }}
+{{- fail (printf "telemetry.%s with profiles: the flag would override every profile; set flags.%s in the profiles instead" $value $field) }}
+{{- end }}
 {{- end }}
 {{- $managed := include "vgpu.managedFlags" . | fromYaml }}
 {{- $profileFlags := include "vgpu.profileFlags" . | fromYamlArray }}
