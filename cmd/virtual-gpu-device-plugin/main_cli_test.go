@@ -100,6 +100,7 @@ func TestRun_Help(t *testing.T) {
 		{"help unknown", []string{"help", "reboot"}, 2, []string{`help: unknown command "reboot" (commands: serve, dump, health, help, version)`}},
 		{"unknown command", []string{"reboot"}, 2, []string{`unknown command "reboot"`}},
 		{"version with argument", []string{"version", "now"}, 2, []string{`version: unexpected argument "now"`}},
+		{"-version with argument", []string{"-version", "now"}, 2, []string{`unexpected argument "now"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

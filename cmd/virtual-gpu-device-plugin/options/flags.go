@@ -420,11 +420,11 @@ func Parse(args []string, getenv func(string) string) (*Options, error) {
 		}
 		return nil, invalidf("%w", err)
 	}
-	if b.version {
-		return &Options{Version: true}, nil
-	}
 	if fs.NArg() > 0 {
 		return nil, invalidf("unexpected argument %q", fs.Arg(0))
+	}
+	if b.version {
+		return &Options{Version: true}, nil
 	}
 	o := &Options{flags: layer{}, env: layer{}}
 	fs.Visit(func(f *flag.Flag) {
