@@ -34,7 +34,9 @@
 // The format is that of NVIDIA's device plugin configuration (its
 // api/config/v1), version v1, read strictly: an unknown or misspelled field,
 // a value of the wrong type, a second document or a YAML alias is an error
-// naming the field and the line. deploy/config/example.yaml shows every
+// naming the field and the line. As NVIDIA's plugin reads them, a file
+// without a version is v1 (noted in Config.Ignored), an empty file is the
+// empty configuration, and a field with no value (null) is not set. deploy/config/example.yaml shows every
 // field and deploy/config/config.schema.json is its JSON Schema, generated
 // from the types the parser reads (Schema).
 //
@@ -57,13 +59,14 @@
 // # Profiles
 //
 // -config may name a directory, as a mounted ConfigMap: each <name>.yaml in
-// it is a profile, <name> a valid label value. The node label
+// it is a profile (<name>.yml, and <name> without a suffix as NVIDIA's
+// ConfigMaps name their keys, too), <name> a valid label value. The node label
 // unicore.mcyou.cc/device-plugin.config=<name> (ProfileLabel) picks one, as
 // nvidia.com/device-plugin.config does for NVIDIA's plugin; -config-default
 // applies to a node without the label; without either, no profile applies.
 // Entries starting with a dot (..data, ..<timestamp>) are skipped, symbolic
-// links are followed, only regular files are read, and .yaml files of kind
-// Topology are topology files, not profiles. Every profile is checked at
+// links are followed, only regular files are read, and files of kind
+// Topology or of nvidia-smi topo -m output are topology files, not profiles. Every profile is checked at
 // start. A profile holds the machine's shape and behaviour (devices,
 // topology, resourceName, allocationPolicy, sharedDevicesAllocationPolicy,
 // deviceListStrategy, replicas, numaReport, faults, nvidiaSmi,
@@ -80,7 +83,8 @@
 // renameByDefault advertises <resource>.shared, a resource's rename names
 // the shared resource (a bare name takes the resource's domain), devices is
 // all or a list of GPU indices or ids. The one resource listed must be the
-// plugin's -resource-name. -replicas (VGPU_REPLICAS) overrides the count;
+// plugin's -resource-name (a bare name takes its domain, as NVIDIA reads
+// gpu as nvidia.com/gpu); entries of MIG resources are noted and ignored. -replicas (VGPU_REPLICAS) overrides the count;
 // -replicas=1 turns sharing off. sharing.mps is refused. Of NVIDIA's other
 // fields, flags.plugin.sharedDevicesAllocationPolicy and
 // flags.plugin.deviceListStrategy are the flags

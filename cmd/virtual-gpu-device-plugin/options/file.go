@@ -40,6 +40,9 @@ type File struct {
 
 	values layer
 	spec   fileSpec
+	// shared is the path of the sharing.timeSlicing.resources entry in
+	// force, spec's Resources[0] (MIG entries before it are dropped).
+	shared string
 	// lines holds the line of every key, by path.
 	lines map[string]int
 }
@@ -164,12 +167,24 @@ func parseFile(name string, data []byte) (*File, error) {
 	if err := d.decode("", root, reflect.ValueOf(&f.spec).Elem()); err != nil {
 		return nil, err
 	}
+	if f.spec.Version == nil {
+		// NVIDIA's plugin reads a file without a version as v1; so do we,
+		// and say so.
+		v := Version
+		f.spec.Version = &v
+		d.notes = append(d.notes, Note{Field: "version", File: name, Line: d.lines["version"], Why: "missing: read as " + Version + ", as NVIDIA's device plugin reads a file without one"})
+	}
 	if v := *f.spec.Version; v != Version {
 		return nil, &FileError{File: name, Line: d.lines["version"], Field: "version", Msg: fmt.Sprintf("%q is not supported: this plugin reads version %s", v, Version)}
 	}
 	if f.spec.Sharing != nil && f.spec.Sharing.TimeSlicing != nil {
-		r := f.spec.Sharing.TimeSlicing.Resources[0]
-		path := "sharing.timeSlicing.resources[0].replicas"
+		ts := f.spec.Sharing.TimeSlicing
+		if err := d.dropMIG(ts); err != nil {
+			return nil, err
+		}
+		f.shared = d.sharedPath
+		r := ts.Resources[0]
+		path := f.shared + ".replicas"
 		if v, ok := d.values["replicas"]; ok {
 			return nil, &FileError{File: name, Line: d.lines[path], Field: path,
 				Msg: fmt.Sprintf("the replicas are also set by %s at line %d: set them in one place", v.at.field, v.at.line)}
@@ -186,6 +201,43 @@ func parseFile(name string, data []byte) (*File, error) {
 	return f, nil
 }
 
+// dropMIG keeps the one entry of ts.Resources that is not a MIG
+// resource: NVIDIA's files list MIG profiles (nvidia.com/mig-1g.5gb) next
+// to the GPUs; virtual GPUs have none, so those entries are noted and
+// ignored. One other entry must remain; d.sharedPath becomes its path.
+func (d *decoder) dropMIG(ts *timeSlicingSpec) error {
+	const list = "sharing.timeSlicing.resources"
+	var kept []replicatedResource
+	for i, r := range ts.Resources {
+		path := list + "[" + strconv.Itoa(i) + "]"
+		if isMIGResource(*r.Name) {
+			d.notes = append(d.notes, Note{Field: path, File: d.file, Line: d.lines[path+".name"], Why: "a field of NVIDIA's device plugin, ignored: " + *r.Name + ": virtual GPUs have no MIG devices"})
+			continue
+		}
+		if len(kept) == 1 {
+			return &FileError{File: d.file, Line: d.lines[path+".name"], Field: path + ".name",
+				Msg: fmt.Sprintf("%q is a second resource to share, after %q at line %d: the plugin serves one resource (-resource-name), list it once", *r.Name, *kept[0].Name, d.lines[d.sharedPath+".name"])}
+		}
+		kept, d.sharedPath = append(kept, r), path
+	}
+	if len(kept) == 0 {
+		return &FileError{File: d.file, Line: d.lines[list], Field: list,
+			Msg: "only MIG resources, which virtual GPUs do not have: list the plugin's resource (-resource-name)"}
+	}
+	ts.Resources = kept
+	return nil
+}
+
+// isMIGResource reports whether name is a MIG resource of NVIDIA's plugin:
+// mig-<profile>, with or without a domain.
+func isMIGResource(name string) bool {
+	_, local, _ := strings.Cut(name, "/")
+	if !strings.Contains(name, "/") {
+		local = name
+	}
+	return strings.HasPrefix(local, "mig-")
+}
+
 // yamlRoot parses data into its one document's root mapping.
 func yamlRoot(name string, data []byte) (_ *yaml.Node, err error) {
 	defer func() {
@@ -195,27 +247,47 @@ func yamlRoot(name string, data []byte) (_ *yaml.Node, err error) {
 		}
 	}()
 	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, &FileError{File: name, Msg: "empty file: expected a mapping with version: " + Version}
+	var root *yaml.Node
+	for {
+		var doc yaml.Node
+		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return nil, yamlError(name, err)
 		}
-		return nil, yamlError(name, err)
+		n := &doc
+		if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
+			n = n.Content[0]
+		}
+		if emptyDocument(n) {
+			continue // a stray --- or a document of comments only
+		}
+		if root != nil {
+			return nil, &FileError{File: name, Line: max(n.Line, 1), Msg: "expected a single YAML document, found another"}
+		}
+		root = n
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		return nil, &FileError{File: name, Line: max(extra.Line, 1), Msg: "expected a single YAML document, found another"}
-	} else if !errors.Is(err, io.EOF) {
-		return nil, yamlError(name, err)
-	}
-	root := &doc
-	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
-		root = root.Content[0]
+	if root == nil {
+		// An empty file is the empty configuration, as NVIDIA's plugin
+		// reads one: version v1, nothing set.
+		return &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: 1}, nil
 	}
 	if root.Kind != yaml.MappingNode {
 		return nil, &FileError{File: name, Line: max(root.Line, 1), Msg: "expected a mapping with version: " + Version}
 	}
 	return root, nil
+}
+
+// emptyDocument reports whether n, a document's root, holds nothing: an
+// empty document or a bare null.
+func emptyDocument(n *yaml.Node) bool {
+	switch n.Kind {
+	case yaml.DocumentNode:
+		return len(n.Content) == 0
+	case yaml.ScalarNode:
+		return n.Tag == "!!null" && (n.Value == "" || n.Value == "~" || n.Value == "null")
+	}
+	return false
 }
 
 var yamlLineRE = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
@@ -241,6 +313,8 @@ type decoder struct {
 	notes  []Note
 	// nodes counts the nodes visited, against maxNodes.
 	nodes int
+	// sharedPath is the path of the shared resource's entry (dropMIG).
+	sharedPath string
 }
 
 // maxNodes bounds the nodes of a file: far more than any configuration
@@ -305,8 +379,11 @@ func (d *decoder) decode(path string, n *yaml.Node, v reflect.Value) error {
 	null := n.Kind == yaml.ScalarNode && n.Tag == "!!null"
 	switch v.Kind() {
 	case reflect.Pointer:
-		if null && v.Type().Elem().Kind() == reflect.Struct && !reflect.PointerTo(v.Type().Elem()).Implements(reflect.TypeFor[nodeDecoder]()) {
-			return nil // an empty section, e.g. everything under it commented out
+		if null {
+			// No value: not set, as a Kubernetes object reads a null field
+			// (and NVIDIA's plugin logs its configuration with nulls). A
+			// section with everything under it commented out is one too.
+			return nil
 		}
 		p := reflect.New(v.Type().Elem())
 		if err := d.decode(path, n, p.Elem()); err != nil {
@@ -399,23 +476,20 @@ func (d *decoder) decodeStruct(path string, n *yaml.Node, v reflect.Value) error
 	}
 	for i := range t.NumField() {
 		sf := t.Field(i)
-		if key := yamlKey(sf); sf.Tag.Get("required") == "true" && seen[key] == 0 {
-			line := n.Line
-			if l, ok := d.lines[path]; ok {
-				line = l // the section's key
-			}
-			return &FileError{File: d.file, Line: max(line, 1), Field: join(path, key), Msg: "missing: " + missingHint(join(path, key))}
+		key := yamlKey(sf)
+		if sf.Tag.Get("required") != "true" || !v.Field(i).IsNil() {
+			continue
 		}
+		if line, ok := seen[key]; ok {
+			return &FileError{File: d.file, Line: line, Field: join(path, key), Msg: "no value: this field is required"}
+		}
+		line := n.Line
+		if l, ok := d.lines[path]; ok {
+			line = l // the section's key
+		}
+		return &FileError{File: d.file, Line: max(line, 1), Field: join(path, key), Msg: "missing: this field is required"}
 	}
 	return nil
-}
-
-// missingHint says what a required field holds.
-func missingHint(path string) string {
-	if path == "version" {
-		return "every file starts with version: " + Version
-	}
-	return "this field is required"
 }
 
 // set records a flag's value from the file, after checking that the flag

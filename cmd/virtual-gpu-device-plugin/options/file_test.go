@@ -31,19 +31,16 @@ var shapeErrors = []struct {
 	{"string for a bool", "version: v1\nflags:\n  stateMoveAside: \"true\"\n", `3: flags.stateMoveAside: expected true or false, found string "true"`},
 	{"integer for a string", "version: v1\nflags:\n  socketName: 42\n", `3: flags.socketName: expected a string, found integer 42`},
 	{"list for a string", "version: v1\nflags:\n  topology: [dgx-a100]\n", `3: flags.topology: expected a string, found a list`},
-	{"no value", "version: v1\nflags:\n  devices:\n", `3: flags.devices: expected an integer, found no value`},
+	{"no value in a required field", "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: unicore.mcyou.cc/gpu\n      replicas:\n", `6: sharing.timeSlicing.resources[0].replicas: no value: this field is required`},
 	{"mapping for flags", "version: v1\nflags: 4\n", `2: flags: expected a mapping, found integer 4`},
 	{"bad duration", "version: v1\nflags:\n  historyMaxAge: 90\n", `3: flags.historyMaxAge: expected a duration such as "90s" or "1h30m", found integer 90`},
 	{"bad byte size", "version: v1\nflags:\n  historyMaxBytes: true\n", `3: flags.historyMaxBytes: expected a byte count`},
-	{"no version", "flags:\n  devices: 4\n", `1: version: missing: every file starts with version: v1`},
 	{"version not a string", "version: 1\n", `1: version: expected a string, found integer 1`},
 	{"not a mapping", "- version: v1\n", `1: expected a mapping with version: v1`},
 	{"mps", "version: v1\nsharing:\n  mps:\n    resources:\n    - name: unicore.mcyou.cc/gpu\n      replicas: 2\n",
 		`4: sharing.mps: sharing by MPS is not supported: this plugin shares GPUs by time-slicing only (sharing.timeSlicing)`},
 	{"time-slicing without resources", "version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n", `3: sharing.timeSlicing.resources: missing: this field is required`},
 	{"time-slicing with no resource", "version: v1\nsharing:\n  timeSlicing:\n    resources: []\n", `4: sharing.timeSlicing.resources: 0 entries, want at least 1`},
-	{"two resources", "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: a.b/gpu\n      replicas: 2\n    - name: a.b/mig\n      replicas: 2\n",
-		`4: sharing.timeSlicing.resources: 2 entries, want at most 1: The resource to share: the plugin's one resource (-resource-name), listed once.`},
 	{"one replica", "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: a.b/gpu\n      replicas: 1\n",
 		`6: sharing.timeSlicing.resources[0].replicas: 1 is less than 2`},
 	{"no replicas", "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: a.b/gpu\n", `5: sharing.timeSlicing.resources[0].replicas: missing`},
@@ -91,12 +88,10 @@ func TestParseFile_Errors(t *testing.T) {
 	for _, tc := range []struct {
 		name, file, want string
 	}{
-		{"empty", "", "c.yaml: empty file: expected a mapping with version: v1"},
-		{"only comments", "# nothing\n", "c.yaml: empty file"},
 		{"version 2", "version: v2\nflags:\n  devices: 4\n", `c.yaml:1: version: "v2" is not supported: this plugin reads version v1`},
 		{"not YAML", "version: v1\nflags:\n  devices: [4\n", "c.yaml:2: not valid YAML: did not find expected ',' or ']'"},
 		{"tab indentation", "version: v1\nflags:\n\tdevices: 4\n", "c.yaml:3: not valid YAML: found character that cannot start any token"},
-		{"two documents", "version: v1\n---\nversion: v1\n", "c.yaml:2: expected a single YAML document, found another"},
+		{"two documents", "version: v1\n---\nversion: v1\n", "c.yaml:3: expected a single YAML document, found another"},
 		{"repeated key", "version: v1\nflags:\n  devices: 4\n  devices: 8\n", "c.yaml:4: flags.devices: repeated: already set at line 3"},
 		{"alias", "version: v1\nflags:\n  socketName: &s a.sock\n  state: *s\n", "c.yaml:4: flags.state: YAML aliases (*s) are not supported"},
 		{"merge key", "version: v1\nflags:\n  <<: {devices: 4}\n", `c.yaml:3: flags.<<: unknown field "<<"`},
@@ -108,6 +103,11 @@ func TestParseFile_Errors(t *testing.T) {
 			"c.yaml:8: sharing.timeSlicing.resources[0].replicas: the replicas are also set by flags.replicas at line 3: set them in one place"},
 		{"NVIDIA and our flag disagree", "version: v1\nflags:\n  sharedDevicesAllocationPolicy: packed\n  plugin:\n    sharedDevicesAllocationPolicy: distributed\n",
 			`c.yaml:5: flags.plugin.sharedDevicesAllocationPolicy: "distributed" disagrees with flags.sharedDevicesAllocationPolicy "packed" at line 3: set one`},
+		{"two resources to share", "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: a.b/gpu\n      replicas: 2\n    - name: a.b/other\n      replicas: 2\n",
+			`c.yaml:7: sharing.timeSlicing.resources[1].name: "a.b/other" is a second resource to share, after "a.b/gpu" at line 5: the plugin serves one resource (-resource-name), list it once`},
+		{"only MIG resources to share", "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/mig-1g.5gb\n      replicas: 2\n",
+			`c.yaml:4: sharing.timeSlicing.resources: only MIG resources, which virtual GPUs do not have: list the plugin's resource (-resource-name)`},
+		{"empty strategy list", "version: v1\nflags:\n  deviceListStrategy: []\n", `c.yaml:3: flags.deviceListStrategy: an empty list: name at least one strategy, e.g. envvar`},
 		{"device list strategy item with a comma", "version: v1\nflags:\n  deviceListStrategy: [\"envvar,cdi-cri\"]\n", "c.yaml:3: flags.deviceListStrategy[0]: expected a strategy name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -129,6 +129,11 @@ func TestParseFile_Accepts(t *testing.T) {
 		{"document marker and comments", "---\n# a comment\nversion: v1 # trailing\nflags:\n  devices: 0x8\n"},
 		{"byte size as a number", "version: v1\nflags:\n  historyMaxBytes: 0\n"},
 		{"duration zero as a number", "version: v1\nflags:\n  historyMaxAge: 0\n"},
+		{"empty file", ""},
+		{"comments only", "# nothing yet\n"},
+		{"no value is not set", "version: v1\nflags:\n  devices:\n  topology: null\n  migStrategy: ~\n  plugin:\n    deviceListStrategy:\nsharing:\n  mps:\n"},
+		{"a stray document marker", "version: v1\nflags:\n  devices: 2\n---\n"},
+		{"empty documents around", "---\n---\nversion: v1\n---\n# end\n"},
 		{"the same value in NVIDIA's and our field", "version: v1\nflags:\n  deviceListStrategy: envvar\n  plugin:\n    deviceListStrategy: [envvar]\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -215,4 +220,25 @@ func FuzzParseFile(f *testing.F) {
 			t.Fatalf("resolve: %v does not wrap ErrInvalid", err)
 		}
 	})
+}
+
+// TestParseFile_ReadAsNVIDIADoes: what NVIDIA's plugin reads in its own
+// files is read the same way: a file without a version is v1 (and the
+// note says so), null is not set (the default holds), a bare resource
+// name takes the resource's domain.
+func TestParseFile_ReadAsNVIDIADoes(t *testing.T) {
+	dir := t.TempDir()
+	file := writeFile(t, dir, "c.yaml", "flags:\n  devices:\n  topology: dgx-a100\nsharing:\n  timeSlicing:\n    resources:\n    - name: gpu\n      replicas: 3\n")
+	c := mustLoad(t, []string{"-config=" + file}, nil)
+	if c.Machine.Len() != 8 || c.Sharing.Replicas != 3 || c.Sharing.ResourceName != "unicore.mcyou.cc/gpu" {
+		t.Errorf("%d GPUs, sharing %+v; want the preset's 8, 3 replicas of unicore.mcyou.cc/gpu", c.Machine.Len(), c.Sharing)
+	}
+	if len(c.Ignored) != 1 || c.Ignored[0].Field != "version" || !strings.Contains(c.Ignored[0].Why, "read as v1") {
+		t.Errorf("notes %v, want one saying the missing version is read as v1", c.Ignored)
+	}
+	writeFile(t, dir, "c.yaml", "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: tpu\n      replicas: 3\n")
+	_, err := load([]string{"-config=" + file}, nil)
+	if err == nil || !strings.Contains(err.Error(), `name="tpu": the plugin serves unicore.mcyou.cc/gpu`) {
+		t.Errorf("another bare name: %v", err)
+	}
 }

@@ -540,7 +540,7 @@ func TestSchema_BoundsAreValidatesBounds(t *testing.T) {
 	checked := 0
 	for key, p := range flags {
 		prop := p.(map[string]any)
-		if prop["type"] != "integer" {
+		if typ, _ := prop["type"].([]any); !slices.Contains(typ, any("integer")) {
 			continue
 		}
 		name := kebab(key)

@@ -20,30 +20,45 @@ import (
 // device plugin. It is plugin/node's, the package that reads it.
 const ProfileLabel = node.ConfigLabel
 
-// profileSuffix ends the name of every profile file.
-const profileSuffix = ".yaml"
+// profileSuffixes end the names of profile files; a name without a dot
+// is a profile too, as NVIDIA's ConfigMaps name their keys (any, tesla-t4).
+var profileSuffixes = []string{".yaml", ".yml"}
+
+// profileName returns the profile a directory entry's name holds: <name>
+// of <name>.yaml, <name>.yml or a name without a dot.
+func profileName(file string) (string, bool) {
+	for _, suffix := range profileSuffixes {
+		if name, ok := strings.CutSuffix(file, suffix); ok {
+			return name, true
+		}
+	}
+	return file, !strings.Contains(file, ".")
+}
 
 // Profiles are the profiles of a -config directory, by name, each parsed
 // and checked. A Profiles is immutable and safe for concurrent use.
 type Profiles struct {
 	// Dir is the directory they were read from.
 	Dir string
-	// Skipped lists the .yaml files of Dir that are topology files (kind:
-	// Topology), not profiles.
+	// Skipped lists the files of Dir with a profile's name that are
+	// topology files (kind: Topology, or nvidia-smi topo -m output), not
+	// profiles.
 	Skipped []string
 
 	files map[string]*File
 }
 
-// LoadProfiles reads every profile of dir: each <name>.yaml regular file
-// (a symbolic link to one is fine), <name> a valid label value. Entries
-// whose names start with a dot (a mounted ConfigMap's ..data and
-// ..<timestamp> directories), other files and directories are skipped, as
-// are .yaml files that are topology files (kind: Topology), so a ConfigMap
-// may carry a topology next to the profiles. Each profile is parsed
-// strictly (ParseFile) and refused if it sets a path or address, or a
-// setting of the whole process; the errors name the file, field and line.
-// A directory without profiles is an error. Every error wraps ErrInvalid.
+// LoadProfiles reads every profile of dir: each regular file (a symbolic
+// link to one is fine) named <name>.yaml, <name>.yml, or <name> without a
+// dot (as NVIDIA's ConfigMaps name their keys), <name> a valid label
+// value. Entries whose names start with a dot (a mounted ConfigMap's
+// ..data and ..<timestamp> directories), other files and directories are
+// skipped, as are topology files (kind: Topology, or nvidia-smi topo -m
+// output), so a ConfigMap may carry a topology next to the profiles. Each
+// profile is parsed strictly (ParseFile) and refused if it sets a path or
+// address, or a setting of the whole process; the errors name the file,
+// field and line. Two files of one profile, or a directory without
+// profiles, is an error. Every error wraps ErrInvalid.
 func LoadProfiles(dir string) (*Profiles, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -52,13 +67,19 @@ func LoadProfiles(dir string) (*Profiles, error) {
 	ps := &Profiles{Dir: dir, files: map[string]*File{}}
 	for _, e := range entries {
 		name := e.Name()
-		if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, profileSuffix) {
+		profile, ok := profileName(name)
+		if strings.HasPrefix(name, ".") || !ok {
 			continue
 		}
 		path := filepath.Join(dir, name)
-		profile := strings.TrimSuffix(name, profileSuffix)
+		if fi, err := os.Stat(path); err == nil && fi.IsDir() && profile == name {
+			continue // a directory without a suffix: not a profile (one named .yaml is an error)
+		}
 		if err := checkProfileName(profile); err != nil {
 			return nil, &FileError{File: path, Msg: fmt.Sprintf("profile name %q: %v; a node label names the profile", profile, err)}
+		}
+		if prev, dup := ps.files[profile]; dup {
+			return nil, &FileError{File: path, Msg: fmt.Sprintf("profile %q is also %s: keep one", profile, filepath.Base(prev.Path))}
 		}
 		data, err := readRegular(path)
 		if err != nil {
@@ -79,7 +100,7 @@ func LoadProfiles(dir string) (*Profiles, error) {
 		ps.files[profile] = f
 	}
 	if len(ps.files) == 0 {
-		return nil, &FileError{File: dir, Msg: "no profiles: expected <name>.yaml files, as a mounted ConfigMap holds them"}
+		return nil, &FileError{File: dir, Msg: "no profiles: expected <name>.yaml files (or <name>, as NVIDIA's ConfigMaps name them), as a mounted ConfigMap holds them"}
 	}
 	return ps, nil
 }
@@ -95,8 +116,8 @@ func (ps *Profiles) Lookup(name string) (*File, error) {
 	if f, ok := ps.files[name]; ok {
 		return f, nil
 	}
-	return nil, &invalidError{fmt.Errorf("profile %q: no %s%s in %s (profiles: %s): %w",
-		name, name, profileSuffix, ps.Dir, strings.Join(ps.Names(), ", "), ErrUnknownProfile)}
+	return nil, &invalidError{fmt.Errorf("profile %q: no %s.yaml in %s (profiles: %s): %w",
+		name, name, ps.Dir, strings.Join(ps.Names(), ", "), ErrUnknownProfile)}
 }
 
 // checkProfileName checks that name is a valid label value, so that a
@@ -134,9 +155,12 @@ func checkProfile(f *File) error {
 	return nil
 }
 
-// isTopologyFile reports whether data is a YAML topology file (kind:
-// Topology), not a profile.
+// isTopologyFile reports whether data is a topology file, not a profile:
+// YAML of kind Topology, or nvidia-smi topo -m output.
 func isTopologyFile(data []byte) bool {
+	if topology.DetectFormat(data) == topology.FormatNvidiaSMI {
+		return true
+	}
 	root, err := yamlRoot("", data)
 	if err != nil {
 		return false

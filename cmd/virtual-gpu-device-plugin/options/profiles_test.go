@@ -67,6 +67,10 @@ func TestLoadProfiles_ConfigMapMount(t *testing.T) {
 		"README.md":     "not a profile",
 		"machine.txt":   "\tGPU0\nGPU0\t X \n",
 		"shared-4.yaml": "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: unicore.mcyou.cc/gpu\n      replicas: 4\n",
+		// NVIDIA's ConfigMaps name their keys without a suffix.
+		"any":          "version: v1\nflags:\n  migStrategy: none\n",
+		"tesla-t4.yml": "version: v1\nflags:\n  devices: 2\n",
+		"dgx-topo":     "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tNV1\t0-7\t0\nGPU1\tNV1\t X \t0-7\t0\n",
 	})
 	// Entries a mount may hold besides: a dot file, a directory.
 	writeFile(t, dir, ".hidden.yaml", "not: a profile")
@@ -77,11 +81,11 @@ func TestLoadProfiles_ConfigMapMount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := ps.Names(), []string{"a100", "shared-4", "small"}; !slices.Equal(got, want) {
+	if got, want := ps.Names(), []string{"a100", "any", "shared-4", "small", "tesla-t4"}; !slices.Equal(got, want) {
 		t.Errorf("profiles %v, want %v", got, want)
 	}
-	if !slices.Equal(ps.Skipped, []string{filepath.Join(dir, "machine.yaml")}) {
-		t.Errorf("skipped %v, want the topology file", ps.Skipped)
+	if !slices.Equal(ps.Skipped, []string{filepath.Join(dir, "dgx-topo"), filepath.Join(dir, "machine.yaml")}) {
+		t.Errorf("skipped %v, want the topology files", ps.Skipped)
 	}
 	o, err := options.Parse([]string{"-config=" + dir, "-config-default=small"}, env(nil))
 	if err != nil {
@@ -135,7 +139,7 @@ func TestLoadProfiles_ConfigMapMount(t *testing.T) {
 	}
 	_, err = o.Select(ps, "h100")
 	if !errors.Is(err, options.ErrUnknownProfile) || !errors.Is(err, options.ErrInvalid) ||
-		!strings.Contains(err.Error(), `node label unicore.mcyou.cc/device-plugin.config=h100: profile "h100": no h100.yaml in `+dir+" (profiles: a100, shared-4, small)") {
+		!strings.Contains(err.Error(), `node label unicore.mcyou.cc/device-plugin.config=h100: profile "h100": no h100.yaml in `+dir+" (profiles: a100, any, shared-4, small, tesla-t4)") {
 		t.Errorf("unknown label: %v", err)
 	}
 
@@ -147,6 +151,9 @@ func TestLoadProfiles_ConfigMapMount(t *testing.T) {
 		"README.md":     "",
 		"machine.txt":   "",
 		"shared-4.yaml": "version: v1\n",
+		"any":           "",
+		"tesla-t4.yml":  "",
+		"dgx-topo":      "",
 	})
 	ps2, err := options.LoadProfiles(dir)
 	if err != nil {
@@ -170,6 +177,8 @@ func TestLoadProfiles_Errors(t *testing.T) {
 		{"name not a label value", map[string]string{"A B.yaml": "version: v1\n"}, [2]string{}, `/A B.yaml: profile name "A B": want at most 63 characters`},
 		{"name too long", map[string]string{strings.Repeat("p", 64) + ".yaml": "version: v1\n"}, [2]string{}, "/" + strings.Repeat("p", 64) + `.yaml: profile name "ppp`},
 		{"dangling link", map[string]string{"a.yaml": "version: v1\n"}, [2]string{"b.yaml", "..data/b.yaml"}, "/b.yaml: cannot read: stat "},
+		{"one profile twice", map[string]string{"a": "version: v1\n", "a.yaml": "version: v1\n"}, [2]string{}, `/a.yaml: profile "a" is also a: keep one`},
+		{"a key that is no YAML", map[string]string{"notes": "GPU pools: see the wiki\n  - a100: x\n"}, [2]string{}, "/notes:2: not valid YAML"},
 		{"link to a directory", map[string]string{"a.yaml": "version: v1\n", "d/x": ""}, [2]string{"b.yaml", "d"}, "/b.yaml: not a regular file (d"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

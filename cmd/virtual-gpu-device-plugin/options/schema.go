@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -40,10 +41,10 @@ func schemaOf(t reflect.Type, sf reflect.StructField) map[string]any {
 	var s map[string]any
 	if t.Kind() == reflect.Pointer {
 		s = schemaOf(t.Elem(), sf)
-		if t.Elem().Kind() == reflect.Struct && !reflect.PointerTo(t.Elem()).Implements(reflect.TypeFor[nodeDecoder]()) {
-			s["type"] = []any{"object", "null"} // an empty section is fine
+		if sf.Tag.Get("required") == "true" {
+			return s
 		}
-		return s
+		return nullable(s) // null is not set, as the parser reads it
 	}
 	if x, ok := reflect.New(t).Elem().Interface().(schemaer); ok {
 		s = x.jsonSchema()
@@ -86,6 +87,25 @@ func schemaOf(t reflect.Type, sf reflect.StructField) map[string]any {
 	return s
 }
 
+// nullable returns s allowing null as well.
+func nullable(s map[string]any) map[string]any {
+	switch typ := s["type"].(type) {
+	case string:
+		s["type"] = []any{typ, "null"}
+		return s
+	case []any:
+		if !slices.Contains(typ, any("null")) {
+			s["type"] = append(typ, "null")
+		}
+		return s
+	}
+	if alts, ok := s["anyOf"].([]any); ok {
+		s["anyOf"] = append(alts, map[string]any{"type": "null"})
+		return s
+	}
+	return map[string]any{"anyOf": []any{s, map[string]any{"type": "null"}}}
+}
+
 // fieldSchema is the schema of a struct field: its type's, with the
 // field's description, default, accepted values and range.
 func fieldSchema(f reflect.StructField) map[string]any {
@@ -111,6 +131,9 @@ func fieldSchema(f reflect.StructField) map[string]any {
 			vals := make([]any, len(e))
 			for i, v := range e {
 				vals[i] = v
+			}
+			if f.Tag.Get("required") != "true" {
+				vals = append(vals, nil)
 			}
 			s["enum"] = vals
 		}

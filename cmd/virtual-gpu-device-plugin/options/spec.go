@@ -34,7 +34,7 @@ const Version = "v1"
 
 // fileSpec is a whole file.
 type fileSpec struct {
-	Version   *string      `yaml:"version" required:"true" doc:"The version of the file format: v1 (as in NVIDIA's device plugin)."`
+	Version   *string      `yaml:"version" doc:"The version of the file format: v1 (as in NVIDIA's device plugin); a file without one is read as v1, as NVIDIA's plugin reads it."`
 	Flags     *flagsSpec   `yaml:"flags" doc:"The serve flags, named in camelCase (-resource-name is resourceName), and NVIDIA's device plugin flags."`
 	Resources *nvResources `yaml:"resources" nvidia:"NVIDIA renames GPUs and MIG devices by pattern; here the resource is -resource-name"`
 	Sharing   *sharingSpec `yaml:"sharing" doc:"How GPUs are shared: time-slicing (NVIDIA's format)."`
@@ -143,12 +143,12 @@ type sharingSpec struct {
 type timeSlicingSpec struct {
 	RenameByDefault            *bool                `yaml:"renameByDefault" doc:"Advertise shared GPUs as <resource>.shared instead of <resource> (default false)."`
 	FailRequestsGreaterThanOne *bool                `yaml:"failRequestsGreaterThanOne" doc:"Refuse a container that asks for more than one shared device (default false)."`
-	Resources                  []replicatedResource `yaml:"resources" required:"true" minItems:"1" maxItems:"1" doc:"The resource to share: the plugin's one resource (-resource-name), listed once."`
+	Resources                  []replicatedResource `yaml:"resources" required:"true" minItems:"1" doc:"The resource to share: the plugin's one resource (-resource-name), listed once. Entries for NVIDIA's MIG resources (<domain>/mig-…) are ignored: virtual GPUs have no MIG devices."`
 }
 
 // replicatedResource is one entry of sharing.timeSlicing.resources.
 type replicatedResource struct {
-	Name     *string            `yaml:"name" required:"true" doc:"The resource to share: the plugin's -resource-name."`
+	Name     *string            `yaml:"name" required:"true" doc:"The resource to share: the plugin's -resource-name (a name without a domain takes the resource's, as NVIDIA's plugin reads gpu as nvidia.com/gpu)."`
 	Rename   *string            `yaml:"rename" doc:"Advertise the shared GPUs under this name; a name without a domain takes the resource's (default: the resource name, or <resource>.shared with renameByDefault)."`
 	Devices  *replicatedDevices `yaml:"devices" doc:"The GPUs to share: all (the default), or a list of GPU indices (0, 1 …) or ids (fake-0 …)."`
 	Replicas *int               `yaml:"replicas" required:"true" min:"2" max:"1024" doc:"The devices advertised per shared GPU: 2–1024 (-replicas overrides it)."`
@@ -258,6 +258,9 @@ func (l *stringList) decodeNode(d *decoder, path string, n *yaml.Node) error {
 		}
 		*l = out
 		return nil
+	}
+	if n.Kind == yaml.SequenceNode {
+		return d.errorf(path, n, "an empty list: name at least one strategy, e.g. envvar")
 	}
 	return d.expected(path, n, "a strategy name, or a list of them")
 }

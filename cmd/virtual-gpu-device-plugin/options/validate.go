@@ -270,9 +270,9 @@ func (s *Settings) sharing(c *Config, policy allocator.SharedPolicy) (Sharing, e
 		return sh, nil
 	}
 	f := s.file
-	const res = "sharing.timeSlicing.resources[0]"
-	r := &ts.Resources[0] // the parser requires exactly one
-	if *r.Name != c.ResourceName {
+	res := f.shared
+	r := &ts.Resources[0] // the parser keeps exactly one
+	if withDomain(*r.Name, c.ResourceName) != c.ResourceName {
 		return sh, invalidf("%s: invalid %s.name=%q: the plugin serves %s (%s), the one resource it can share",
 			f.at(res+".name"), res, *r.Name, c.ResourceName, s.name("resource-name"))
 	}
@@ -282,11 +282,7 @@ func (s *Settings) sharing(c *Config, policy allocator.SharedPolicy) (Sharing, e
 	sh.FailRequestsGreaterThanOne = ts.FailRequestsGreaterThanOne != nil && *ts.FailRequestsGreaterThanOne
 	switch {
 	case r.Rename != nil:
-		name := *r.Rename
-		if !strings.Contains(name, "/") { // NVIDIA's rule: a bare name takes the resource's domain
-			domain, _, _ := strings.Cut(c.ResourceName, "/")
-			name = domain + "/" + name
-		}
+		name := withDomain(*r.Rename, c.ResourceName)
 		if err := validateResourceName(name); err != nil {
 			return sh, invalidf("%s: invalid %s.rename=%q: %w", f.at(res+".rename"), res, *r.Rename, err)
 		}
@@ -313,6 +309,16 @@ func (s *Settings) sharing(c *Config, policy allocator.SharedPolicy) (Sharing, e
 		slices.Sort(sh.GPUs)
 	}
 	return sh, nil
+}
+
+// withDomain returns name with the domain of resource when it has none:
+// NVIDIA's rule, by which gpu is nvidia.com/gpu.
+func withDomain(name, resource string) string {
+	if strings.Contains(name, "/") {
+		return name
+	}
+	domain, _, _ := strings.Cut(resource, "/")
+	return domain + "/" + name
 }
 
 // validateContainerView checks the settings of what a container sees:
