@@ -7,7 +7,7 @@
 //
 // A Machine comes from Generic (the -devices=N layout), Preset (built-in
 // machines: see PresetNames), Parse (a YAML file or pasted `nvidia-smi topo
-// -m` output, detected by content) or New (programmatic). Resolve picks one
+// -m` output, detected by content: see DetectFormat) or New (programmatic). Resolve picks one
 // from the plugin's -topology and -devices flags. Machines are immutable and
 // safe for concurrent use.
 //
@@ -21,7 +21,9 @@
 //     (each with an optional count), nvlinks entries with a domain or pairs,
 //     links, and optional repeat/stride. Strict: unknown fields are errors.
 //   - nvidia-smi: the GPU×GPU matrix and the affinity columns; NIC columns
-//     and rows, legends, blank lines and a leading shell prompt are skipped.
+//     and rows, legends, blank lines and anything before the header (a shell
+//     prompt, an environment report) are skipped; of several matrices the
+//     first is read.
 //
 // Every GPU of a machine is one model (Machine.GPUModel: product name,
 // memory, compute capability, family, power limit and idle power; a preset

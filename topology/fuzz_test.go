@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -87,5 +88,35 @@ func FuzzParseNvidiaSMI(f *testing.F) {
 			return
 		}
 		checkParsed(t, m)
+	})
+}
+
+// FuzzParse checks format detection: Parse fails only with a *ParseError,
+// and reads whatever ParseNvidiaSMI reads, to the same machine, unless the
+// text is a YAML topology (it has a top-level apiVersion or kind key).
+func FuzzParse(f *testing.F) {
+	addSeeds(f, "*")
+	f.Add([]byte("Python: 3.12.3\n\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tPHB\t0-63\t0\nGPU1\tPHB\t X \t0-63\t0\n"))
+	f.Add([]byte("GPU0 <-> GPU1:\n\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tPHB\t0-63\nGPU1\tPHB\t X \t0-63\n"))
+	f.Add([]byte("name: x\nGPU0 GPU1\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := Parse("fuzz.txt", bytes.NewReader(data))
+		if err != nil {
+			checkParseError(t, err, "fuzz.txt")
+		}
+		smi, smiErr := ParseNvidiaSMI("fuzz.txt", bytes.NewReader(data))
+		if smiErr != nil {
+			return
+		}
+		lines, _ := textLines(data)
+		if slices.ContainsFunc(lines, yamlIdentityRE.MatchString) {
+			return
+		}
+		if err != nil {
+			t.Fatalf("ParseNvidiaSMI reads it but Parse fails: %v", err)
+		}
+		if !slices.Equal(matrix(m), matrix(smi)) || !slices.Equal(m.NUMANodes(), smi.NUMANodes()) {
+			t.Fatalf("Parse and ParseNvidiaSMI read different machines")
+		}
 	})
 }

@@ -23,8 +23,10 @@ const (
 //
 //   - the header row "GPU0 GPU1 … [NIC0 … | mlx5_0 …] CPU Affinity
 //     [NUMA Affinity] [GPU NUMA ID]", separated by tabs or spaces; lines
-//     before it (a shell prompt, a blank line) are skipped; labels run
-//     together (GPU0GPU1mlx5_0) are separated;
+//     before it (a shell prompt, other output, prose that starts with GPU0)
+//     are skipped: the header is the first one followed by its GPU0 row, so
+//     of several matrices the first is read; labels run together
+//     (GPU0GPU1mlx5_0) are separated;
 //   - one row per GPU, GPU0 first: a cell per GPU ("X" on the diagonal, NV<n>
 //     with n in 1..MaxNVLinks, or PIX, PXB, PHB, NODE, SYS, and the old
 //     aliases PSB and SOC), then the NIC cells (ignored, any number; cells
@@ -66,27 +68,15 @@ func parseNvidiaSMI(name string, data []byte) (*Machine, error) {
 	if err != nil {
 		return nil, err
 	}
-	headerAt := slices.IndexFunc(lines, func(l string) bool { return smiHeaderStart(strings.Fields(l)) })
-	if headerAt < 0 {
+	hdr, _, err := findSMIHeader(lines)
+	switch {
+	case hdr.at < 0:
 		return nil, parseErr(name, 0, "no header row: expected nvidia-smi topo -m output starting with a row GPU0 GPU1 … CPU Affinity")
+	case err != nil:
+		return nil, parseErr(name, hdr.at+1, err.Error())
 	}
-	// A header wrapped by a narrow terminal goes on until the first row.
-	header, next := lines[headerAt], headerAt+1
-	for ; next < len(lines); next++ {
-		f := strings.Fields(lines[next])
-		if len(f) == 0 || f[0] == "GPU0" || isSMILegend(f) || slices.ContainsFunc(f, func(w string) bool { return splitLabels(w) != nil }) {
-			break // a row, with link cells
-		}
-		header = joinWrapped(header, lines[next])
-	}
-	gpuCols, devCols, affCols, err := smiHeader(smiHeaderFields(header))
-	if err != nil {
-		return nil, parseErr(name, headerAt+1, err.Error())
-	}
-	devs := make(map[string]bool, len(devCols))
-	for _, d := range devCols {
-		devs[d] = true
-	}
+	headerAt, next := hdr.at, hdr.next
+	gpuCols, devCols, affCols, devs := hdr.gpus, hdr.devCols, hdr.affCols, hdr.devs
 	var rows []smiRow
 	endLine := len(lines) // where the GPU rows ended (1-based)
 rowLoop:
@@ -123,7 +113,7 @@ rowLoop:
 		line := lines[i]
 		cells, aff, n := splitSMIRow(line, gpuCols, len(devCols), affCols)
 		// A row wrapped by a narrow terminal goes on in the next lines.
-		for aff == nil && i+1 < len(lines) && smiContinuation(lines[i+1], devs) {
+		for first := i; aff == nil && i+1 < len(lines) && i+1-first < maxWrapLines && smiContinuation(lines[i+1], devs); {
 			i++
 			line = joinWrapped(line, lines[i])
 			cells, aff, n = splitSMIRow(line, gpuCols, len(devCols), affCols)
@@ -141,19 +131,121 @@ rowLoop:
 	return smiMachine(name, rows, affCols)
 }
 
-// smiLines splits data into lines without terminal escape codes and line
-// ends (LF or CRLF).
+// smiLines splits data into lines with textLines.
 func smiLines(name string, data []byte) ([]string, error) {
+	lines, err := textLines(data)
+	if err != nil {
+		return nil, &ParseError{File: name, Line: len(lines) + 1, Msg: "read", Err: err}
+	}
+	return lines, nil
+}
+
+// textLines splits data into lines without terminal escape codes and line
+// ends (LF or CRLF). On an error it returns the lines before it.
+func textLines(data []byte) ([]string, error) {
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 0, 64*1024), maxFileBytes)
 	var lines []string
 	for sc.Scan() {
 		lines = append(lines, strings.TrimRight(stripANSI(sc.Text()), "\r"))
 	}
-	if err := sc.Err(); err != nil {
-		return nil, &ParseError{File: name, Line: len(lines) + 1, Msg: "read", Err: err}
+	return lines, sc.Err()
+}
+
+// smiHeaderRow is a header row found by findSMIHeader.
+type smiHeaderRow struct {
+	at, next int             // index of its first line and of the line after it
+	gpus     int             // number of GPU columns
+	devCols  []string        // device (NIC) columns, in order
+	affCols  []string        // affinity columns, in order
+	devs     map[string]bool // the device columns as a set
+}
+
+// findSMIHeader finds the header row of the matrix in lines. The candidates
+// are the lines smiHeaderStart accepts, each joined with the lines a narrow
+// terminal wrapped it into. The header is the first candidate that is a
+// valid header and is followed by its GPU0 row (blank lines and device rows
+// may come between): then matrix is true. So a line of prose that starts
+// with GPU0 ("GPU0 <-> GPU1:") is passed over, and of several matrices the
+// first is taken. Without such a candidate the header is the first valid
+// one, whose rows the parser will find missing or out of order. If no
+// candidate is valid, err says what is wrong with the first one, at line
+// index hdr.at; if there is no candidate at all, hdr.at is -1.
+func findSMIHeader(lines []string) (hdr smiHeaderRow, matrix bool, err error) {
+	first, firstBad := smiHeaderRow{at: -1}, -1
+	var firstErr error
+	for i := range lines {
+		if !smiHeaderStart(strings.Fields(lines[i])) {
+			continue
+		}
+		h, herr := readSMIHeader(lines, i)
+		if herr != nil {
+			if firstBad < 0 {
+				firstBad, firstErr = i, herr
+			}
+			continue
+		}
+		if first.at < 0 {
+			first = h
+		}
+		if smiRowsFollow(lines, h) {
+			return h, true, nil
+		}
 	}
-	return lines, nil
+	if first.at >= 0 {
+		return first, false, nil
+	}
+	return smiHeaderRow{at: firstBad}, false, firstErr
+}
+
+// maxWrapLines bounds the lines a row wrapped by a terminal is joined from:
+// a header of 1024 GPU columns wrapped at 40 columns takes about 220.
+// Joining costs time in the length of the row so far, so without a bound a
+// large file of short lines that start no row would take hours.
+const maxWrapLines = 512
+
+// readSMIHeader reads the header row that starts at lines[at]. A header
+// wrapped by a narrow terminal goes on until the first row (or a blank line,
+// the legend, another header, or maxWrapLines lines in all).
+func readSMIHeader(lines []string, at int) (smiHeaderRow, error) {
+	header, next := lines[at], at+1
+	for ; next < len(lines) && next-at < maxWrapLines; next++ {
+		f := strings.Fields(lines[next])
+		if len(f) == 0 || f[0] == "GPU0" || smiHeaderStart(f) || isSMILegend(f) || slices.ContainsFunc(f, func(w string) bool { return splitLabels(w) != nil }) {
+			break // a row, with link cells
+		}
+		header = joinWrapped(header, lines[next])
+	}
+	gpus, devCols, affCols, err := smiHeader(smiHeaderFields(header))
+	if err != nil {
+		return smiHeaderRow{}, err
+	}
+	devs := make(map[string]bool, len(devCols))
+	for _, d := range devCols {
+		devs[d] = true
+	}
+	return smiHeaderRow{at: at, next: next, gpus: gpus, devCols: devCols, affCols: affCols, devs: devs}, nil
+}
+
+// smiRowsFollow tells whether the GPU0 row follows the header h, after
+// blank lines and rows of its devices, as the parser reads the rows: a line
+// "GPU0" whose first cell is the X of the diagonal (or that a terminal
+// wrapped right after the label).
+func smiRowsFollow(lines []string, h smiHeaderRow) bool {
+	for _, l := range lines[h.next:] {
+		f := strings.Fields(l)
+		switch {
+		case len(f) == 0 || h.devs[f[0]]:
+			continue
+		case f[0] != "GPU0":
+			return false
+		case len(f) == 1:
+			return true
+		}
+		cells := splitLabels(f[1])
+		return len(cells) > 0 && cells[0] == "X"
+	}
+	return false
 }
 
 // smiHeaderStart tells whether the fields f of a line start the header row:
@@ -386,8 +478,11 @@ func smiHeader(f []string) (gpus int, devs []string, aff []string, err error) {
 			return 0, nil, nil, fmt.Errorf("header column %q after the affinity columns: expected CPU Affinity, NUMA Affinity or GPU NUMA ID", f[i])
 		default:
 			if idx, ok := gpuLabel(f[i]); ok {
-				if idx != gpus || len(devs) > 0 {
-					return 0, nil, nil, fmt.Errorf("header column %s: expected GPU%d", f[i], gpus)
+				if len(devs) > 0 {
+					return 0, nil, nil, fmt.Errorf("header column %q after the device column %q: expected the GPU columns first", f[i], devs[len(devs)-1])
+				}
+				if idx != gpus {
+					return 0, nil, nil, fmt.Errorf("header column %q: expected %q", f[i], fmt.Sprintf("GPU%d", gpus))
 				}
 				gpus++
 				if gpus > MaxGPUs {

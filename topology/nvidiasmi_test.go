@@ -71,6 +71,20 @@ func TestParseNvidiaSMI_Testdata(t *testing.T) {
 			links: map[[2]int]Link{{0, 1}: {0, SYS}}, cpu0: "0-55,112-167"},
 		{file: "rtx3090x2-nvlink-prompt-after-rows.txt", name: "rtx3090x2-nvlink-prompt-after-rows", gpus: 2, numa: []int{0, 0},
 			links: map[[2]int]Link{{0, 1}: {4, NODE}}, cpu0: "0-23"},
+		// Real outputs added with the detection of text holding a matrix
+		// (copied verbatim; source of each on its line).
+		{file: "h20-full-sglang-check-env.txt", name: "h20-full-sglang-check-env", gpus: 8, // the whole `python3 -m sglang.check_env` of https://github.com/sgl-project/sglang/issues/14092: "Python: 3.12.12 | …" and other keys above the matrix, 36 NICs, cells run together
+			numa: []int{0, 0, 0, 0, 1, 1, 1, 1}, links: map[[2]int]Link{{0, 3}: {18, NODE}, {3, 4}: {18, SYS}}, cpu0: "0-55,112-167"},
+		{file: "doc-legend-before-matrix-fenced-7gpu-then-m60.txt", name: "doc-legend-before-matrix-fenced-7gpu-then-m60", gpus: 7, // rossumai notes "Towards efficient multi-GPU training in Keras over TensorFlow" (code index id 37815252782): legend above, ``` fences, a second matrix (2x M60) after: the first is read
+			numa: []int{0, 0, 0, 0, 0, 0, 0}, links: map[[2]int]Link{{0, 1}: {0, PIX}, {2, 3}: {0, PHB}}, cpu0: "0-19"},
+		{file: "power9-v100x4-nv3-numa8-header-spaces-then-tabs.txt", name: "power9-v100x4-nv3-numa8-header-spaces-then-tabs", gpus: 4, // Princeton Traverse, in the notes citing https://github.com/jdh4/della-gpu-A100 (code index id 25105279828): "# traverse" above, header indented with 5 spaces, NV3, NUMA node 8, mlx5 rows ending in tabs
+			numa: []int{0, 0, 8, 8}, links: map[[2]int]Link{{0, 1}: {3, NODE}, {1, 2}: {0, SYS}}, cpu0: "0-63"},
+		{file: "gpu7-mlx4-tab-plus-4-spaces-trailing-space.txt", name: "gpu7-mlx4-tab-plus-4-spaces-trailing-space", gpus: 7, // TKEStack gpu-manager reading notes (code index id 37354995983): cells "\t    PIX", "# nvidia-smi topo -m" above, a trailing space
+			numa: []int{0, 0, 0, 0, 0, 0, 0}, links: map[[2]int]Link{{0, 1}: {0, PIX}, {2, 3}: {0, PHB}}, cpu0: "0-13,28-41"},
+		{file: "mixed-rtx8000-v100-5gpu-vllm-collect-env-indented-header.txt", name: "mixed-rtx8000-v100-5gpu-vllm-collect-env-indented-header", gpus: 5, // vLLM collect_env "GPU Topology:" in a vLLM issue body (code index id 69805981186): header indented "  \t"
+			numa: []int{0, 0, 0, 0, 0}, links: map[[2]int]Link{{0, 4}: {0, PHB}}, cpu0: "0-15"},
+		{file: "h100x4-nv6-interleaved-cpu-affinity-nps4.txt", name: "h100x4-nv6-interleaved-cpu-affinity-nps4", gpus: 4, // https://github.com/NVIDIA/nccl/issues/1617: CPU Affinity 6,14,22,30, NUMA nodes 3,1,7,5, legend cut short
+			numa: []int{3, 1, 7, 5}, links: map[[2]int]Link{{0, 1}: {6, SYS}}, cpu0: "6,14,22,30"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
@@ -159,7 +173,10 @@ func TestParseNvidiaSMI_Errors(t *testing.T) {
 		{"bad numa", h2 + "GPU0\t X \tPIX\t0-7\tzero\nGPU1\tPIX\t X \t0-7\t0\n", 2, `GPU0 NUMA Affinity "zero"`},
 		{"bad cpus", h2 + "GPU0\t X \tPIX\t0-x\t0\nGPU1\tPIX\t X \t0-7\t0\n", 2, `GPU0 CPU Affinity "0-x"`},
 		{"bad gpu numa id", "\tGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\nGPU0\t X \t0-7\t0\tnone\n", 2, `GPU NUMA ID "none"`},
-		{"header gap", "\tGPU0\tGPU2\tCPU Affinity\n", 1, "header column GPU2: expected GPU1"},
+		{"header gap", "\tGPU0\tGPU2\tCPU Affinity\n", 1, `header column "GPU2": expected "GPU1"`},
+		{"GPU column after a device", "\tGPU0\tNIC0\tGPU1\tCPU Affinity\n", 1, `header column "GPU1" after the device column "NIC0": expected the GPU columns first`},
+		{"only prose starting with GPU0", "GPU0 <-> GPU1:\n  * Atomic Supported: no\n", 1, `header column "GPU1" after the device column "<->"`},
+		{"prose, then a header without rows", "GPU0 <-> GPU1:\n" + h2 + "\n", 3, "found 0 GPU rows: expected 2"},
 		{"header after affinity", "\tGPU0\tCPU Affinity\tNIC0\n", 1, `header column "NIC0" after the affinity columns`},
 		{"header twice", "\tGPU0\tCPU Affinity\tCPU Affinity\n", 1, `header column "CPU Affinity" twice`},
 		{"short row, spaces", "GPU0 GPU1 CPU Affinity\nGPU0 X PIX\nGPU1 PIX X 0-7\n", 2, "row GPU0 has 2 values: expected 2 GPU cells and 1 affinity values"},
@@ -201,6 +218,13 @@ func TestParseNvidiaSMI_Lenient(t *testing.T) {
 		{"header and rows wrapped", "\tGPU0\tGPU1\tNIC0\tCPU Aff\ninity\tNUMA Affinity\nGPU0\t X \tNV1\n8\tPIX\t0-7\t0\nGPU1\tNV18\t X \tSYS\t8-15\n\t1\n", []int{0, 1}},
 		{"prompt after the rows", "$ nvidia-smi topo -m\n\tGPU0\tCPU Affinity\nGPU0\t X \t0-7\n$ exit\n", []int{0}},
 		{"text after legend", "\tGPU0\tCPU Affinity\nGPU0\t X \t0-7\n\nLegend:\n\n  X = Self\nGPU7 is not a row\n", []int{0}},
+		{"a YAML-like key above", "Python: 3.12.3\n\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tPHB\t0-63\t0\nGPU1\tPHB\t X \t0-63\t0\n", []int{0, 0}},
+		{"vLLM collect_env above", "Collecting environment information...\nPyTorch version: 2.4.0+cu121\nOS: Ubuntu 22.04.4 LTS (x86_64)\nGPU Topology:\n\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\nGPU0\t X \tNV4\t0-15\t0\t\tN/A\nGPU1\tNV4\t X \t16-31\t1\t\tN/A\n\nLegend:\n\n  X    = Self\n\nvLLM Version: 0.6.0\n", []int{0, 1}},
+		{"legend above", "Legend:\n\n  X    = Self\n  NV#  = Connection traversing a bonded set of # NVLinks\n\n\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tNV2\t0-7\nGPU1\tNV2\t X \t8-15\n", []int{0, 1}},
+		{"prose starting with GPU0 above", "GPU0 <-> GPU1:\n\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tPHB\t0-63\t0\nGPU1\tPHB\t X \t0-63\t0\n", []int{0, 0}},
+		{"prose that is a valid header above", "GPU0 is hot\n\n\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tSYS\t0-7\t0\nGPU1\tSYS\t X \t8-15\t1\n", []int{0, 1}},
+		{"two matrices: the first", "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tSYS\t0-7\t0\nGPU1\tSYS\t X \t8-15\t1\n\n\tGPU0\tCPU Affinity\tNUMA Affinity\nGPU0\t X \t0-7\t0\n", []int{0, 1}},
+		{"header row wrapped, YAML-like key above", "Key: value\n\tGPU0\tGPU1\tNIC0\tCPU Aff\ninity\tNUMA Affinity\nGPU0\t X \tNV1\n8\tPIX\t0-7\t0\nGPU1\tNV18\t X \tSYS\t8-15\n\t1\n", []int{0, 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -221,22 +245,109 @@ func TestParseNvidiaSMI_Lenient(t *testing.T) {
 }
 
 func TestDetectFormat(t *testing.T) {
+	const matrix = "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tPHB\t0-63\t0\nGPU1\tPHB\t X \t0-63\t0\n"
 	tests := []struct {
+		name string
 		in   string
 		want Format
+		sure bool
 	}{
-		{"apiVersion: x\n", FormatYAML},
-		{"# comment\n\nkind: Topology\n", FormatYAML},
-		{"$ nvidia-smi topo -m\n\tGPU0\tGPU1\n", FormatNvidiaSMI},
-		{"root@node:~# nvidia-smi topo -m\n        GPU0    CPU Affinity\n", FormatNvidiaSMI},
-		{"name: x\nGPU0 GPU1\n", FormatYAML},
-		{"", FormatYAML},
-		{"garbage", FormatYAML},
+		{"apiVersion", "apiVersion: x\n", FormatYAML, true},
+		{"comment, then kind", "# comment\n\nkind: Topology\n", FormatYAML, true},
+		{"keys in any order", "# made up\nname: x\nnumaNodes: []\nkind: Topology\n# last\napiVersion: " + APIVersion + "\n", FormatYAML, true},
+		{"quoted keys", "\"kind\": Topology\n\"apiVersion\": x\n", FormatYAML, true},
+		{"a matrix in a YAML topology's description", header + "description: |\n  cloned from\n" + strings.ReplaceAll("  "+matrix, "\n", "\n  ") + "\nnumaNodes: []\n", FormatYAML, true},
+		{"matrix", matrix, FormatNvidiaSMI, true},
+		{"prompt, matrix", "$ nvidia-smi topo -m\n" + matrix, FormatNvidiaSMI, true},
+		{"a YAML-like key above a matrix", "Python: 3.12.3\n" + matrix, FormatNvidiaSMI, true},
+		{"keys of sglang check_env above a matrix", "Python: 3.12.12 | packaged by Anaconda, Inc. | (main, Oct 21 2025, 20:16:04) [GCC 11.2.0]\nCUDA available: True\nGPU 0,1: NVIDIA H20\nNVIDIA Topology: \n" + matrix + "\nulimit soft: 655350\n", FormatNvidiaSMI, true},
+		{"vLLM collect_env above a matrix", "OS: Ubuntu 22.04.4 LTS (x86_64)\nGCC version: (Ubuntu 11.4.0-1ubuntu1~22.04) 11.4.0\nGPU Topology:\n" + matrix, FormatNvidiaSMI, true},
+		{"legend above a matrix", "```\nLegend:\n\n  X   = Self\n  SOC  = Connection traversing PCIe as well as the SMP link between CPU sockets(e.g. QPI)\n```\n\n7gpu:\n```\n" + matrix + "```\n", FormatNvidiaSMI, true},
+		{"prose starting with GPU0 above a matrix", "GPU0 <-> GPU1:\n" + matrix, FormatNvidiaSMI, true},
+		{"matrix with the header underlined", "key: v\n\t\x1b[4mGPU0\tCPU Affinity\x1b[0m\nGPU0\t X \t0-7\n", FormatNvidiaSMI, true},
+		{"header without rows", "$ nvidia-smi topo -m\n\tGPU0\tGPU1\n", FormatNvidiaSMI, false},
+		{"header without rows, spaces", "root@node:~# nvidia-smi topo -m\n        GPU0    CPU Affinity\n", FormatNvidiaSMI, false},
+		{"a key above a header without rows", "name: x\nGPU0 GPU1\n", FormatYAML, false},
+		{"a key above a header whose first row is not GPU0", "Python: 3\n\tGPU0\tGPU1\nGPU1\tPHB\t X \n", FormatYAML, false},
+		{"empty", "", FormatYAML, false},
+		{"garbage", "garbage", FormatYAML, false},
 	}
 	for _, tt := range tests {
-		if got := DetectFormat([]byte(tt.in)); got != tt.want {
-			t.Errorf("DetectFormat(%q) = %v, want %v", tt.in, got, tt.want)
-		}
+		t.Run(tt.name, func(t *testing.T) {
+			if got := DetectFormat([]byte(tt.in)); got != tt.want {
+				t.Errorf("DetectFormat(%q) = %v, want %v", tt.in, got, tt.want)
+			}
+			lines, err := textLines([]byte(tt.in))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, sure := detectFormat(lines); sure != tt.sure {
+				t.Errorf("detectFormat(%q): sure = %v, want %v", tt.in, sure, tt.sure)
+			}
+		})
+	}
+}
+
+// TestParse_NeitherFormat checks that a file that is neither a YAML topology
+// nor holds an nvidia-smi matrix is refused with what each format expects
+// and what was wrong as the format tried.
+func TestParse_NeitherFormat(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		as   string // the detail after "read as "
+	}{
+		{"empty", "", "YAML: empty file"},
+		{"garbage", "garbage", "YAML: line 1: expected a YAML mapping"},
+		{"environment report without a matrix", "Python: 3.12.3\nCUDA available: True\n", `YAML: line 1: unknown field "Python"`},
+		{"YAML-like keys, then a tab", "Python: 3.12.3\n\tGPU0\tGPU1\n", "YAML: line 2: found a tab character"},
+		{"header without rows", "$ nvidia-smi topo -m\n\tGPU0\tGPU1\tCPU Affinity\n", "nvidia-smi output: line 2: found 0 GPU rows: expected 2"},
+		{"YAML without apiVersion and kind", "numaNodes:\n  - hostBridges: [{gpus: 1}]\n", `YAML: line 1: apiVersion ""`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("node.txt", strings.NewReader(tt.in))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			pe := checkParseError(t, err, "node.txt")
+			for _, want := range []string{"neither a YAML topology", "apiVersion: " + APIVersion, "kind: " + Kind,
+				"nvidia-smi topo -m output", "GPU0 GPU1 … CPU Affinity", "read as " + tt.as} {
+				if !strings.Contains(pe.Msg, want) {
+					t.Errorf("error %q: want it to say %q", err, want)
+				}
+			}
+			if pe.Line != 0 {
+				t.Errorf("error %q: line %d, want 0 (the whole file)", err, pe.Line)
+			}
+		})
+	}
+}
+
+// TestParse_SureFormatErrors checks that a file that is sure to be one format
+// gets that format's error alone.
+func TestParse_SureFormatErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		line int
+		msg  string
+	}{
+		{"YAML topology", header + "numaNodes: [\n", 3, ""},
+		{"YAML topology, tab", "apiVersion: v1\n\tGPU0\tGPU1\n", 2, "found a tab character"},
+		{"matrix", "Python: 3\n\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tPIX\t0-7\nGPU1\tPXB\t X \t0-7\n", 4, "expected a symmetric matrix"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("node.txt", strings.NewReader(tt.in))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			pe := checkParseError(t, err, "node.txt")
+			if pe.Line != tt.line || !strings.Contains(pe.Msg, tt.msg) || strings.Contains(pe.Msg, "neither") {
+				t.Errorf("error %q: want line %d and %q alone", err, tt.line, tt.msg)
+			}
+		})
 	}
 }
 

@@ -1,8 +1,6 @@
 package topology
 
 import (
-	"bufio"
-	"bytes"
 	"embed"
 	"errors"
 	"fmt"
@@ -164,42 +162,99 @@ func (f Format) String() string {
 	return "yaml"
 }
 
-var yamlKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*:(\s|$)`)
+var (
+	// yamlKeyRE matches a line that starts with a top-level YAML key.
+	yamlKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*:(\s|$)`)
+	// yamlIdentityRE matches the top-level key that names the YAML topology
+	// format: apiVersion or kind, maybe quoted.
+	yamlIdentityRE = regexp.MustCompile(`^(apiVersion|kind|"apiVersion"|"kind"|'apiVersion'|'kind')\s*:(\s|$)`)
+)
 
-// DetectFormat tells the format of a topology file from its content: the
-// first line that decides is either a header row whose first field is GPU0
-// (nvidia-smi) or a top-level YAML key such as "apiVersion:" (YAML). Blank
-// lines, comments and anything else (a pasted shell prompt) are skipped.
-// Content with neither is taken as YAML, whose parser then says what it
-// expected.
+// DetectFormat tells the format of a topology file from its content, in
+// this order:
+//
+//  1. a YAML topology: a line (not indented, anywhere in the file, comments
+//     and other keys around it) with the key apiVersion or kind;
+//  2. nvidia-smi: the text holds the matrix of `nvidia-smi topo -m`, a
+//     header row (GPU0 GPU1 … CPU Affinity) followed by the GPU0 row, with
+//     anything before it (a shell prompt, other keys: values of an
+//     environment report such as `python3 -m sglang.check_env`, the legend);
+//  3. otherwise the first line that is either a header row whose first
+//     field is GPU0 (nvidia-smi) or a top-level YAML key (YAML) decides;
+//     with neither, YAML.
+//
+// In case 3 the file is neither format for sure: Parse then says what each
+// format expects, with what the one it tried found wrong.
 func DetectFormat(data []byte) Format {
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 64*1024), maxFileBytes)
-	for sc.Scan() {
-		line := sc.Text()
-		f := strings.Fields(stripANSI(line))
-		if len(f) > 0 && f[0] == "GPU0" {
-			return FormatNvidiaSMI
+	lines, _ := textLines(data)
+	f, _ := detectFormat(lines)
+	return f
+}
+
+// detectFormat implements DetectFormat on the lines of a file (from
+// textLines); sure is false in case 3.
+func detectFormat(lines []string) (f Format, sure bool) {
+	if slices.ContainsFunc(lines, yamlIdentityRE.MatchString) {
+		return FormatYAML, true
+	}
+	if _, matrix, _ := findSMIHeader(lines); matrix {
+		return FormatNvidiaSMI, true
+	}
+	for _, line := range lines {
+		if smiHeaderStart(strings.Fields(line)) {
+			return FormatNvidiaSMI, false
 		}
 		if yamlKeyRE.MatchString(line) {
-			return FormatYAML
+			return FormatYAML, false
 		}
 	}
-	return FormatYAML
+	return FormatYAML, false
 }
 
 // Parse reads a topology file in either format, detected by content with
 // DetectFormat: the YAML format (ParseYAML) or `nvidia-smi topo -m` output
 // (ParseNvidiaSMI). name is used in errors ("name:line: what was expected")
-// and as the default machine name (its base name without extension). Every
-// error is a *ParseError, which unwraps to ErrInvalidTopology.
+// and as the default machine name (its base name without extension). A file
+// that is neither a YAML topology nor holds an nvidia-smi matrix is read in
+// the format DetectFormat guesses; if that fails, the error says what both
+// formats expect and what was wrong as the guessed one. Every error is a
+// *ParseError, which unwraps to ErrInvalidTopology.
 func Parse(name string, r io.Reader) (*Machine, error) {
 	data, err := readAll(name, r)
 	if err != nil {
 		return nil, err
 	}
-	if DetectFormat(data) == FormatNvidiaSMI {
-		return parseNvidiaSMI(name, data)
+	lines, _ := textLines(data) // parseNvidiaSMI reports a read error
+	format, sure := detectFormat(lines)
+	var m *Machine
+	if format == FormatNvidiaSMI {
+		m, err = parseNvidiaSMI(name, data)
+	} else {
+		m, err = parseYAML(name, data)
 	}
-	return parseYAML(name, data)
+	if err != nil && !sure {
+		return nil, notTopology(name, format, err)
+	}
+	return m, err
+}
+
+// notTopology is the error for a file that is neither format for sure:
+// what each expects, then err, the error of reading it as format.
+func notTopology(name string, format Format, err error) error {
+	var pe *ParseError
+	if !errors.As(err, &pe) {
+		return err
+	}
+	as := "YAML"
+	if format == FormatNvidiaSMI {
+		as = "nvidia-smi output"
+	}
+	found := pe.Msg
+	if pe.Line > 0 {
+		found = fmt.Sprintf("line %d: %s", pe.Line, pe.Msg)
+	}
+	return &ParseError{File: name, Err: pe.Err, Msg: fmt.Sprintf("neither a YAML topology "+
+		"(expected the keys apiVersion: %s, kind: %s and numaNodes) nor nvidia-smi topo -m output "+
+		"(expected a header row GPU0 GPU1 … CPU Affinity followed by a row per GPU, GPU0 first); read as %s: %s",
+		APIVersion, Kind, as, found)}
 }
