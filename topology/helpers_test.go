@@ -2,6 +2,7 @@ package topology
 
 import (
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -101,6 +102,17 @@ func itoa(i int) string { return strconv.Itoa(i) }
 
 // checkParseError verifies that err is a *ParseError for file, unwrapping to
 // ErrInvalidTopology, with a non-empty message.
+// parseError runs parse on in as the file named file and returns its
+// error, which must be a *ParseError (checkParseError).
+func parseError(t testing.TB, parse func(string, io.Reader) (*Machine, error), file, in string) *ParseError {
+	t.Helper()
+	_, err := parse(file, strings.NewReader(in))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	return checkParseError(t, err, file)
+}
+
 func checkParseError(t testing.TB, err error, file string) *ParseError {
 	t.Helper()
 	var pe *ParseError

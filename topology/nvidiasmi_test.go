@@ -185,13 +185,9 @@ func TestParseNvidiaSMI_Errors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := ParseNvidiaSMI("node.txt", strings.NewReader(tt.in))
-			if err == nil {
-				t.Fatal("no error")
-			}
-			pe := checkParseError(t, err, "node.txt")
+			pe := parseError(t, ParseNvidiaSMI, "node.txt", tt.in)
 			if pe.Line != tt.line || !strings.Contains(pe.Msg, tt.msg) {
-				t.Errorf("error %q: want line %d and %q", err, tt.line, tt.msg)
+				t.Errorf("error %q: want line %d and %q", pe, tt.line, tt.msg)
 			}
 		})
 	}
@@ -306,19 +302,15 @@ func TestParse_NeitherFormat(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse("node.txt", strings.NewReader(tt.in))
-			if err == nil {
-				t.Fatal("no error")
-			}
-			pe := checkParseError(t, err, "node.txt")
+			pe := parseError(t, Parse, "node.txt", tt.in)
 			for _, want := range []string{"neither a YAML topology", "apiVersion: " + APIVersion, "kind: " + Kind,
 				"nvidia-smi topo -m output", "GPU0 GPU1 … CPU Affinity", "read as " + tt.as} {
 				if !strings.Contains(pe.Msg, want) {
-					t.Errorf("error %q: want it to say %q", err, want)
+					t.Errorf("error %q: want it to say %q", pe, want)
 				}
 			}
 			if pe.Line != 0 {
-				t.Errorf("error %q: line %d, want 0 (the whole file)", err, pe.Line)
+				t.Errorf("error %q: line %d, want 0 (the whole file)", pe, pe.Line)
 			}
 		})
 	}
@@ -339,13 +331,9 @@ func TestParse_SureFormatErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse("node.txt", strings.NewReader(tt.in))
-			if err == nil {
-				t.Fatal("no error")
-			}
-			pe := checkParseError(t, err, "node.txt")
+			pe := parseError(t, Parse, "node.txt", tt.in)
 			if pe.Line != tt.line || !strings.Contains(pe.Msg, tt.msg) || strings.Contains(pe.Msg, "neither") {
-				t.Errorf("error %q: want line %d and %q alone", err, tt.line, tt.msg)
+				t.Errorf("error %q: want line %d and %q alone", pe, tt.line, tt.msg)
 			}
 		})
 	}

@@ -167,13 +167,9 @@ func TestParseYAML_Errors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := ParseYAML("bad.yaml", strings.NewReader(tt.in))
-			if err == nil {
-				t.Fatal("no error")
-			}
-			pe := checkParseError(t, err, "bad.yaml")
+			pe := parseError(t, ParseYAML, "bad.yaml", tt.in)
 			if pe.Line != tt.line || !strings.Contains(pe.Msg, tt.msg) {
-				t.Errorf("error %q: want line %d and %q", err, tt.line, tt.msg)
+				t.Errorf("error %q: want line %d and %q", pe, tt.line, tt.msg)
 			}
 		})
 	}
