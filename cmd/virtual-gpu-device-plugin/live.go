@@ -240,11 +240,12 @@ func (s *selector) onLabels(ctx context.Context, labels map[string]string) error
 }
 
 // reload reads the profiles directory again after it changed (dirWatch)
-// and applies what the node's label selects from it. A directory that no
-// longer reads, or a profile that no longer resolves, is logged once, and
-// the profiles and the configuration in force stay.
-func (s *selector) reload(ctx context.Context) {
-	s.log.Info().Str("dir", s.o.ConfigPath).Msg("profiles directory changed; reading it again")
+// or on SIGHUP (cause says which) and applies what the node's label
+// selects from it. A directory that no longer reads, or a profile that no
+// longer resolves, is logged once, and the profiles and the configuration
+// in force stay.
+func (s *selector) reload(ctx context.Context, cause string) {
+	s.log.Info().Str("dir", s.o.ConfigPath).Msg(cause + "; reading the profiles again")
 	ps, err := options.LoadProfiles(s.o.ConfigPath)
 	if err == nil {
 		_, err = s.o.ResolveAll(ps) // every profile must be usable, as at start

@@ -487,7 +487,7 @@ func TestServe_ProfileFileEdited(t *testing.T) {
 	// Another change of the directory reads it again: the same error is not
 	// logged again.
 	n.writeProfile(t, "unrelated", "version: v1\n")
-	const reread = `"message":"profiles directory changed; reading it again"`
+	const reread = `"message":"profiles directory changed; reading the profiles again"`
 	n.waitLog(t, reread, 2)
 	if c := n.logs.Count(notApplied); c != 1 {
 		t.Errorf("%d error lines, want 1", c)

@@ -202,3 +202,48 @@ func TestBinary_Version(t *testing.T) {
 		})
 	}
 }
+
+// TestBinary_SIGHUPRereadsProfiles: SIGHUP once ended the plugin (the
+// default action) with no log line and its sockets left behind. Now it
+// reads a profiles directory again, or says there is nothing to read, and
+// the plugin serves on.
+func TestBinary_SIGHUPRereadsProfiles(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		profile bool
+		want    string
+	}{
+		{"profiles directory", true, `"message":"SIGHUP; reading the profiles again"`},
+		{"flags alone", false, `"message":"SIGHUP: nothing to read again`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := plugintest.ShortTempDir(t)
+			args := []string{"-device-plugin-path=" + dir, "-state=" + dir + "/state/state.db", "-pod-resources-socket=" + dir + "/pr.sock"}
+			if tc.profile {
+				if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("version: v1\nflags:\n  devices: 2\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				args = append(args, "-config="+dir, "-config-default=a")
+			}
+			p := startBinary(t, args...)
+			p.logs.waitLine(t, `"message":"starting"`)
+			for range 2 {
+				if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+					t.Fatal(err)
+				}
+				p.logs.waitLine(t, tc.want)
+			}
+			if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-p.done:
+				if err != nil {
+					t.Fatalf("exit after SIGHUP and SIGTERM: %v, want status 0", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("still running 10s after SIGTERM")
+			}
+		})
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/signal"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -75,6 +76,8 @@ func defaultServeEnv() serveEnv {
 // profile is served instead, and every later change of the label or the
 // profiles is applied live (selector).
 func serve(ctx context.Context, o *options.Options, start *options.Config, profiles *options.Profiles, logw io.Writer, env serveEnv) error {
+	hup := notifyHangup()
+	defer signal.Stop(hup)
 	log := newLogger(start, logw)
 	identity := identityFor(o.NodeName, env.machineIDPath, log)
 	api, err := connectAPI(o, profiles, env, log)
@@ -284,8 +287,17 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	}
 	if profiles != nil {
 		w := &dirWatch{dir: profiles.Dir, poll: env.profilePoll, log: log}
-		g.Go(func() error { return w.Run(ctx, func() { sel.reload(ctx) }) })
+		g.Go(func() error { return w.Run(ctx, func() { sel.reload(ctx, "profiles directory changed") }) })
 	}
+	g.Go(func() error {
+		return onHangup(ctx, hup, func() {
+			if profiles == nil {
+				log.Info().Msg("SIGHUP: nothing to read again: the configuration is read at start; only a -config directory of profiles is followed live")
+				return
+			}
+			sel.reload(ctx, "SIGHUP")
+		})
+	})
 	if metricsLis != nil {
 		live := func() error { _, err := st.Devices(); return err }
 		ready := func() error { // registered, and the state file takes writes (Allocate needs them)
