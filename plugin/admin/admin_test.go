@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -393,6 +394,7 @@ func TestHandler_BadInput(t *testing.T) {
 		{"trailing object", "PUT", "/v1/devices/fake-0/health", `{"healthy":false}{"healthy":true}`, 400, "unexpected data after the JSON object"},
 		{"trailing garbage", "PUT", "/v1/devices/fake-0/health", `{"healthy":false} x`, 400, "unexpected data after the JSON object"},
 		{"reason with healthy", "PUT", "/v1/devices/fake-0/health", `{"healthy":true,"reason":"fixed"}`, 400, `\"reason\" is only for \"healthy\": false`},
+		{"reason too long", "PUT", "/v1/devices/fake-0/health", `{"healthy":false,"reason":"` + strings.Repeat("x", 1025) + `"}`, 400, `\"reason\" is 1025 bytes: at most 1024`},
 		{"trailing whitespace is fine", "PUT", "/v1/devices/fake-0/health", "{\"healthy\":true}\n ", 200, `"id":"fake-0"`},
 		{"unknown device health", "PUT", "/v1/devices/fake-9/health", `{"healthy":false}`, 404, `unknown device \"fake-9\" (devices: fake-0, fake-1)`},
 		{"wrong method", "DELETE", "/v1/snapshot", "", 405, `{"error":"DELETE /v1/snapshot: method not allowed"}`},
@@ -789,3 +791,87 @@ func (fuzzSource) Allocations(store.AllocationFilter) ([]store.Allocation, error
 func (fuzzSource) HealthEvents(store.EventFilter) ([]store.HealthEvent, error)    { return nil, nil }
 func (fuzzSource) ConfigEvents(store.ConfigFilter) ([]store.ConfigEvent, error)   { return nil, nil }
 func (fuzzSource) DamagedRecords() ([]admin.DamagedRecord, error)                 { return nil, nil }
+
+// gatedSource is a real store whose Allocations wait at a gate while the
+// test holds it, and which counts its concurrent and total reads.
+type gatedSource struct {
+	source
+	gate            chan struct{} // closed: reads pass
+	mu              sync.Mutex
+	reads, in, most int
+	entered         chan struct{}
+}
+
+func (g *gatedSource) Allocations(f store.AllocationFilter) ([]store.Allocation, error) {
+	g.mu.Lock()
+	g.reads++
+	g.in++
+	g.most = max(g.most, g.in)
+	g.mu.Unlock()
+	select {
+	case g.entered <- struct{}{}:
+	default:
+	}
+	<-g.gate
+	g.mu.Lock()
+	g.in--
+	g.mu.Unlock()
+	return g.source.Allocations(f)
+}
+
+// TestServer_SnapshotsOneAtATime: a burst of snapshot requests once read
+// the whole history once each, all at the same time (2.2 GB for 30 dumps
+// of a 33 MB history), and went on for clients that had given up. Now one
+// snapshot is read at a time, a request whose client is gone reads
+// nothing, and a health change waiting behind a snapshot still answers
+// that it was made.
+func TestServer_SnapshotsOneAtATime(t *testing.T) {
+	st := fixture(t)
+	g := &gatedSource{source: source{Store: st}, gate: make(chan struct{}), entered: make(chan struct{}, 1)}
+	sock := filepath.Join(plugintest.ShortTempDir(t), "admin.sock")
+	c := run(t, admin.ServerConfig{Socket: sock, Source: g, Health: storeHealth(st), Reported: reportedFixture})
+
+	first := make(chan error, 1)
+	go func() { _, err := c.Snapshot(context.Background(), admin.Query{}); first <- err }()
+	select {
+	case <-g.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first snapshot never reached the store")
+	}
+	// Clients that give up while the first is read.
+	var wg sync.WaitGroup
+	for range 5 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			if _, err := c.Snapshot(ctx, admin.Query{}); err == nil {
+				t.Error("a snapshot answered while another was being read")
+			}
+		}()
+	}
+	wg.Wait()
+	// A health change behind the snapshot: made, and answered as made.
+	snap, err := c.SetHealth(context.Background(), "fake-1", false, "XID 48")
+	if err != nil || len(snap.Devices) != 1 || snap.Devices[0].Healthy || snap.Devices[0].Reason != "XID 48" {
+		t.Fatalf("health change behind a snapshot: %+v, %v; want it answered as made", snap.Devices, err)
+	}
+	close(g.gate)
+	if err := <-first; err != nil {
+		t.Fatalf("first snapshot: %v", err)
+	}
+	if _, err := c.Snapshot(context.Background(), admin.Query{}); err != nil {
+		t.Fatalf("a snapshot after the burst: %v", err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.most != 1 {
+		t.Errorf("%d snapshots read at once, want 1", g.most)
+	}
+	// The first and the last snapshot read twice each (active, then the
+	// history); the clients that gave up read nothing.
+	if g.reads != 4 {
+		t.Errorf("%d reads of the allocations, want 4: the abandoned requests read too", g.reads)
+	}
+}

@@ -52,6 +52,10 @@ type Server struct {
 	cfg ServerConfig
 	log zerolog.Logger
 
+	// reading is held while a snapshot is read: one at a time, so a
+	// burst of requests costs the plugin the memory of one snapshot.
+	reading chan struct{}
+
 	mu     sync.Mutex
 	lis    net.Listener
 	ours   fs.FileInfo // the socket file Listen created
@@ -60,7 +64,32 @@ type Server struct {
 
 // NewServer returns a Server for cfg. It does nothing yet.
 func NewServer(cfg ServerConfig) *Server {
-	return &Server{cfg: cfg, log: cfg.Logger} // a zero Logger discards
+	return &Server{cfg: cfg, log: cfg.Logger, reading: make(chan struct{}, 1)} // a zero Logger discards
+}
+
+// readBack bounds how long a health change waits to read its device back
+// behind a snapshot being read; past it, the answer says what is known.
+const readBack = 500 * time.Millisecond
+
+// startReading waits until no other snapshot is being read, or ctx ends
+// (the client is gone, or wait is over: ok false). The caller must call
+// done when ok.
+func (s *Server) startReading(ctx context.Context, wait time.Duration) (done func(), ok bool) {
+	if wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, wait)
+		defer cancel()
+	}
+	select {
+	case s.reading <- struct{}{}:
+	case <-ctx.Done():
+		return nil, false
+	}
+	if ctx.Err() != nil { // gone while it waited: read nothing for nobody
+		<-s.reading
+		return nil, false
+	}
+	return func() { <-s.reading }, true
 }
 
 // Handler is the HTTP API, without the socket.
@@ -221,7 +250,15 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, err)
 		return
 	}
+	done, ok := s.startReading(r.Context(), 0)
+	if !ok {
+		return // the client is gone
+	}
 	snap, err := Read(s.cfg.Source, q, s.reported())
+	done()
+	if r.Context().Err() != nil {
+		return // gone while it was read: do not encode it for nobody
+	}
 	switch {
 	case errors.Is(err, store.ErrUnknownDevice):
 		fail(w, http.StatusNotFound, err)
@@ -271,7 +308,14 @@ func (s *Server) setHealth(w http.ResponseWriter, r *http.Request) {
 	// The change is made: from here on the answer is a success.
 	reported := s.reported()
 	snap := Snapshot{APIVersion: APIVersion, Kind: KindSnapshot, Source: SourceInfo{Type: SourcePlugin, Path: s.cfg.Socket}}
-	full, err := Read(s.cfg.Source, Query{DevicesOnly: true}, reported)
+	var full Snapshot
+	done, ok := s.startReading(r.Context(), readBack)
+	if ok {
+		full, err = Read(s.cfg.Source, Query{DevicesOnly: true}, reported)
+		done()
+	} else {
+		err = errors.New("a snapshot is being read")
+	}
 	if j := slices.IndexFunc(full.Devices, func(d Device) bool { return d.ID == id }); err == nil && j >= 0 {
 		snap.Devices = []Device{full.Devices[j]}
 	} else {
@@ -282,6 +326,10 @@ func (s *Server) setHealth(w http.ResponseWriter, r *http.Request) {
 	}
 	reply(w, snap)
 }
+
+// MaxReason bounds a health reason, in bytes: the status files containers
+// read hold at most this much.
+const MaxReason = 1024
 
 // maxBody bounds a request body.
 const maxBody = 64 << 10
@@ -302,6 +350,8 @@ func decodeHealthRequest(w http.ResponseWriter, r *http.Request) (healthRequest,
 		return req, errors.New(`health request: "healthy" is required`)
 	case *req.Healthy && req.Reason != "":
 		return req, errors.New(`health request: "reason" is only for "healthy": false`)
+	case len(req.Reason) > MaxReason:
+		return req, fmt.Errorf(`health request: "reason" is %d bytes: at most %d`, len(req.Reason), MaxReason)
 	}
 	return req, nil
 }
