@@ -27,8 +27,13 @@ import (
 )
 
 // dumpTimeout bounds every wait of dump and health: the admin call, the
-// read-only lock.
+// read-only lock, but for a snapshot's reading (snapshotTimeout).
 const dumpTimeout = 2 * time.Second
+
+// snapshotTimeout bounds dump's admin call: the plugin reads and sends
+// the whole history, which takes seconds at the -history-max-bytes
+// default of 64 MiB, and reads one snapshot at a time.
+const snapshotTimeout = 30 * time.Second
 
 // outputFormats are the values of -o.
 var outputFormats = []string{"table", "wide", "json", "yaml"}
@@ -114,7 +119,11 @@ func printUsage(fset *flag.FlagSet, w io.Writer, synopsis, about string) {
 // readSnapshot asks the running plugin for the snapshot q selects or, when
 // no plugin answers, reads it from the state file opened read-only.
 func readSnapshot(ctx context.Context, f inspectFlags, q admin.Query) (admin.Snapshot, error) {
-	snap, err := admin.NewClient(f.adminSocket, dumpTimeout).Snapshot(ctx, q)
+	timeout := dumpTimeout
+	if !q.DevicesOnly {
+		timeout = snapshotTimeout
+	}
+	snap, err := admin.NewClient(f.adminSocket, timeout).Snapshot(ctx, q)
 	switch {
 	case err == nil:
 		return snap, nil
