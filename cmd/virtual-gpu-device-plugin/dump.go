@@ -168,6 +168,13 @@ func (s stateSource) DamagedRecords() ([]admin.DamagedRecord, error) {
 
 const dumpSynopsis = "dump [-o table|wide|json|yaml] [--no-headers] [--device ID] [--since TIME|DURATION] [--limit N] [--active]"
 
+// given reports whether the flag name was set on the command line.
+func given(fset *flag.FlagSet, name string) bool {
+	set := false
+	fset.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
 // dump prints the devices and the history.
 func dump(ctx context.Context, args []string, stdout io.Writer, getenv func(string) string) error {
 	var (
@@ -200,6 +207,9 @@ func dump(ctx context.Context, args []string, stdout io.Writer, getenv func(stri
 	}
 	if limit < 0 {
 		return usagef("invalid --limit=%d: must be 0 (all) or positive", limit)
+	}
+	if device == "" && given(fset, "device") {
+		return usagef("invalid --device: empty: want a device id (leave --device out for every device)")
 	}
 	sinceT, err := parseSince(since, time.Now())
 	if err != nil {

@@ -234,6 +234,7 @@ func TestBinary_Dump_BadInput(t *testing.T) {
 	}{
 		{"unknown device", []string{"dump", "-state=" + n.state, "--device", "fake-9"}, 1, `unknown device "fake-9" (devices: fake-0, fake-1, fake-2, fake-3)`},
 		{"bad output", []string{"dump", "-state=" + n.state, "-o", "xml"}, 2, `invalid -o="xml": must be one of table, wide, json, yaml`},
+		{"empty device", []string{"dump", "-state=" + n.state, "--device="}, 2, `invalid --device: empty: want a device id`},
 		{"bad since", []string{"dump", "-state=" + n.state, "--since", "last week"}, 2, `invalid --since="last week"`},
 		{"bad limit", []string{"dump", "-state=" + n.state, "--limit", "-1"}, 2, "invalid --limit=-1"},
 		{"no plugin no file", []string{"dump", "-state=" + missing}, 1, "no plugin answers on " + filepath.Dir(missing) + "/admin.sock and there is no state file at " + missing},
