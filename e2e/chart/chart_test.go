@@ -549,7 +549,7 @@ func TestChart_RefusesBadValues(t *testing.T) {
 		{"devices with profiles", "{devices: 8, profiles: {a: {version: v1}}}", "devices 8 with profiles: -devices would override every profile"},
 		{"profile field misspelt", "profiles: {a: {version: v1, flags: {topolgy: dgx-a100}}}", "topolgy"},
 		{"profile sets an address", `profiles: {a: {version: v1, flags: {metricsAddress: ":1"}}}`, "metricsAddress"},
-		{"profile without version", "profiles: {a: {flags: {devices: 2}}}", "version"},
+		{"profile of another version", "profiles: {a: {version: v2, flags: {devices: 2}}}", "version"},
 		{"profile devices out of range", "profiles: {a: {version: v1, flags: {devices: 2000}}}", "/profiles/a/flags/devices"},
 		{"one port for two listeners", "telemetry: {enabled: true, port: 9401}", "telemetry.port and metrics.port are both 9401"},
 		{"telemetry setting without telemetry", "telemetry: {writable: true}", "telemetry.writable without telemetry.enabled"},

@@ -141,6 +141,16 @@ func fieldSchema(f reflect.StructField) map[string]any {
 		s["description"] = "A field of NVIDIA's device plugin, accepted and ignored: " + f.Tag.Get("nvidia") + "."
 	default:
 		s["description"] = f.Tag.Get("doc")
+		if e := f.Tag.Get("enum"); e != "" {
+			var vals []any
+			for _, v := range strings.Split(e, ",") {
+				vals = append(vals, v)
+			}
+			if f.Tag.Get("required") != "true" {
+				vals = append(vals, nil)
+			}
+			s["enum"] = vals
+		}
 	}
 	return s
 }

@@ -25,6 +25,7 @@ import (
 //	nvidia:"…"        a field of NVIDIA's device plugin that has no effect
 //	                  here, and why; the parser reports it in Ignored
 //	doc:"…"           the description of a field that is not a flag
+//	enum:"a,b"        the values a string field that is not a flag takes
 //	required:"true"   the key must be there
 //	min, max          the range of an integer (for flags, Validate applies it)
 //	minItems, maxItems the length of a list
@@ -34,7 +35,7 @@ const Version = "v1"
 
 // fileSpec is a whole file.
 type fileSpec struct {
-	Version   *string      `yaml:"version" doc:"The version of the file format: v1 (as in NVIDIA's device plugin); a file without one is read as v1, as NVIDIA's plugin reads it."`
+	Version   *string      `yaml:"version" enum:"v1" doc:"The version of the file format: v1 (as in NVIDIA's device plugin); a file without one is read as v1, as NVIDIA's plugin reads it."`
 	Flags     *flagsSpec   `yaml:"flags" doc:"The serve flags, named in camelCase (-resource-name is resourceName), and NVIDIA's device plugin flags."`
 	Resources *nvResources `yaml:"resources" nvidia:"NVIDIA renames GPUs and MIG devices by pattern; here the resource is -resource-name"`
 	Sharing   *sharingSpec `yaml:"sharing" doc:"How GPUs are shared: time-slicing (NVIDIA's format)."`
