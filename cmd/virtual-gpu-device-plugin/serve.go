@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -160,6 +161,12 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	}
 	var telemetryRef atomic.Pointer[gpuTelemetry] // set below, with -telemetry-address
 	loads, err := loadsock.NewServer(loadsock.Config{Dir: cfg.LoadSocketDir, Logger: log,
+		MaxSockets: func() int { // the configuration in force, once the selector has one
+			if s := sel.current.Load(); s != nil {
+				return maxLoadSockets(s)
+			}
+			return maxLoadSockets(set)
+		},
 		Handler: loadsock.HandlerFunc(func(ctx context.Context, seq uint64, req loadsock.Request) (int, error) {
 			t := telemetryRef.Load()
 			if t == nil {
@@ -171,12 +178,16 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 		return err
 	}
 	defer loads.Close()
-	loadList := func() ([]uint64, error) {
-		seqs, err := activeLoadSockets(active)
+	loadList := func() ([]loadsock.Allocation, error) {
+		allocs, err := activeLoadSockets(active)
 		if t := telemetryRef.Load(); err == nil && t != nil {
+			seqs := make([]uint64, len(allocs))
+			for i, a := range allocs {
+				seqs[i] = a.Seq
+			}
 			t.keepLoads(seqs)
 		}
-		return seqs, err
+		return allocs, err
 	}
 	if err := loads.Sync(loadList); err != nil {
 		log.Error().Err(err).Msg("load sockets of active allocations not all created again; retrying")
@@ -197,12 +208,20 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	if err != nil {
 		return err
 	}
-	opened := func(a store.Allocation) error { // before Allocate answers
+	openFailed := newCauseLog(log)
+	opened := func(a store.Allocation) { // before Allocate answers
 		active.add(a.Seq) // before its socket: a Sync after the Open must list it
 		if a.Envs[loadsock.EnvSocket] == "" {
-			return nil
+			return
 		}
-		return loads.Open(a.Seq) // the answer mounts it
+		// Best effort: the record is stored and the answer mounts the
+		// directory; a socket that cannot be opened now (too many open
+		// files, a full disk) is opened by the next Sync that can, inside
+		// the mounted directory, where the container sees it.
+		if err := loads.Open(a.Seq, a.DeviceIDs); err != nil {
+			openFailed.warn(err, "load socket of a new allocation not opened: Allocate answers with its directory mounted, "+
+				"and the socket appears in it once it can be opened (retried every second; logged once per cause)")
+		}
 	}
 	srv, err := plugin.NewServer(plugin.ServerConfig{
 		Catalog:  catalog,
@@ -470,9 +489,9 @@ type recorder struct {
 	// tracker's Notify: look for the holder now).
 	recorded func()
 	// opened, if set, makes what the answer to the stored record names
-	// exist (its load socket) before Allocate answers; an error fails the
-	// Allocate.
-	opened func(store.Allocation) error
+	// exist (its load socket) before Allocate answers, as far as it can:
+	// the record is stored, so the Allocate succeeds whatever it does.
+	opened func(store.Allocation)
 }
 
 var _ plugin.Recorder = recorder{}
@@ -483,9 +502,7 @@ func (r recorder) RecordAllocation(_ context.Context, ids []string, envs map[str
 		return plugin.Record{}, err
 	}
 	if r.opened != nil {
-		if err := r.opened(a); err != nil {
-			return plugin.Record{}, err
-		}
+		r.opened(a)
 	}
 	if r.recorded != nil {
 		r.recorded()
@@ -494,6 +511,47 @@ func (r recorder) RecordAllocation(_ context.Context, ids []string, envs map[str
 		r.kick()
 	}
 	return plugin.Record{Seq: a.Seq, IDs: a.DeviceIDs, Envs: a.Envs}, nil
+}
+
+// loadSocketsPerDevice times the advertised devices (a shared GPU's
+// replicas each count), at least minLoadSockets, is how many load sockets
+// are served at once: a device belongs to at most one live allocation, so
+// the live allocations are at most as many as the devices, and the rest is
+// room for allocations of an earlier configuration and for a kubelet that
+// allocates again before the older allocation's socket is closed.
+const (
+	loadSocketsPerDevice = 4
+	minLoadSockets       = 16
+)
+
+// maxLoadSockets returns the cap of open load sockets with set in force.
+func maxLoadSockets(set *deviceSet) int {
+	return max(minLoadSockets, loadSocketsPerDevice*len(set.slots))
+}
+
+// causeLog logs an error at warn once per cause (loadsock.ErrorCause):
+// what fails for every call logs once, not at every call. It is safe for
+// concurrent use.
+type causeLog struct {
+	log  zerolog.Logger
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func newCauseLog(log zerolog.Logger) *causeLog {
+	return &causeLog{log: log, seen: map[string]bool{}}
+}
+
+// warn logs err with msg unless an error of its cause was logged before.
+func (c *causeLog) warn(err error, msg string) {
+	cause := loadsock.ErrorCause(err)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seen[cause] {
+		return
+	}
+	c.seen[cause] = true
+	c.log.Warn().Err(err).Str("cause", cause).Msg(msg)
 }
 
 // healthRecorder stores health changes.

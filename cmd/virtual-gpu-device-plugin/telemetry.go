@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -413,19 +414,21 @@ func (t *gpuTelemetry) keepLoads(active []uint64) {
 }
 
 // activeLoadSockets returns the active allocations whose answer mounted a
-// load socket (their record has loadsock.EnvSocket), ascending.
-func activeLoadSockets(st telemetry.Allocations) ([]uint64, error) {
+// load socket (their record has loadsock.EnvSocket), ascending, with their
+// devices: the load sockets' Server closes those whose devices newer ones
+// took.
+func activeLoadSockets(st telemetry.Allocations) ([]loadsock.Allocation, error) {
 	recs, err := st.Allocations(store.AllocationFilter{Active: true})
 	if err != nil {
 		return nil, err
 	}
-	var out []uint64
+	var out []loadsock.Allocation
 	for _, r := range recs {
 		if r.Envs[loadsock.EnvSocket] != "" {
-			out = append(out, r.Seq)
+			out = append(out, loadsock.Allocation{Seq: r.Seq, Devices: r.DeviceIDs})
 		}
 	}
-	slices.Sort(out)
+	slices.SortFunc(out, func(a, b loadsock.Allocation) int { return cmp.Compare(a.Seq, b.Seq) })
 	return out, nil
 }
 

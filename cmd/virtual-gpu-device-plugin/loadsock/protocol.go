@@ -15,11 +15,15 @@
 // directory, and a running container, whose mount is the directory, reaches
 // the new one. The mount is read-only, so a container cannot write a byte
 // to the node's disk through it; connecting to a socket needs no write
-// access to the mount. The socket is created before Allocate answers (Open),
-// again at every start for every active allocation (Sync), and removed with
-// its directory once the allocation is released or abandoned (Sync); never
-// at shutdown, because the kubelet may start the container again with its
-// cached answer while the plugin is down.
+// access to the mount. The socket is created before Allocate answers (Open;
+// best effort: one that cannot be created then is by a later Sync, in the
+// directory the container already mounts), again at every start for every
+// active allocation (Sync), and removed with its directory once the
+// allocation is released or abandoned (Sync); never at shutdown, because
+// the kubelet may start the container again with its cached answer while
+// the plugin is down. The socket of an allocation that is over (newer ones
+// hold all its devices) is closed, and so are the oldest beyond
+// Config.MaxSockets (see Server).
 //
 // # Protocol
 //
@@ -43,7 +47,7 @@ package loadsock
 import (
 	"errors"
 	"fmt"
-	"math"
+	"regexp"
 	"strconv"
 	"strings"
 )
@@ -162,8 +166,7 @@ func (r Request) String() string {
 
 // ParseRequest reads a request line (a trailing "\n" or "\r\n" is
 // allowed). Errors are *Refusal: CauseTooLong, CauseSyntax or CauseValue
-// (a value that is not a number, or out of range: utilization 0..100,
-// memory 0 or more).
+// (a value ParseUtilization or ParseMemoryMiB refuses).
 func ParseRequest(line string) (Request, error) {
 	var r Request
 	if len(line) > MaxRequestBytes {
@@ -196,24 +199,15 @@ func ParseRequest(line string) (Request, error) {
 		seen[key] = true
 		switch {
 		case key == "util" && !r.Clear:
-			u, err := strconv.ParseFloat(val, 64)
-			if err != nil || math.IsNaN(u) || math.IsInf(u, 0) {
-				return r, Refusef(CauseValue, "utilization %q is not a number", trunc(val))
-			}
-			if u < 0 || u > 100 {
-				return r, Refusef(CauseValue, "utilization %v %%: want 0..100", u)
+			u, err := ParseUtilization(val)
+			if err != nil {
+				return r, err
 			}
 			r.UtilizationPercent = &u
 		case key == "mem" && !r.Clear:
-			m, err := strconv.Atoi(val)
+			m, err := ParseMemoryMiB(val)
 			if err != nil {
-				if strings.Trim(val, "0123456789") == "" && val != "" {
-					return r, Refusef(CauseValue, "memory used %q MiB is too large", trunc(val))
-				}
-				return r, Refusef(CauseValue, "memory used %q is not a whole number of MiB", trunc(val))
-			}
-			if m < 0 {
-				return r, Refusef(CauseValue, "memory used %d MiB: want 0 or more", m)
+				return r, err
 			}
 			r.MemoryUsedMiB = &m
 		case key == "gpus":
@@ -235,6 +229,48 @@ func ParseRequest(line string) (Request, error) {
 		return r, Refusef(CauseSyntax, "set needs util= or mem=")
 	}
 	return r, nil
+}
+
+// The grammar of the values, the one the protocol and nvidia-smi's
+// --set-load share: a utilization is a decimal number (digits, optionally
+// a point and more digits; no exponent, hex or underscores), a memory a
+// whole number of MiB; either may have a sign, and is then checked against
+// its range (-0 is 0).
+var (
+	utilRE = regexp.MustCompile(`^[+-]?[0-9]+(\.[0-9]+)?$`)
+	memRE  = regexp.MustCompile(`^[+-]?[0-9]+$`)
+)
+
+// ParseUtilization reads a utilization in %: a decimal number from 0 to
+// 100 ("90", "42.5"). A refusal is a *Refusal of CauseValue saying whether
+// the value is not a decimal number or out of range.
+func ParseUtilization(val string) (float64, error) {
+	if !utilRE.MatchString(val) {
+		return 0, Refusef(CauseValue, "utilization %q is not a decimal number", trunc(val))
+	}
+	u, err := strconv.ParseFloat(val, 64)
+	if err != nil || u < 0 || u > 100 { // a range error is a huge number
+		return 0, Refusef(CauseValue, "utilization %s %% is out of range: want 0..100", trunc(val))
+	}
+	return u + 0, nil // -0 is 0
+}
+
+// ParseMemoryMiB reads a memory used in MiB: a whole number, 0 or more
+// (its upper bound, the GPU's memory, is the Handler's to check). A
+// refusal is a *Refusal of CauseValue saying whether the value is not a
+// whole number, negative or too large.
+func ParseMemoryMiB(val string) (int, error) {
+	if !memRE.MatchString(val) {
+		return 0, Refusef(CauseValue, "memory used %q is not a whole number of MiB", trunc(val))
+	}
+	m, err := strconv.Atoi(val)
+	switch {
+	case strings.HasPrefix(val, "-") && strings.Trim(val, "-0") != "":
+		return 0, Refusef(CauseValue, "memory used %s MiB is out of range: want 0 or more", trunc(val))
+	case err != nil:
+		return 0, Refusef(CauseValue, "memory used %s MiB is too large", trunc(val))
+	}
+	return m, nil
 }
 
 // trunc shortens what a message quotes from a request.

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,8 +29,16 @@ const (
 	// DefaultTimeout bounds one connection: reading the request, handling
 	// it, writing the reply.
 	DefaultTimeout = 5 * time.Second
+	// DefaultMaxSockets is how many sockets a Server serves at once when
+	// Config.MaxSockets does not say.
+	DefaultMaxSockets = 64
 	// readTimeout bounds reading the request.
 	readTimeout = time.Second
+	// replyTime is what a connection keeps of its Timeout (at most half of
+	// it) to write the reply: the Handler's context ends that much before
+	// the connection's deadline, so that a refusal for want of time (a
+	// holder not recorded yet) still reaches the client.
+	replyTime = 500 * time.Millisecond
 )
 
 // File modes: the parent directory is the plugin's; an allocation's
@@ -45,6 +54,8 @@ const (
 // applied to. A refused request returns a *Refusal (other errors are
 // answered as CauseFailed). ctx ends when the connection's time is up. It
 // must be safe for concurrent use.
+// ctx ends a little before the connection's deadline (Config.Timeout), so
+// that a Handler that gives up when it ends can still be answered.
 type Handler interface {
 	SetLoad(ctx context.Context, seq uint64, req Request) (int, error)
 }
@@ -73,6 +84,12 @@ type Config struct {
 	Burst int
 	// Timeout bounds one connection (default DefaultTimeout).
 	Timeout time.Duration
+	// MaxSockets returns how many sockets may be served at once; beyond
+	// it the oldest allocations' sockets are closed (their directories
+	// stay: a container may mount them) until fewer are open. It is called
+	// at every Open and Sync, so that it may follow the configuration in
+	// force; nil, or a result below 1, means DefaultMaxSockets.
+	MaxSockets func() int
 	// Now is the rate limiter's clock; nil means time.Now.
 	Now func() time.Time
 	// Logger gets one warning per refused request's cause and socket, and
@@ -80,9 +97,29 @@ type Config struct {
 	Logger zerolog.Logger
 }
 
-// Server serves the load socket of every allocation that has one. Build it
-// with NewServer; Open, Sync and Close are safe for concurrent use. Each
-// socket is served by one goroutine, one connection at a time, until Close.
+// Allocation is an allocation with a load socket, as Sync lists it: its
+// record's sequence number and device ids.
+type Allocation struct {
+	Seq     uint64
+	Devices []string
+}
+
+// Server serves the load socket of every allocation that has one and is
+// not over. Build it with NewServer; Open, Sync and Close are safe for
+// concurrent use. Each socket is served by one goroutine, one connection
+// at a time, until the socket is closed.
+//
+// An allocation is over once every one of its devices belongs to a newer
+// allocation the Server knows (Open, or Sync's list): the kubelet
+// allocates free devices only, so a device id (a replica id when shared)
+// belongs to at most one live container, the newest. That holds whatever
+// the lifecycle tracker knows (without the kubelet's PodResources API it
+// never marks a record released). An allocation that is over has its
+// socket closed and its socket file removed, its directory kept while
+// Sync lists it (the kubelet may still start a container with the cached
+// answer that mounts it). Beyond Config.MaxSockets, the oldest
+// allocations' sockets are closed too (directories kept), so that open
+// descriptors stay bounded whatever the input.
 type Server struct {
 	cfg Config
 	log zerolog.Logger
@@ -93,8 +130,10 @@ type Server struct {
 
 	mu      sync.Mutex
 	closed  bool
-	dirMade bool // Dir exists with dirMode
-	sockets map[uint64]*socket
+	dirMade bool                // Dir exists with dirMode
+	allocs  map[uint64][]string // the allocations known: Sync's list and those opened since, with their devices
+	sockets map[uint64]*socket  // the served ones
+	capped  bool                // the cap closed live sockets (logged once until it no longer does)
 }
 
 // socket is one allocation's listener and what it refused.
@@ -127,7 +166,7 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Server{cfg: cfg, log: cfg.Logger.With().Str("component", "load-sockets").Logger(),
-		ctx: ctx, cancel: cancel, sockets: map[uint64]*socket{}}, nil
+		ctx: ctx, cancel: cancel, allocs: map[uint64][]string{}, sockets: map[uint64]*socket{}}, nil
 }
 
 // HostDir returns the host directory of allocation seq's socket: what a
@@ -141,39 +180,131 @@ func hostDir(dir string, seq uint64) string {
 	return filepath.Join(dir, strconv.FormatUint(seq, 10))
 }
 
-// Open makes allocation seq's socket exist and serves it; a socket already
-// served is left as it is. A socket file left by an earlier run is
-// replaced. After Close it is an error.
-func (s *Server) Open(seq uint64) error {
+// Prepare makes allocation seq's directory exist (what the container
+// mounts), without its socket. After Close it is an error.
+func (s *Server) Prepare(seq uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.openLocked(seq)
-}
-
-func (s *Server) openLocked(seq uint64) error {
 	if s.closed {
 		return fmt.Errorf("load socket of allocation %d: server closed", seq)
 	}
-	if _, ok := s.sockets[seq]; ok {
-		return nil
+	return s.prepareLocked(seq)
+}
+
+// Open makes allocation seq, of devices, known, its directory and socket
+// exist, and serves the socket; a socket already served is left as it is.
+// A socket file left by an earlier run is replaced. The allocations that
+// seq makes over have their sockets closed, and beyond MaxSockets the
+// oldest are (seq too, if it is the oldest). An error says why seq's
+// socket is not served; seq stays known, and the next Sync tries again.
+// After Close it is an error.
+func (s *Server) Open(seq uint64, devices []string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("load socket of allocation %d: server closed", seq)
 	}
-	if !s.dirMade {
-		if err := os.MkdirAll(s.cfg.Dir, dirMode); err != nil {
-			return fmt.Errorf("load socket of allocation %d: %w", seq, err)
-		}
-		if err := os.Chmod(s.cfg.Dir, dirMode); err != nil {
-			return fmt.Errorf("load socket of allocation %d: %w", seq, err)
-		}
-		s.dirMade = true
+	s.allocs[seq] = slices.Clone(devices)
+	if !s.settleLocked()[seq] {
+		return s.prepareLocked(seq) // over, or beyond the cap: the directory alone
 	}
+	return s.openLocked(seq)
+}
+
+// settleLocked closes the sockets of the known allocations that are over
+// or beyond the cap, and returns those that may be served.
+func (s *Server) settleLocked() map[uint64]bool {
+	owner := make(map[string]uint64)
+	for seq, devs := range s.allocs {
+		for _, d := range devs {
+			owner[d] = max(owner[d], seq)
+		}
+	}
+	live := make([]uint64, 0, len(s.allocs))
+	over := make(map[uint64]bool)
+	for seq, devs := range s.allocs {
+		if len(devs) > 0 && !slices.ContainsFunc(devs, func(d string) bool { return owner[d] == seq }) {
+			over[seq] = true
+			continue
+		}
+		live = append(live, seq)
+	}
+	slices.Sort(live)
+	limit := DefaultMaxSockets
+	if s.cfg.MaxSockets != nil {
+		if n := s.cfg.MaxSockets(); n > 0 {
+			limit = n
+		}
+	}
+	var capped []uint64
+	if len(live) > limit {
+		capped, live = live[:len(live)-limit], live[len(live)-limit:]
+	}
+	serve := make(map[uint64]bool, len(live))
+	for _, seq := range live {
+		serve[seq] = true
+	}
+	for seq, sock := range s.sockets {
+		if serve[seq] {
+			continue
+		}
+		sock.lis.Close()
+		delete(s.sockets, seq)
+		if over[seq] { // nobody connects to it any more: say so by its absence
+			_ = os.Remove(filepath.Join(s.HostDir(seq), SocketName))
+		}
+	}
+	switch {
+	case len(capped) > 0 && !s.capped:
+		s.log.Warn().Int("live", len(live)+len(capped)).Int("max", limit).Uint64("oldest_served", live[0]).
+			Msg("more allocations with a load socket than the cap: the oldest ones' sockets are closed (logged once until fewer)")
+		s.capped = true
+	case len(capped) == 0:
+		s.capped = false
+	}
+	return serve
+}
+
+// prepareLocked makes Dir and allocation seq's directory exist with their
+// modes. Dir is made again if it went since it was made.
+func (s *Server) prepareLocked(seq uint64) error {
 	dir := s.HostDir(seq)
-	if err := os.Mkdir(dir, allocMode); err != nil && !errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("load socket of allocation %d: %w", seq, err)
+	for again := true; ; again = false {
+		if !s.dirMade {
+			if err := os.MkdirAll(s.cfg.Dir, dirMode); err != nil {
+				return fmt.Errorf("load socket of allocation %d: %w", seq, err)
+			}
+			if err := os.Chmod(s.cfg.Dir, dirMode); err != nil {
+				return fmt.Errorf("load socket of allocation %d: %w", seq, err)
+			}
+			s.dirMade = true
+		}
+		err := os.Mkdir(dir, allocMode)
+		if errors.Is(err, fs.ErrNotExist) && again { // Dir removed behind our back
+			s.dirMade = false
+			continue
+		}
+		if err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("load socket of allocation %d: %w", seq, err)
+		}
+		break
 	}
 	if err := os.Chmod(dir, allocMode); err != nil { // umask, or an earlier run's mode
 		return fmt.Errorf("load socket of allocation %d: %w", seq, err)
 	}
-	path := filepath.Join(dir, SocketName)
+	return nil
+}
+
+// openLocked makes allocation seq's directory and socket exist and serves
+// the socket, unless it is served already.
+func (s *Server) openLocked(seq uint64) error {
+	if _, ok := s.sockets[seq]; ok {
+		return nil
+	}
+	if err := s.prepareLocked(seq); err != nil {
+		return err
+	}
+	path := filepath.Join(s.HostDir(seq), SocketName)
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("load socket of allocation %d: remove the earlier socket: %w", seq, err)
 	}
@@ -195,13 +326,13 @@ func (s *Server) openLocked(seq uint64) error {
 	return nil
 }
 
-// Sync makes the sockets those of the allocations list returns (it calls
-// list with the Server's lock held, so that an Open racing with it is never
-// undone): it opens the missing ones, and stops and removes (with their
-// directories) the sockets of every other allocation, and any other
-// numbered directory under Dir. It returns the errors joined; what could be
-// done is.
-func (s *Server) Sync(list func() ([]uint64, error)) error {
+// Sync makes the known allocations those list returns (it calls list with
+// the Server's lock held, so that an Open racing with it is never undone),
+// serves the sockets of those that are neither over nor beyond the cap
+// (opening the missing ones), closes the others', and removes every
+// numbered directory under Dir that is not a listed allocation's. It
+// returns the errors joined; what could be done is.
+func (s *Server) Sync(list func() ([]Allocation, error)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -211,20 +342,18 @@ func (s *Server) Sync(list func() ([]uint64, error)) error {
 	if err != nil {
 		return fmt.Errorf("load sockets: %w", err)
 	}
-	keep := make(map[uint64]bool, len(active))
-	var errs []error
-	for _, seq := range active {
-		keep[seq] = true
-		if err := s.openLocked(seq); err != nil {
-			errs = append(errs, err)
-		}
+	clear(s.allocs)
+	for _, a := range active {
+		s.allocs[a.Seq] = slices.Clone(a.Devices)
 	}
-	for seq, sock := range s.sockets {
-		if keep[seq] {
-			continue
+	serve := s.settleLocked()
+	var errs []error
+	for _, a := range active { // in the list's order, the errors too
+		if serve[a.Seq] {
+			if err := s.openLocked(a.Seq); err != nil {
+				errs = append(errs, err)
+			}
 		}
-		sock.lis.Close()
-		delete(s.sockets, seq)
 	}
 	entries, err := os.ReadDir(s.cfg.Dir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -232,8 +361,11 @@ func (s *Server) Sync(list func() ([]uint64, error)) error {
 	}
 	for _, e := range entries {
 		seq, err := strconv.ParseUint(e.Name(), 10, 64)
-		if err != nil || keep[seq] || strconv.FormatUint(seq, 10) != e.Name() {
-			continue // not ours, or kept
+		if err != nil || strconv.FormatUint(seq, 10) != e.Name() {
+			continue // not ours
+		}
+		if _, ok := s.allocs[seq]; ok {
+			continue // kept
 		}
 		if err := os.RemoveAll(filepath.Join(s.cfg.Dir, e.Name())); err != nil {
 			errs = append(errs, fmt.Errorf("load socket of allocation %d: remove: %w", seq, err))
@@ -255,8 +387,8 @@ func (s *Server) Served() []uint64 {
 }
 
 // Run calls Sync(list) every interval until ctx ends, then Close. A Sync
-// error is logged when it differs from the last one.
-func (s *Server) Run(ctx context.Context, interval time.Duration, list func() ([]uint64, error)) error {
+// error is logged when its causes (ErrorCause) differ from the last one's.
+func (s *Server) Run(ctx context.Context, interval time.Duration, list func() ([]Allocation, error)) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	last := ""
@@ -269,9 +401,9 @@ func (s *Server) Run(ctx context.Context, interval time.Duration, list func() ([
 		}
 		err := s.Sync(list)
 		switch {
-		case err != nil && err.Error() != last:
-			s.log.Error().Err(err).Msg("load sockets not all in step with the active allocations; retrying")
-			last = err.Error()
+		case err != nil && ErrorCause(err) != last:
+			s.log.Error().Err(err).Msg("load sockets not all in step with the active allocations; retrying (logged again when the cause changes)")
+			last = ErrorCause(err)
 		case err == nil:
 			last = ""
 		}
@@ -285,6 +417,7 @@ func (s *Server) Run(ctx context.Context, interval time.Duration, list func() ([
 func (s *Server) Close() {
 	s.mu.Lock()
 	s.closed = true
+	clear(s.allocs)
 	for seq, sock := range s.sockets {
 		sock.lis.Close()
 		delete(s.sockets, seq)
@@ -315,6 +448,9 @@ func (s *Server) handle(sock *socket, conn net.Conn) {
 	if err != nil {
 		s.refused(sock, err)
 	}
+	// The reply gets its own time, whatever the handler took of the
+	// connection's: every request is answered, a refusal with its cause.
+	_ = conn.SetWriteDeadline(time.Now().Add(s.replyTime()))
 	_, _ = io.WriteString(conn, reply(n, err)) // a client gone: nothing to do
 }
 
@@ -332,9 +468,42 @@ func (s *Server) answer(sock *socket, conn net.Conn, start time.Time) (int, erro
 	if err != nil {
 		return 0, err
 	}
-	ctx, cancel := context.WithDeadline(s.ctx, start.Add(s.cfg.Timeout))
+	ctx, cancel := context.WithDeadline(s.ctx, start.Add(s.cfg.Timeout-s.replyTime()))
 	defer cancel()
 	return s.cfg.Handler.SetLoad(ctx, sock.seq, req)
+}
+
+// replyTime is what a connection keeps of its Timeout to write the reply.
+func (s *Server) replyTime() time.Duration { return min(replyTime, s.cfg.Timeout/2) }
+
+// ErrorCause returns what an error of Open or Sync is about without the
+// allocations it names: the innermost error of each joined one (such as
+// "too many open files"), unique, sorted, joined with "; ". Two errors of
+// the same causes give the same string, so that they are logged once.
+func ErrorCause(err error) string {
+	var causes []string
+	var walk func(error)
+	walk = func(err error) {
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, e := range j.Unwrap() {
+				walk(e)
+			}
+			return
+		}
+		for {
+			next := errors.Unwrap(err)
+			if next == nil {
+				break
+			}
+			err = next
+		}
+		causes = append(causes, err.Error())
+	}
+	if err != nil {
+		walk(err)
+	}
+	slices.Sort(causes)
+	return strings.Join(slices.Compact(causes), "; ")
 }
 
 // readLine reads one request line of at most MaxRequestBytes bytes: up to

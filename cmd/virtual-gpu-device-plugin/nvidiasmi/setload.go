@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/loadsock"
@@ -19,36 +18,33 @@ const ExitNotSupported = 3
 // load model.
 const setLoadClear = "clear"
 
-var (
-	// utilRE is --set-load's UTIL: a decimal number (0..100 is checked).
-	utilRE = regexp.MustCompile(`^[0-9]{1,3}(\.[0-9]{1,6})?$`)
-	// memRE is --set-load's MEM_MIB: a whole number of MiB.
-	memRE = regexp.MustCompile(`^[0-9]{1,9}$`)
-)
-
-// parseSetLoad reads --set-load's value: UTIL[,MEM_MIB] or clear. It
-// returns the message nvidia-smi prints for a value it does not take.
+// parseSetLoad reads --set-load's value: UTIL[,MEM_MIB] or clear, with the
+// load protocol's grammar (loadsock.ParseUtilization, ParseMemoryMiB), so
+// that what the command takes the plugin takes too. It returns the message
+// nvidia-smi prints for a value it does not take.
 func parseSetLoad(v string) (loadsock.Request, string) {
 	if v == setLoadClear {
 		return loadsock.Request{Clear: true}, ""
 	}
-	bad := func(why string) (loadsock.Request, string) {
+	bad := func(err error) (loadsock.Request, string) {
+		why := err.Error()
+		var r *loadsock.Refusal
+		if errors.As(err, &r) {
+			why = r.Msg
+		}
 		return loadsock.Request{}, fmt.Sprintf("ERROR: --set-load=%q: %s: want UTIL[,MEM_MIB] (utilization 0-100 %%, memory used in MiB per GPU), e.g. 90 or 90,4096, or clear", trunc(v), why)
 	}
 	util, mem, hasMem := cutComma(v)
-	if !utilRE.MatchString(util) {
-		return bad("the utilization is not a number")
-	}
-	u, _ := strconv.ParseFloat(util, 64) // the pattern is a float
-	if u > 100 {
-		return bad("the utilization is above 100 %")
+	u, err := loadsock.ParseUtilization(util)
+	if err != nil {
+		return bad(err)
 	}
 	r := loadsock.Request{UtilizationPercent: &u}
 	if hasMem {
-		if !memRE.MatchString(mem) {
-			return bad("the memory is not a whole number of MiB")
+		m, err := loadsock.ParseMemoryMiB(mem)
+		if err != nil {
+			return bad(err)
 		}
-		m, _ := strconv.Atoi(mem) // at most 9 digits
 		r.MemoryUsedMiB = &m
 	}
 	return r, ""

@@ -39,6 +39,11 @@ func (h *loadHandler) take() []string {
 	return out
 }
 
+// badLoad is nvidia-smi's message for a --set-load value it refuses.
+func badLoad(v, why string) string {
+	return "ERROR: --set-load=\"" + v + "\": " + why + ": want UTIL[,MEM_MIB] (utilization 0-100 %, memory used in MiB per GPU), e.g. 90 or 90,4096, or clear"
+}
+
 // TestSetLoad: --set-load sends the container's GPUs (or those -i picks)
 // and the values over the load socket, and says what it set; bad values
 // never leave the container; without a socket it says why.
@@ -50,7 +55,7 @@ func TestSetLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
-	if err := srv.Open(12); err != nil {
+	if err := srv.Open(12, []string{"fake-2", "fake-5"}); err != nil {
 		t.Fatal(err)
 	}
 	f.env[loadsock.EnvSocket] = filepath.Join(srv.HostDir(12), loadsock.SocketName)
@@ -71,12 +76,18 @@ func TestSetLoad(t *testing.T) {
 		{"clear", []string{"--set-load=clear"}, 0, []string{
 			"Load of GPU " + bus(0) + " is the load model's again.", "Load of GPU " + bus(1) + " is the load model's again.", "All done."},
 			[]string{"clear gpus=fake-2,fake-5"}},
-		{"not a number", []string{"--set-load=lots"}, 2, []string{
-			`ERROR: --set-load="lots": the utilization is not a number: want UTIL[,MEM_MIB] (utilization 0-100 %, memory used in MiB per GPU), e.g. 90 or 90,4096, or clear`}, nil},
-		{"too large", []string{"--set-load=100.5"}, 2, []string{"ERROR: --set-load=\"100.5\": the utilization is above 100 %: want UTIL[,MEM_MIB] (utilization 0-100 %, memory used in MiB per GPU), e.g. 90 or 90,4096, or clear"}, nil},
-		{"memory not whole", []string{"--set-load=50,1.5"}, 2, nil, nil},
+		{"not a number", []string{"--set-load=lots"}, 2, []string{badLoad("lots", `utilization "lots" is not a decimal number`)}, nil},
+		{"too large", []string{"--set-load=100.5"}, 2, []string{badLoad("100.5", "utilization 100.5 % is out of range: want 0..100")}, nil},
+		{"just too large", []string{"--set-load=100.0000001"}, 2, []string{badLoad("100.0000001", "utilization 100.0000001 % is out of range: want 0..100")}, nil},
+		{"negative", []string{"--set-load=-5"}, 2, []string{badLoad("-5", "utilization -5 % is out of range: want 0..100")}, nil},
+		{"exponent", []string{"--set-load=1e2"}, 2, []string{badLoad("1e2", `utilization "1e2" is not a decimal number`)}, nil},
+		{"memory not whole", []string{"--set-load=50,1.5"}, 2, []string{badLoad("50,1.5", `memory used "1.5" is not a whole number of MiB`)}, nil},
+		{"memory negative", []string{"--set-load=90,-1"}, 2, []string{badLoad("90,-1", "memory used -1 MiB is out of range: want 0 or more")}, nil},
+		{"memory too large", []string{"--set-load=90,99999999999999999999"}, 2, []string{badLoad("90,99999999999999999999", "memory used 99999999999999999999 MiB is too large")}, nil},
 		{"injected key", []string{"--set-load=50 gpus=fake-0"}, 2, nil, nil},
-		{"negative", []string{"--set-load=-5"}, 2, nil, nil},
+		{"minus zero", []string{"--set-load=-0,-0"}, 0, []string{
+			"Load of GPU " + bus(0) + " was set to 0 % utilization and 0 MiB memory used.", "Load of GPU " + bus(1) + " was set to 0 % utilization and 0 MiB memory used.", "All done."},
+			[]string{"set util=0 mem=0 gpus=fake-2,fake-5"}},
 		{"with -L", []string{"--set-load=5", "-L"}, 2, []string{"Invalid combination of input arguments. Please run 'nvidia-smi -h' for help."}, nil},
 		{"no value", []string{"--set-load"}, 2, []string{"Invalid combination of input arguments. Please run 'nvidia-smi -h' for help."}, nil},
 		{"no such GPU", []string{"--set-load=5", "-i", "7"}, 6, []string{"No devices were found"}, nil},
