@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -48,22 +47,6 @@ func connects(dir string) bool {
 	return true
 }
 
-// openSockets counts the process's open sockets (Linux: /proc).
-func openSockets(t *testing.T) int {
-	t.Helper()
-	entries, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Skipf("no /proc/self/fd: %v", err)
-	}
-	n := 0
-	for _, e := range entries {
-		if l, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && strings.HasPrefix(l, "socket:") {
-			n++
-		}
-	}
-	return n
-}
-
 // TestServe_LoadSocketsBounded: with no container ever seen (nothing is
 // released or abandoned), 120 Allocates of the same two GPUs keep two load
 // sockets open, not 120: an allocation whose devices a newer one took is
@@ -74,12 +57,12 @@ func TestServe_LoadSocketsBounded(t *testing.T) {
 	reg := n.start(t, nil, "-telemetry-address=127.0.0.1:0", "-telemetry-writable")
 	plugintest.NextList(t, reg, 10*time.Second)
 	first, _ := allocateLoad(t, reg, "fake-0")
-	before := openSockets(t)
+	before := plugintest.OpenSockets(t)
 	var last [2]string
 	for i := range 120 {
 		last[i%2], _ = allocateLoad(t, reg, "fake-"+strconv.Itoa(i%2))
 	}
-	if got := openSockets(t) - before; got > 2 {
+	if got := plugintest.OpenSockets(t) - before; got > 2 {
 		t.Errorf("%d more sockets open after 120 Allocates of 2 GPUs, want at most 2 (the first's closed, one more for fake-1)", got)
 	}
 	for _, dir := range last {

@@ -233,17 +233,7 @@ func TestBinary_SIGHUPRereadsProfiles(t *testing.T) {
 				}
 				p.logs.waitLine(t, tc.want)
 			}
-			if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case err := <-p.done:
-				if err != nil {
-					t.Fatalf("exit after SIGHUP and SIGTERM: %v, want status 0", err)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("still running 10s after SIGTERM")
-			}
+			p.stop(t)
 		})
 	}
 }

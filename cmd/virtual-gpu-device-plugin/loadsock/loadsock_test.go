@@ -419,22 +419,6 @@ func TestNewServer_Refuses(t *testing.T) {
 	}
 }
 
-// openSockets counts the process's open unix sockets (Linux: /proc).
-func openSockets(t *testing.T) int {
-	t.Helper()
-	entries, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Skipf("no /proc/self/fd: %v", err)
-	}
-	n := 0
-	for _, e := range entries {
-		if l, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && strings.HasPrefix(l, "socket:") {
-			n++
-		}
-	}
-	return n
-}
-
 // TestServer_OverAllocationsClosed: without any release (no lifecycle
 // tracking), an allocation whose devices a newer one took has its socket
 // closed at once, so that hundreds of allocations of the same devices keep
@@ -442,7 +426,7 @@ func openSockets(t *testing.T) int {
 // a container may mount them, until Sync no longer lists them.
 func TestServer_OverAllocationsClosed(t *testing.T) {
 	s := newServer(t, loadsock.Config{Handler: &recorder{}})
-	before := openSockets(t)
+	before := plugintest.OpenSockets(t)
 	devices := [][]string{{"fake-0"}, {"fake-1::0", "fake-1::1"}, {"fake-1::1"}, {"fake-1::0"}}
 	const n = 300
 	var listed []loadsock.Allocation
@@ -460,7 +444,7 @@ func TestServer_OverAllocationsClosed(t *testing.T) {
 	if got := s.Served(); !slices.Equal(got, []uint64{n - 2, n - 1, n}) {
 		t.Errorf("served %v, want [%d %d %d]", got, n-2, n-1, n)
 	}
-	if got := openSockets(t) - before; got > 3 {
+	if got := plugintest.OpenSockets(t) - before; got > 3 {
 		t.Errorf("%d more sockets open after %d allocations, want at most 3", got, n)
 	}
 	for _, seq := range []uint64{1, n - 3} {
@@ -499,7 +483,7 @@ func TestServer_OverAllocationsClosed(t *testing.T) {
 func TestServer_MaxSockets(t *testing.T) {
 	max := 8
 	s := newServer(t, loadsock.Config{Handler: &recorder{}, MaxSockets: func() int { return max }})
-	before := openSockets(t)
+	before := plugintest.OpenSockets(t)
 	const n = 100
 	for seq := uint64(1); seq <= n; seq++ {
 		if err := s.Open(seq, []string{"fake-" + strconv.FormatUint(seq, 10)}); err != nil {
@@ -510,7 +494,7 @@ func TestServer_MaxSockets(t *testing.T) {
 	if got := s.Served(); !slices.Equal(got, want) {
 		t.Errorf("served %v, want %v", got, want)
 	}
-	if got := openSockets(t) - before; got > max {
+	if got := plugintest.OpenSockets(t) - before; got > max {
 		t.Errorf("%d more sockets open after %d allocations, want at most %d", got, n, max)
 	}
 	if _, err := os.Stat(s.HostDir(1)); err != nil {
