@@ -21,6 +21,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/loadsock"
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/atomicfile"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/cdi"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/status"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
@@ -531,38 +532,17 @@ func installTool(src, dir, name string) (changed bool, err error) {
 	if _, err := in.Seek(0, io.SeekStart); err != nil {
 		return false, fmt.Errorf("install %s: read %q: %w", name, src, err)
 	}
-	tmp, err := os.CreateTemp(dir, toolTmpPrefix+"*")
-	if err != nil {
-		return false, fmt.Errorf("install %s: %w", name, err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
+	copyIn := func(w io.Writer) error {
+		if _, err := io.Copy(w, in); err != nil {
+			return fmt.Errorf("copy %q: %w", src, err)
 		}
-	}()
-	if _, err := io.Copy(tmp, in); err != nil {
-		return false, fmt.Errorf("install %s: copy %q: %w", name, src, err)
+		return nil
 	}
-	if err := tmp.Chmod(0o755); err != nil {
+	if err := atomicfile.Replace(dst, atomicfile.Options{Prefix: toolTmpPrefix, Mode: 0o755}, copyIn); err != nil {
 		return false, fmt.Errorf("install %s: %w", name, err)
 	}
-	if err := tmp.Sync(); err != nil {
-		return false, fmt.Errorf("install %s: flush: %w", name, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return false, fmt.Errorf("install %s: %w", name, err)
-	}
-	if err := os.Rename(tmp.Name(), dst); err != nil {
-		return false, fmt.Errorf("install %s: %w", name, err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
+	if err := atomicfile.SyncDir(dir); err != nil {
 		return true, fmt.Errorf("install %s: %w", name, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return true, fmt.Errorf("install %s: flush %q: %w", name, dir, err)
 	}
 	return true, nil
 }

@@ -11,6 +11,8 @@ import (
 	"sync"
 
 	cdilib "tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/atomicfile"
 )
 
 // File and directory modes: container runtimes read the spec as root, other
@@ -94,50 +96,25 @@ func (w *Writer) Write(cfg Config) error {
 	return w.syncDir()
 }
 
-// replace writes data into a temporary file, validates it and renames it
-// over final; w.mu is held.
-func (w *Writer) replace(final string, data []byte) (err error) {
-	f, err := os.CreateTemp(w.dir, tmpPrefix+"*")
-	if err != nil {
-		return fmt.Errorf("write cdi spec %q: %w", final, err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
+// replace writes data into a temporary file, validates it with the CDI
+// library and renames it over final; w.mu is held.
+func (w *Writer) replace(final string, data []byte) error {
+	err := atomicfile.Replace(final, atomicfile.Options{Prefix: tmpPrefix, Mode: FileMode, Check: func(tmp string) error {
+		if _, err := cdilib.ReadSpec(tmp, 0); err != nil {
+			return fmt.Errorf("load with the cdi library: %w: %w", ErrInvalidSpec, err)
 		}
-	}()
-	if _, err := f.Write(data); err != nil {
-		return fmt.Errorf("write cdi spec %q: %w", tmp, err)
-	}
-	if err := f.Chmod(FileMode); err != nil {
-		return fmt.Errorf("set mode of cdi spec %q: %w", tmp, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("flush cdi spec %q: %w", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close cdi spec %q: %w", tmp, err)
-	}
-	if _, err := cdilib.ReadSpec(tmp, 0); err != nil {
-		return fmt.Errorf("load cdi spec %q with the cdi library: %w: %w", tmp, ErrInvalidSpec, err)
-	}
-	if err := os.Rename(tmp, final); err != nil {
-		return fmt.Errorf("replace cdi spec %q: %w", final, err)
+		return nil
+	}}, atomicfile.Bytes(data))
+	if err != nil {
+		return fmt.Errorf("write cdi spec: %w", err)
 	}
 	return nil
 }
 
 // syncDir flushes the directory, making the rename durable.
 func (w *Writer) syncDir() error {
-	d, err := os.Open(w.dir)
-	if err != nil {
-		return fmt.Errorf("open cdi spec directory %q: %w", w.dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("flush cdi spec directory %q: %w", w.dir, err)
+	if err := atomicfile.SyncDir(w.dir); err != nil {
+		return fmt.Errorf("cdi spec: %w", err)
 	}
 	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/atomicfile"
 )
 
 // File and directory modes: containers run as any user and read the files
@@ -140,35 +142,10 @@ func (w *Writer) write(uuid string, data []byte) error { return w.replace(FileNa
 
 // replace replaces the file name with data through a temporary file,
 // flushed to disk first if flush; w.mu is held.
-func (w *Writer) replace(name string, data []byte, flush bool) (err error) {
-	final := filepath.Join(w.dir, name)
-	f, err := os.CreateTemp(w.dir, tmpPrefix+name+"-*")
-	if err != nil {
-		return fmt.Errorf("write status file %q: %w", final, err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if _, err := f.Write(data); err != nil {
-		return fmt.Errorf("write status file %q: %w", tmp, err)
-	}
-	if err := f.Chmod(FileMode); err != nil {
-		return fmt.Errorf("set mode of status file %q: %w", tmp, err)
-	}
-	if flush {
-		if err := f.Sync(); err != nil {
-			return fmt.Errorf("flush status file %q: %w", tmp, err)
-		}
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close status file %q: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, final); err != nil {
-		return fmt.Errorf("replace status file %q: %w", final, err)
+func (w *Writer) replace(name string, data []byte, flush bool) error {
+	o := atomicfile.Options{Prefix: tmpPrefix + name + "-", Mode: FileMode, NoSync: !flush}
+	if err := atomicfile.Replace(filepath.Join(w.dir, name), o, atomicfile.Bytes(data)); err != nil {
+		return fmt.Errorf("status file: %w", err)
 	}
 	return nil
 }
@@ -183,13 +160,8 @@ func (w *Writer) remove(name string) error {
 
 // syncDir flushes the directory, making renames and removals durable.
 func (w *Writer) syncDir() error {
-	d, err := os.Open(w.dir)
-	if err != nil {
-		return fmt.Errorf("open status directory %q: %w", w.dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("flush status directory %q: %w", w.dir, err)
+	if err := atomicfile.SyncDir(w.dir); err != nil {
+		return fmt.Errorf("status: %w", err)
 	}
 	return nil
 }
