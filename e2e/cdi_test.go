@@ -38,19 +38,7 @@ if touch /run/virtual-gpu/new 2>/dev/null; then echo "status dir writable"; else
 // containerd.
 func TestCDIContainerd2(t *testing.T) {
 	c := needCluster(t)
-	start := time.Now()
-	node, err := c.AddNode(t.Context(), cluster.NodeOptions{Name: "vgpu-e2e-cdi", Runtime: cluster.RuntimeContainerd2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := c.RemoveNode(ctx, node); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
-	t.Logf("timing: containerd %s node added and Ready: %s", cluster.Containerd2Version, time.Since(start).Round(time.Millisecond))
+	node := addContainerd2Node(t, c, "vgpu-e2e-cdi")
 	n, err := node.Get(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -177,4 +165,24 @@ func createNodePod(t *testing.T, c *cluster.Cluster, node *cluster.Node, pod *co
 	}
 	t.Cleanup(func() { deletePodAtCleanup(t, c, created) })
 	return created
+}
+
+// addContainerd2Node adds a node that runs containerd 2 (CDI on) to c,
+// Ready, removed when the test ends.
+func addContainerd2Node(t *testing.T, c *cluster.Cluster, name string) *cluster.Node {
+	t.Helper()
+	start := time.Now()
+	node, err := c.AddNode(t.Context(), cluster.NodeOptions{Name: name, Runtime: cluster.RuntimeContainerd2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := c.RemoveNode(ctx, node); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	t.Logf("timing: containerd %s node added and Ready: %s", cluster.Containerd2Version, time.Since(start).Round(time.Millisecond))
+	return node
 }

@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -201,19 +200,7 @@ func TestContainerView(t *testing.T) {
 // status directory, with which nvidia-smi lists exactly its GPUs.
 func TestContainerViewCDI(t *testing.T) {
 	c := needCluster(t)
-	start := time.Now()
-	node, err := c.AddNode(t.Context(), cluster.NodeOptions{Name: "vgpu-e2e-view-cdi", Runtime: cluster.RuntimeContainerd2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := c.RemoveNode(ctx, node); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
-	t.Logf("timing: containerd %s node added and Ready: %s", cluster.Containerd2Version, time.Since(start).Round(time.Millisecond))
+	node := addContainerd2Node(t, c, "vgpu-e2e-view-cdi")
 	const preset = "dgx1-volta"
 	m, err := topology.Preset(preset)
 	if err != nil {
