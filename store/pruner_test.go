@@ -3,78 +3,14 @@ package store_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 )
 
-// fakeClock is a store.Clock that moves only when the test advances it.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []fakeTimer
-}
-
-type fakeTimer struct {
-	at time.Time
-	ch chan time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) After(d time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	if d <= 0 {
-		ch <- c.now
-		return ch
-	}
-	c.timers = append(c.timers, fakeTimer{at: c.now.Add(d), ch: ch})
-	return ch
-}
-
-// Advance moves the clock on by d and fires the timers due.
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	kept := c.timers[:0]
-	for _, t := range c.timers {
-		if t.at.After(c.now) {
-			kept = append(kept, t)
-		} else {
-			t.ch <- c.now
-		}
-	}
-	c.timers = kept
-}
-
-func (c *fakeClock) pending() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.timers)
-}
-
-// waitTimers waits until n timers are pending: the pruner is waiting.
-func (c *fakeClock) waitTimers(t *testing.T, n int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for c.pending() != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d timers pending after 10s, want %d", c.pending(), n)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
+var _ store.Clock = (*plugintest.Clock)(nil)
 
 type pruneReport struct {
 	at  time.Time
@@ -84,9 +20,9 @@ type pruneReport struct {
 
 // startPruner runs a pruner on s with a fake clock until the test ends and
 // returns the clock and the reports.
-func startPruner(t *testing.T, s *store.Store, o store.PruneOptions) (*fakeClock, *store.Pruner, chan pruneReport) {
+func startPruner(t *testing.T, s *store.Store, o store.PruneOptions) (*plugintest.Clock, *store.Pruner, chan pruneReport) {
 	t.Helper()
-	c := newFakeClock()
+	c := plugintest.NewClock(t, time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	reports := make(chan pruneReport, 100)
 	p, err := store.NewPruner(s, o, store.PrunerConfig{Clock: c, Report: func(r store.PruneResult, err error) {
 		reports <- pruneReport{c.Now(), r, err}
@@ -142,12 +78,12 @@ func TestPruner_Schedule(t *testing.T) {
 	if r := nextReport(t, reports); r.err != nil || r.r.Allocations != 3 || !r.at.Equal(t0) {
 		t.Fatalf("first prune = %+v, want 3 deleted at start", r)
 	}
-	c.waitTimers(t, 1) // the interval
+	c.WaitTimers(1) // the interval
 
 	// A kick right after a prune waits for the gap.
 	over(1)
 	p.Kick()
-	c.waitTimers(t, 2) // the interval and the gap
+	c.WaitTimers(2) // the interval and the gap
 	noReport(t, reports, "kicked within the gap")
 	for range 20 { // more kicks while the gap runs are coalesced
 		p.Kick()
@@ -158,7 +94,7 @@ func TestPruner_Schedule(t *testing.T) {
 	if r := nextReport(t, reports); r.r.Allocations != 1 || !r.at.Equal(t0.Add(gap)) {
 		t.Errorf("kicked prune = %+v, want 1 deleted at the end of the gap", r)
 	}
-	c.waitTimers(t, 1)
+	c.WaitTimers(1)
 	c.Advance(5 * gap)
 	noReport(t, reports, "the coalesced kicks were served by one prune")
 
@@ -171,7 +107,7 @@ func TestPruner_Schedule(t *testing.T) {
 
 	// Every interval without kicks.
 	over(1)
-	c.waitTimers(t, 1)
+	c.WaitTimers(1)
 	c.Advance(interval - 6*gap)
 	if r := nextReport(t, reports); r.r.Allocations != 1 || !r.at.Equal(t0.Add(interval)) {
 		t.Errorf("periodic prune = %+v, want 1 deleted after the interval", r)
@@ -185,7 +121,7 @@ func TestPruner_AgeUsesClock(t *testing.T) {
 	if r := nextReport(t, reports); r.r.HealthEvents != 0 {
 		t.Fatalf("first prune = %+v, want nothing old yet", r)
 	}
-	c.waitTimers(t, 1)
+	c.WaitTimers(1)
 	c.Advance(store.DefaultPruneInterval * 70)
 	if r := nextReport(t, reports); r.r.HealthEvents != 1 {
 		t.Errorf("prune 70 minutes on = %+v, want the device-added event deleted", r)
@@ -206,7 +142,7 @@ func TestPruner_ReportsErrors(t *testing.T) {
 		t.Errorf("prune of a read-only store reported %+v, want ErrReadOnly", r)
 	}
 	// Run goes on.
-	c.waitTimers(t, 1)
+	c.WaitTimers(1)
 	c.Advance(store.DefaultPruneMinGap)
 	p.Kick()
 	if r := nextReport(t, reports); !errors.Is(r.err, store.ErrReadOnly) {

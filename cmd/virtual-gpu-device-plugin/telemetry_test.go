@@ -33,24 +33,6 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 )
 
-// settableClock is a telemetry.Clock the test moves.
-type settableClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *settableClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *settableClock) set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
-
 // staticDevices is the Server's device list as the exporter reads it.
 type staticDevices struct {
 	mu   sync.Mutex
@@ -80,7 +62,7 @@ type telemetryRig struct {
 	st      *store.Store
 	view    *viewFiles
 	devices *staticDevices
-	clock   *settableClock
+	clock   *plugintest.Clock
 	tel     *gpuTelemetry
 	active  *activeAllocations
 	logs    *plugintest.LogBuffer
@@ -118,7 +100,7 @@ func newTelemetryRig(t testing.TB, args ...string) *telemetryRig {
 		t.Fatal(err)
 	}
 	r := &telemetryRig{set: set, st: st, view: view, devices: &staticDevices{devs: cat.Devices},
-		clock: &settableClock{t: time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)}, logs: logs}
+		clock: plugintest.NewClock(t, time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)), logs: logs}
 	r.active, err = newActiveAllocations(st)
 	if err != nil {
 		t.Fatal(err)
@@ -247,7 +229,7 @@ func TestTelemetry_NvidiaSMIShowsTheExportersValues(t *testing.T) {
 			const fields = "index,utilization.gpu,memory.used,memory.free,temperature.gpu,power.draw,clocks.sm"
 			for sec := range 5 {
 				now := r.clock.Now().Add(time.Duration(sec) * time.Second)
-				r.clock.set(now)
+				r.clock.Set(now)
 				r.tel.update(now)
 				code, body := r.scrape(t)
 				if code != 200 {

@@ -8,8 +8,9 @@ import (
 )
 
 // Clock is a fake clock for code with a clock seam (lifecycle.Clock,
-// faults.Clock: Now and NewTimer): time stands still until the test moves it
-// with Advance or Next, and timers fire only then. Build it with NewClock;
+// faults.Clock: Now and NewTimer; store.Clock: Now and After): time stands
+// still until the test moves it with Advance, Set or Next, and timers fire
+// only then. Build it with NewClock;
 // safe for concurrent use.
 //
 // A test drives a goroutine that waits on the clock in steps: move the clock,
@@ -67,6 +68,13 @@ func (c *Clock) NewTimer(d time.Duration) (<-chan time.Time, func() bool) {
 	}
 }
 
+// After is NewTimer without its stop function (store.Clock): a timer that
+// stays armed until it fires.
+func (c *Clock) After(d time.Duration) <-chan time.Time {
+	ch, _ := c.NewTimer(d)
+	return ch
+}
+
 // Advance moves the clock forward by d and fires every timer due by then,
 // earliest first. A timer armed after Advance returns never fires for time
 // that has already passed.
@@ -74,6 +82,17 @@ func (c *Clock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
+	c.fireLocked()
+}
+
+// Set moves the clock to t (forward; a t before now is ignored, time does
+// not run back) and fires every timer due by then, as Advance does.
+func (c *Clock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t.After(c.now) {
+		c.now = t
+	}
 	c.fireLocked()
 }
 

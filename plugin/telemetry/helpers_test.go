@@ -9,34 +9,13 @@ import (
 	"time"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 // epoch is the fixed time of the tests: 2025-06-01 12:00:00 UTC.
 var epoch = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
-
-// clock is a settable Clock.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock(t time.Time) *clock { return &clock{now: t} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = t
-}
-
-func (c *clock) Advance(d time.Duration) { c.Set(c.Now().Add(d)) }
 
 // holdings is a HolderSource whose holdings and error the test sets.
 type holdings struct {
@@ -106,7 +85,7 @@ func (d *devices) SetHealth(gpu int, healthy bool, reason string) {
 var (
 	_ telemetry.HolderSource = (*holdings)(nil)
 	_ telemetry.Devices      = (*devices)(nil)
-	_ telemetry.Clock        = (*clock)(nil)
+	_ telemetry.Clock        = (*plugintest.Clock)(nil)
 )
 
 // uuid returns a fixed, made-up UUID for GPU i.

@@ -274,26 +274,8 @@ func TestServer_RefusesBadInput(t *testing.T) {
 	}
 }
 
-// fakeClock is a settable clock.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 func TestServer_RateLimit(t *testing.T) {
-	clock := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	clock := plugintest.NewClock(t, time.Unix(1_700_000_000, 0))
 	h := &recorder{}
 	s := newServer(t, loadsock.Config{Handler: h, Rate: 2, Burst: 3, Now: clock.Now})
 	if err := s.Open(1, []string{"fake-1"}); err != nil {
@@ -312,7 +294,7 @@ func TestServer_RateLimit(t *testing.T) {
 	if err := send(); !errors.As(err, &r) || r.Cause != loadsock.CauseRate {
 		t.Fatalf("request after the burst: %v, want a rate refusal", err)
 	}
-	clock.Add(500 * time.Millisecond) // one token at 2 a second
+	clock.Advance(500 * time.Millisecond) // one token at 2 a second
 	if err := send(); err != nil {
 		t.Errorf("request half a second later: %v", err)
 	}
