@@ -226,37 +226,55 @@ func scrape(url string) (map[string]float64, error) {
 	return out, sc.Err()
 }
 
-// checkpointNUMA returns the NUMA node keys under which the kubelet's device manager checkpoint stores
-// the devices of pod podUID, sorted.
-func checkpointNUMA(path, podUID string) ([]string, error) {
+// checkpointEntry is the kubelet device manager's checkpoint entry of one
+// container's devices of one resource.
+type checkpointEntry struct {
+	PodUID        string
+	ContainerName string
+	ResourceName  string
+	DeviceIDs     map[string][]string // by NUMA node
+	AllocResp     []byte              // the Allocate answer, protobuf
+}
+
+// checkpointEntries returns the entries of the kubelet's device manager
+// checkpoint at path for pod podUID and our resource; none is an error.
+func checkpointEntries(path, podUID string) ([]checkpointEntry, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("kubelet checkpoint: %w", err)
 	}
 	var cp struct {
-		Data struct {
-			PodDeviceEntries []struct {
-				PodUID       string
-				ResourceName string
-				DeviceIDs    map[string][]string
-			}
-		}
+		Data struct{ PodDeviceEntries []checkpointEntry }
 	}
 	if err := json.Unmarshal(b, &cp); err != nil {
 		return nil, fmt.Errorf("decode kubelet checkpoint %s: %w", path, err)
 	}
-	var keys []string
+	var out []checkpointEntry
 	for _, e := range cp.Data.PodDeviceEntries {
 		if e.PodUID == podUID && e.ResourceName == cluster.ResourceName {
-			for k := range e.DeviceIDs {
-				if !slices.Contains(keys, k) {
-					keys = append(keys, k)
-				}
-			}
+			out = append(out, e)
 		}
 	}
-	if keys == nil {
+	if out == nil {
 		return nil, fmt.Errorf("kubelet checkpoint %s has no %s entry for pod %s", path, cluster.ResourceName, podUID)
+	}
+	return out, nil
+}
+
+// checkpointNUMA returns the NUMA node keys under which the kubelet's device manager checkpoint stores
+// the devices of pod podUID, sorted.
+func checkpointNUMA(path, podUID string) ([]string, error) {
+	entries, err := checkpointEntries(path, podUID)
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	for _, e := range entries {
+		for k := range e.DeviceIDs {
+			if !slices.Contains(keys, k) {
+				keys = append(keys, k)
+			}
+		}
 	}
 	slices.Sort(keys)
 	return keys, nil

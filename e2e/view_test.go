@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -250,30 +249,13 @@ func TestContainerViewCDI(t *testing.T) {
 // checkpointAnswer returns the Allocate answer the kubelet's device manager checkpoint keeps for the
 // container of pod podUID (one container asking for the plugin's resource).
 func checkpointAnswer(path, podUID string) (*pluginapi.ContainerAllocateResponse, error) {
-	b, err := os.ReadFile(path)
+	entries, err := checkpointEntries(path, podUID)
 	if err != nil {
-		return nil, fmt.Errorf("kubelet checkpoint: %w", err)
+		return nil, err
 	}
-	var cp struct {
-		Data struct {
-			PodDeviceEntries []struct {
-				PodUID       string
-				ResourceName string
-				AllocResp    []byte
-			}
-		}
+	var r pluginapi.ContainerAllocateResponse
+	if err := proto.Unmarshal(entries[0].AllocResp, &r); err != nil {
+		return nil, fmt.Errorf("kubelet checkpoint %s: the answer for pod %s: %w", path, podUID, err)
 	}
-	if err := json.Unmarshal(b, &cp); err != nil {
-		return nil, fmt.Errorf("decode kubelet checkpoint %s: %w", path, err)
-	}
-	for _, e := range cp.Data.PodDeviceEntries {
-		if e.PodUID == podUID && e.ResourceName == cluster.ResourceName {
-			var r pluginapi.ContainerAllocateResponse
-			if err := proto.Unmarshal(e.AllocResp, &r); err != nil {
-				return nil, fmt.Errorf("kubelet checkpoint %s: the answer for pod %s: %w", path, podUID, err)
-			}
-			return &r, nil
-		}
-	}
-	return nil, fmt.Errorf("kubelet checkpoint %s has no %s entry for pod %s", path, cluster.ResourceName, podUID)
+	return &r, nil
 }
