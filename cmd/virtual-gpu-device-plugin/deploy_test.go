@@ -757,44 +757,18 @@ func defaultFlags(t *testing.T) pluginFlags {
 	return f
 }
 
-// profileFlags are the flags a profile may set, read from the configuration file's schema
-// (options.Schema): each field's description names its flag and says "not in a profile" for
-// those a profile may not set. A DaemonSet with profiles must set none of them: a flag or a
-// variable overrides every profile.
+// profileFlags are the flags a profile may set (options.FileFlags). A
+// DaemonSet with profiles must set none of them: a flag or a variable
+// overrides every profile.
 func profileFlags(t *testing.T) map[string]bool {
 	t.Helper()
-	b, err := options.Schema()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc any
-	if err := json.Unmarshal(b, &doc); err != nil {
-		t.Fatal(err)
-	}
-	re := regexp.MustCompile(`\(the flag -([a-z-]+), the variable VGPU_[A-Z_]+\)`)
 	out := map[string]bool{}
-	var walk func(any)
-	walk = func(n any) {
-		switch n := n.(type) {
-		case map[string]any:
-			if d, ok := n["description"].(string); ok {
-				if m := re.FindStringSubmatch(d); m != nil && !strings.Contains(d, "not in a profile") {
-					out[m[1]] = true
-				}
-			}
-			for _, v := range n {
-				walk(v)
-			}
-		case []any:
-			for _, v := range n {
-				walk(v)
-			}
-		}
+	for _, f := range options.FileFlags() {
+		out[f.Name] = f.InProfile
 	}
-	walk(doc)
 	for _, f := range []string{"devices", "topology", "replicas"} {
 		if !out[f] {
-			t.Fatalf("the schema's profile flags %v lack -%s", out, f)
+			t.Fatalf("the profile flags %v lack -%s", out, f)
 		}
 	}
 	return out

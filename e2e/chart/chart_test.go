@@ -2,12 +2,10 @@ package chart_test
 
 import (
 	"bytes"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -19,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
+	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/e2e/chart"
 )
 
@@ -574,50 +573,13 @@ func TestChart_RefusesBadValues(t *testing.T) {
 	}
 }
 
-// configFlag is a flag of the configuration file's schema (deploy/config/config.schema.json).
-type configFlag struct {
-	name      string
-	inProfile bool
-}
-
-// configFlags reads the flags a file may set from the published schema: each field's
-// description names its flag, and says "not in a profile" for those a profile may not set.
-func configFlags(t *testing.T) []configFlag {
+// configFlags are the flags a file may set (options.FileFlags, from the
+// types the published schema is generated from).
+func configFlags(t *testing.T) []options.FileFlag {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repo, "deploy", "config", "config.schema.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc any
-	if err := json.Unmarshal(b, &doc); err != nil {
-		t.Fatal(err)
-	}
-	re := regexp.MustCompile(`\(the flag -([a-z-]+), the variable VGPU_[A-Z_]+\)`)
-	seen := map[string]bool{}
-	var out []configFlag
-	var walk func(any)
-	walk = func(n any) {
-		switch n := n.(type) {
-		case map[string]any:
-			if d, ok := n["description"].(string); ok {
-				if m := re.FindStringSubmatch(d); m != nil && !seen[m[1]] {
-					seen[m[1]] = true
-					out = append(out, configFlag{m[1], !strings.Contains(d, "not in a profile")})
-				}
-			}
-			for _, v := range n {
-				walk(v)
-			}
-		case []any:
-			for _, v := range n {
-				walk(v)
-			}
-		}
-	}
-	walk(doc)
-	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	out := options.FileFlags()
 	if len(out) < 20 {
-		t.Fatalf("the schema names %d flags: %v", len(out), out)
+		t.Fatalf("the configuration file sets %d flags: %v", len(out), out)
 	}
 	return out
 }
@@ -625,26 +587,26 @@ func configFlags(t *testing.T) []configFlag {
 // TestChart_ProfilesOwnTheirFlags: with profiles, every flag a profile may set is refused in
 // extraArgs and extraEnv (it would override every profile); the flags a profile may not set
 // stay allowed, but those the chart sets itself. Without profiles a profile's flag is allowed.
-// The list comes from the configuration file's schema, so a new flag is covered.
+// The list comes from the configuration file's types, so a new flag is covered.
 func TestChart_ProfilesOwnTheirFlags(t *testing.T) {
 	chartFlags := map[string]bool{"devices": true, "topology": true, "metrics-address": true, "log-format": true, "log-level": true, "pod-resources-socket": true,
 		"telemetry-address": true, "telemetry-model": true, "telemetry-seed": true, "telemetry-per-pod": true, "telemetry-writable": true}
 	for _, f := range configFlags(t) {
-		t.Run(f.name, func(t *testing.T) {
-			env := "VGPU_" + strings.ToUpper(strings.ReplaceAll(f.name, "-", "_"))
+		t.Run(f.Name, func(t *testing.T) {
+			env := "VGPU_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 			for _, how := range []struct{ what, values string }{
-				{"-" + f.name + "=x", fmt.Sprintf("extraArgs: [-%s=x]", f.name)},
+				{"-" + f.Name + "=x", fmt.Sprintf("extraArgs: [-%s=x]", f.Name)},
 				{env, fmt.Sprintf("extraEnv: [{name: %s, value: x}]", env)},
 			} {
 				withProfiles := values(t, how.values)
 				withProfiles["profiles"] = map[string]any{"a": map[string]any{"version": "v1"}}
 				err := renderErr(withProfiles)
 				switch {
-				case chartFlags[f.name]:
+				case chartFlags[f.Name]:
 					if err == nil || !strings.Contains(err.Error(), "is set by the chart") {
 						t.Errorf("%s: %v, want: set by the chart", how.what, err)
 					}
-				case f.inProfile:
+				case f.InProfile:
 					if err == nil || !strings.Contains(err.Error(), "with profiles would override every profile") {
 						t.Errorf("%s with profiles: %v, want: would override every profile", how.what, err)
 					}

@@ -673,6 +673,26 @@ func specFlags() map[string][]specFlag {
 	return out
 }
 
+// FileFlag is a serve flag a configuration file may set.
+type FileFlag struct {
+	// Name is the flag's name, e.g. resource-name.
+	Name string
+	// InProfile reports whether a profile may set it: the machine's shape
+	// and behaviour, not a path, an address or a setting of the process.
+	InProfile bool
+}
+
+// FileFlags lists the flags a configuration file may set, sorted by name,
+// from the file's types (what the JSON Schema says of each field, too).
+func FileFlags() []FileFlag {
+	var out []FileFlag
+	for name, sfs := range specFlags() {
+		out = append(out, FileFlag{Name: name, InProfile: sfs[0].profile == "allow"})
+	}
+	slices.SortFunc(out, func(a, b FileFlag) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
 // specFlag is a field of the file that sets a flag.
 type specFlag struct {
 	path    string
