@@ -106,18 +106,7 @@ func TestDaemonSetPod(t *testing.T) {
 	}
 
 	// The template's nodeSelector opts nodes in by label.
-	for k, v := range tmpl.Spec.NodeSelector {
-		if err := c.SetNodeLabel(t.Context(), k, v); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if err := c.SetNodeLabel(ctx, k, ""); err != nil {
-				t.Errorf("cleanup: %v", err)
-			}
-		})
-	}
+	labelNode(t, c.Node, tmpl.Spec.NodeSelector)
 	spec := *tmpl.Spec.DeepCopy()
 	spec.HostNetwork = true // no CNI in this cluster
 	pluginPod := &corev1.Pod{
@@ -384,18 +373,7 @@ func TestHelmDaemonSet(t *testing.T) {
 	t.Logf("timing: %d objects applied: %s", len(objs), time.Since(start).Round(time.Millisecond))
 	// The opt-in label on the first node only: hostNetwork pods on two nodes of this one-host cluster
 	// would both bind the metrics port.
-	for k, v := range tmpl.Spec.NodeSelector {
-		if err := c.SetNodeLabel(t.Context(), k, v); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if err := c.SetNodeLabel(ctx, k, ""); err != nil {
-				t.Errorf("cleanup: %v", err)
-			}
-		})
-	}
+	labelNode(t, c.Node, tmpl.Spec.NodeSelector)
 	pods, err := c.WaitDaemonSetReady(t.Context(), 2*time.Minute, ds.Namespace, ds.Name, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -547,4 +525,21 @@ func applyObjects(t *testing.T, c *cluster.Cluster, objs []*unstructured.Unstruc
 		done = append(done, applied{o, ri})
 	}
 	return deleteAll
+}
+
+// labelNode sets labels on node until the test ends.
+func labelNode(t *testing.T, node *cluster.Node, labels map[string]string) {
+	t.Helper()
+	for k, v := range labels {
+		if err := node.SetNodeLabel(t.Context(), k, v); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := node.SetNodeLabel(ctx, k, ""); err != nil {
+				t.Errorf("cleanup: %v", err)
+			}
+		})
+	}
 }

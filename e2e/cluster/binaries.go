@@ -93,6 +93,17 @@ func KubernetesVersion(moduleDir string) (string, error) {
 	return string(m[1]), nil
 }
 
+// cacheBinDir is the directory under cacheDir for binaries of name (a
+// version) built by this machine's Go, for its architecture: binaries of
+// another Go or architecture are never taken for them.
+func cacheBinDir(ctx context.Context, cacheDir, name string) (string, error) {
+	goVersion, err := exec.CommandContext(ctx, "go", "env", "GOVERSION").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOVERSION: %w", err)
+	}
+	return filepath.Join(cacheDir, "bin", fmt.Sprintf("%s-%s-%s", name, strings.TrimSpace(string(goVersion)), runtime.GOARCH)), nil
+}
+
 // EnsureKubeBinaries returns the kubelet, kube-apiserver, kube-scheduler and kube-controller-manager of
 // the version pinned in moduleDir's go.mod, building each one that is not there yet with the go command
 // into <cacheDir>/bin/<version>-<go version>-<arch>/. The build downloads modules from the Go module proxy (GOFLAGS=-mod=mod) and
@@ -102,11 +113,10 @@ func EnsureKubeBinaries(ctx context.Context, moduleDir, cacheDir string, log Log
 	if err != nil {
 		return Binaries{}, err
 	}
-	goVersion, err := exec.CommandContext(ctx, "go", "env", "GOVERSION").Output()
+	binDir, err := cacheBinDir(ctx, cacheDir, version)
 	if err != nil {
-		return Binaries{}, fmt.Errorf("go env GOVERSION: %w", err)
+		return Binaries{}, err
 	}
-	binDir := filepath.Join(cacheDir, "bin", fmt.Sprintf("%s-%s-%s", version, strings.TrimSpace(string(goVersion)), runtime.GOARCH))
 	bins := Binaries{
 		Version:           version,
 		Kubelet:           filepath.Join(binDir, "kubelet"),

@@ -7,9 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -52,11 +50,10 @@ type Containerd2Binaries struct {
 // unless all are there. They are static (CGO_ENABLED=0; the btrfs, devmapper and zfs snapshotters left
 // out) and report Containerd2Version.
 func EnsureContainerd2(ctx context.Context, cacheDir string, log Logger) (Containerd2Binaries, error) {
-	goVersion, err := exec.CommandContext(ctx, "go", "env", "GOVERSION").Output()
+	binDir, err := cacheBinDir(ctx, cacheDir, "containerd-"+Containerd2Version)
 	if err != nil {
-		return Containerd2Binaries{}, fmt.Errorf("go env GOVERSION: %w", err)
+		return Containerd2Binaries{}, err
 	}
-	binDir := filepath.Join(cacheDir, "bin", fmt.Sprintf("containerd-%s-%s-%s", Containerd2Version, strings.TrimSpace(string(goVersion)), runtime.GOARCH))
 	bins := Containerd2Binaries{
 		Version:    Containerd2Version,
 		Containerd: filepath.Join(binDir, "containerd"),
