@@ -147,20 +147,30 @@ func (m *Machine) ID(i int) string { return IDPrefix + strconv.Itoa(i) }
 // names a GPU of this machine. Only the canonical form is accepted: no sign,
 // no leading zeros, no spaces.
 func (m *Machine) Index(id string) (int, bool) {
-	s, ok := strings.CutPrefix(id, IDPrefix)
-	if !ok || s == "" || len(s) > 1 && s[0] == '0' {
+	if IsReplicaID(id) {
 		return 0, false
 	}
-	for _, c := range s {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-	}
-	i, err := strconv.Atoi(s)
-	if err != nil || i >= m.Len() {
+	i, ok := GPUOf(id)
+	if !ok || i >= m.Len() {
 		return 0, false
 	}
 	return i, true
+}
+
+// GPUOf returns the GPU index a device id names, whatever the machine: i
+// for a GPU id "fake-<i>" and for a replica id "fake-<i>::<j>", both in
+// the canonical form (ParseReplicaID). ok is false for anything else.
+func GPUOf(id string) (gpu int, ok bool) {
+	if IsReplicaID(id) {
+		i, _, err := ParseReplicaID(id)
+		return i, err == nil
+	}
+	s, found := strings.CutPrefix(id, IDPrefix)
+	if !found {
+		return 0, false
+	}
+	i, err := canonicalUint(s)
+	return i, err == nil
 }
 
 // NUMA returns the NUMA node of GPU i, or -1 if it is unknown (an N/A

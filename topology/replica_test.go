@@ -175,3 +175,20 @@ func FuzzParseReplicaID(f *testing.F) {
 		}
 	})
 }
+
+func TestGPUOf(t *testing.T) {
+	tests := []struct {
+		id   string
+		want int
+		ok   bool
+	}{
+		{"fake-0", 0, true}, {"fake-17", 17, true}, {"fake-3::2", 3, true},
+		{"fake-", 0, false}, {"fake-01", 0, false}, {"fake-1a", 0, false}, {"gpu-1", 0, false}, {"fake--1", 0, false},
+		{"fake-1::", 0, false}, {"fake-+1", 0, false}, {"fake-99999999999999999999", 0, false},
+	}
+	for _, tt := range tests {
+		if got, ok := GPUOf(tt.id); got != tt.want || ok != tt.ok {
+			t.Errorf("GPUOf(%q) = %d, %v; want %d, %v", tt.id, got, ok, tt.want, tt.ok)
+		}
+	}
+}

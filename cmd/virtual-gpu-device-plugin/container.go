@@ -217,27 +217,12 @@ func joinUUIDs(gpus []int, uuids map[int]string) (string, bool) {
 // name and the id in its status file.
 func gpuID(i int) string { return topology.IDPrefix + strconv.Itoa(i) }
 
-// gpuOfID returns the GPU index of a device id: fake-<i>, or a replica
-// fake-<i>::<j> of it.
-func gpuOfID(id string) (int, bool) {
-	if topology.IsReplicaID(id) {
-		i, _, err := topology.ParseReplicaID(id)
-		return i, err == nil
-	}
-	s, ok := strings.CutPrefix(id, topology.IDPrefix)
-	if !ok || s == "" || len(s) > 1 && s[0] == '0' || strings.Trim(s, "0123456789") != "" {
-		return 0, false
-	}
-	i, err := strconv.Atoi(s)
-	return i, err == nil
-}
-
 // gpuUUIDs returns the stored UUID of each whole GPU, by index; GPUs
 // without one are left out.
 func gpuUUIDs(stored []store.Device) map[int]string {
 	out := make(map[int]string, len(stored))
 	for _, d := range stored {
-		if i, ok := gpuOfID(d.ID); ok && d.UUID != "" && !topology.IsReplicaID(d.ID) {
+		if i, ok := topology.GPUOf(d.ID); ok && d.UUID != "" && !topology.IsReplicaID(d.ID) {
 			out[i] = d.UUID
 		}
 	}
@@ -342,7 +327,7 @@ func (f *viewFiles) publish(set *deviceSet) error {
 	m := set.cfg.Machine
 	byGPU := map[int]store.Device{}
 	for _, d := range stored {
-		if i, ok := gpuOfID(d.ID); ok && !topology.IsReplicaID(d.ID) {
+		if i, ok := topology.GPUOf(d.ID); ok && !topology.IsReplicaID(d.ID) {
 			byGPU[i] = d
 		}
 	}
@@ -393,7 +378,7 @@ func (f *viewFiles) publish(set *deviceSet) error {
 func (f *viewFiles) health(id string, healthy bool, reason string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	i, ok := gpuOfID(id)
+	i, ok := topology.GPUOf(id)
 	if !ok {
 		return nil
 	}
@@ -445,7 +430,7 @@ func (f *viewFiles) heldGPUs() ([]int, error) {
 	var out []int
 	for _, a := range active {
 		for _, id := range a.DeviceIDs {
-			if i, ok := gpuOfID(id); ok {
+			if i, ok := topology.GPUOf(id); ok {
 				out = append(out, i)
 			}
 		}

@@ -178,22 +178,6 @@ func TestContainerView_StoredUUIDs(t *testing.T) {
 	}
 }
 
-func TestGPUOfID(t *testing.T) {
-	tests := []struct {
-		id   string
-		want int
-		ok   bool
-	}{
-		{"fake-0", 0, true}, {"fake-17", 17, true}, {"fake-3::2", 3, true},
-		{"fake-", 0, false}, {"fake-01", 0, false}, {"fake-1a", 0, false}, {"gpu-1", 0, false}, {"fake--1", 0, false}, {"fake-1::", 0, false},
-	}
-	for _, tt := range tests {
-		if got, ok := gpuOfID(tt.id); got != tt.want || ok != tt.ok {
-			t.Errorf("gpuOfID(%q) = %d, %v; want %d, %v", tt.id, got, ok, tt.want, tt.ok)
-		}
-	}
-}
-
 func TestStatusHealth_ReasonFitsTheFormat(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	long := strings.Repeat("é", 600) // 1200 bytes
@@ -545,12 +529,12 @@ func FuzzGPUOfID(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, id string) {
-		i, ok := gpuOfID(id)
+		i, ok := topology.GPUOf(id)
 		if !ok {
 			return
 		}
 		if i < 0 {
-			t.Fatalf("gpuOfID(%q) = %d", id, i)
+			t.Fatalf("topology.GPUOf(%q) = %d", id, i)
 		}
 		if topology.IsReplicaID(id) {
 			if !strings.HasPrefix(id, gpuID(i)+topology.ReplicaSeparator) {
@@ -559,7 +543,7 @@ func FuzzGPUOfID(f *testing.F) {
 			return
 		}
 		if gpuID(i) != id {
-			t.Fatalf("gpuOfID(%q) = %d, but gpuID(%d) = %q", id, i, i, gpuID(i))
+			t.Fatalf("topology.GPUOf(%q) = %d, but gpuID(%d) = %q", id, i, i, gpuID(i))
 		}
 	})
 }

@@ -369,7 +369,7 @@ func (t *gpuTelemetry) held(ctx context.Context, seq uint64) (store.Allocation, 
 func loadGPUs(rec store.Allocation, names []string) ([]int, error) {
 	var mine []int
 	for _, id := range rec.DeviceIDs {
-		if i, ok := gpuOfID(id); ok {
+		if i, ok := topology.GPUOf(id); ok {
 			mine = append(mine, i)
 		}
 	}
@@ -380,7 +380,7 @@ func loadGPUs(rec store.Allocation, names []string) ([]int, error) {
 	}
 	out := make([]int, 0, len(names))
 	for _, name := range names {
-		i, ok := gpuOfID(name)
+		i, ok := topology.GPUOf(name)
 		if !ok || topology.IsReplicaID(name) || !slices.Contains(mine, i) {
 			ids := make([]string, len(mine))
 			for k, g := range mine {

@@ -31,6 +31,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/status"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 // staticDevices is the Server's device list as the exporter reads it.
@@ -194,7 +195,7 @@ func (r *telemetryRig) smi(t *testing.T, ids []string, args ...string) (string, 
 	uuids := gpuUUIDs(stored)
 	var us []string
 	for _, id := range ids {
-		i, _ := gpuOfID(id)
+		i, _ := topology.GPUOf(id)
 		us = append(us, uuids[i])
 	}
 	env := map[string]string{nvidiasmi.EnvIDs: strings.Join(ids, ","), status.EnvUUIDs: strings.Join(us, ","), status.EnvStatusDir: r.set.cfg.StatusDir}
