@@ -357,7 +357,7 @@ func (e *Exporter) holdersByGPU() ([][]gpuHolder, error) {
 			if !ok {
 				continue
 			}
-			_, vgpu, _ := strings.Cut(id, "::") // dcgm-exporter's reading of "<gpu>::<n>"
+			_, vgpu, _ := strings.Cut(id, topology.ReplicaSeparator) // dcgm-exporter's reading of "<gpu>::<n>"
 			i := slices.IndexFunc(out[pos], func(g gpuHolder) bool { return g.Holder == h.Holder })
 			if i < 0 {
 				out[pos] = append(out[pos], gpuHolder{Holder: h.Holder, vgpu: vgpu})
