@@ -45,9 +45,9 @@ func TestActiveAllocations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seqs := func(f store.AllocationFilter) []uint64 {
+	seqsOf := func(list func(store.AllocationFilter) ([]store.Allocation, error), f store.AllocationFilter) []uint64 {
 		t.Helper()
-		recs, err := idx.Allocations(f)
+		recs, err := list(f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,18 +57,8 @@ func TestActiveAllocations(t *testing.T) {
 		}
 		return out
 	}
-	walk := func() []uint64 {
-		t.Helper()
-		recs, err := st.Allocations(store.AllocationFilter{Active: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []uint64
-		for _, r := range recs {
-			out = append(out, r.Seq)
-		}
-		return out
-	}
+	seqs := func(f store.AllocationFilter) []uint64 { t.Helper(); return seqsOf(idx.Allocations, f) }
+	walk := func() []uint64 { t.Helper(); return seqsOf(st.Allocations, store.AllocationFilter{Active: true}) }
 	if got := seqs(store.AllocationFilter{Active: true}); !slices.Equal(got, []uint64{pending, held}) || !slices.Equal(got, walk()) {
 		t.Errorf("at start: %v, want %v (the store's walk: %v)", got, []uint64{pending, held}, walk())
 	}
