@@ -1869,7 +1869,7 @@ func TestDockerfile_PinsAndLabels(t *testing.T) {
 
 // stampedVariables are the variables `make build` sets with -ldflags -X main.version=… -X
 // main.revision=…: this fails to compile if either is renamed or stops being a string variable.
-var stampedVariables = []*string{&version, &revision}
+var _ = []*string{&version, &revision}
 
 // TestDockerfile_BuildsWithMake runs the builder stage's `make build` the way Docker would: in a
 // copy of the build context (the repository less .dockerignore, so without .git), with its

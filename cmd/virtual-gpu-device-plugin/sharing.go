@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
@@ -215,15 +214,4 @@ func (l layout) env(devs []plugin.Device) map[string]string {
 	}
 	env[EnvReplicas] = strings.Join(devIDs, ",")
 	return env
-}
-
-// sharedGPUs returns the indices of the shared GPUs, for the log.
-func (l layout) sharedGPUs() []int {
-	var out []int
-	for i, s := range l.shared {
-		if s {
-			out = append(out, i)
-		}
-	}
-	return slices.Clip(out)
 }

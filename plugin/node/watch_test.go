@@ -96,15 +96,6 @@ func (w *watchRun) waitCalls(t *testing.T, n int) []map[string]string {
 	return w.callsSoFar()
 }
 
-// lastCall returns the labels of the last call of fn.
-func (w *watchRun) lastCall() map[string]string {
-	c := w.callsSoFar()
-	if len(c) == 0 {
-		return nil
-	}
-	return c[len(c)-1]
-}
-
 // waitWatching waits until n watches are open on the server.
 func waitWatching(t *testing.T, f *fakeAPIServer, n int) {
 	t.Helper()

@@ -9,8 +9,10 @@ import (
 )
 
 func ExampleDeriveUUID() {
-	fmt.Println(status.DeriveUUID("node-a", "fake-0"))
-	fmt.Println(status.DeriveUUID("node-a", "fake-0") == status.DeriveUUID("node-a", "fake-0"))
+	first := status.DeriveUUID("node-a", "fake-0")
+	again := status.DeriveUUID("node-a", "fake-0") // on every start, on every machine
+	fmt.Println(first)
+	fmt.Println(first == again)
 	// Output:
 	// GPU-0ad70432-690a-8c80-736d-ffae01403654
 	// true
