@@ -163,11 +163,10 @@ func TestTelemetry(t *testing.T) {
 	created := time.Now()
 	pod := runPod(t, c, cluster.NewPod("telemetry-2gpu", 2, telemetryScript))
 	ids := podDevices(t, c, pod, 2)
-	log, err := c.WaitPodLog(t.Context(), time.Minute, pod.Namespace, pod.Name, "main", "=== util")
-	if err != nil {
+	if _, err := c.WaitPodLog(t.Context(), time.Minute, pod.Namespace, pod.Name, "main", "=== util"); err != nil {
 		t.Fatal(err)
 	}
-	log, err = c.WaitPodLog(t.Context(), 10*time.Second, pod.Namespace, pod.Name, "main", " 90 90 \n")
+	log, err := c.WaitPodLog(t.Context(), 10*time.Second, pod.Namespace, pod.Name, "main", " 90 90 \n")
 	if err != nil {
 		t.Fatalf("nvidia-smi in the pod never showed 90 %% on both GPUs: %v", err)
 	}
