@@ -127,6 +127,111 @@ func (s *Store) RecordConfigChange(e ConfigEvent) (ConfigEvent, error) {
 	return e.clone(), nil
 }
 
+// ConfigChange is what ReconcileConfig did.
+type ConfigChange struct {
+	// Report is what reconciling the stored devices changed.
+	Report ReconcileReport
+	// Event is the newest configuration event after the change: the one
+	// recorded, or, when nothing was recorded, the newest stored before
+	// (zero with Recorded false if there is none).
+	Event ConfigEvent
+	// Recorded reports whether an event was recorded.
+	Recorded bool
+}
+
+// ReconcileConfig makes the stored devices match the configured ones, as
+// Reconcile does, and records the configuration event e of the change, as
+// RecordConfigChange does, in one transaction: a crash leaves both or
+// neither. e describes the configuration (Profile, Why, Detail,
+// ResourceName, Machine, Replicas; Time, if zero, is now); its device part
+// is the reconcile's report (ConfigEvent.FromReport), whatever e holds, and
+// its PreviousProfile the Profile of the newest stored event (damaged
+// records skipped), left empty if there is none. No event is recorded when
+// e is that newest event's configuration (SameConfig) and the report is
+// Empty: a start with the configuration in force records nothing.
+//
+// check, if not nil, is given the stored devices as Devices would return
+// them after the change, inside the transaction; an error from it commits
+// nothing and is returned (wrapped). It must not call the Store (it would
+// deadlock). Invalid specs or an e without Why are ErrInvalid, and change
+// nothing.
+func (s *Store) ReconcileConfig(devices []DeviceSpec, e ConfigEvent, check func([]Device) error) (ConfigChange, error) {
+	const op = "reconcile devices and record config change"
+	e = e.FromReport(ReconcileReport{})
+	e.Seq, e.PreviousProfile = 0, ""
+	e.Time = s.stamp(e.Time)
+	if err := validateSpecs(devices); err != nil {
+		return ConfigChange{}, fmt.Errorf("%s: %w", op, err)
+	}
+	if err := validateConfigEvent(e); err != nil {
+		return ConfigChange{}, fmt.Errorf("%s: %w", op, err)
+	}
+	var out ConfigChange
+	err := s.update(op, func(tx *bolt.Tx) error {
+		out = ConfigChange{}
+		rep, err := s.reconcile(tx, devices)
+		if err != nil {
+			return err
+		}
+		out.Report = rep
+		e := e.FromReport(rep)
+		newest, found, err := s.newestConfigEvent(tx)
+		if err != nil {
+			return err
+		}
+		if found {
+			out.Event = newest
+			e.PreviousProfile = newest.Profile
+		}
+		if !found || !e.SameConfig(newest) || !rep.Empty() {
+			b, err := bucket(tx, bucketConfig)
+			if err != nil {
+				return err
+			}
+			b.FillPercent = appendFillPercent
+			if e.Seq, err = b.NextSequence(); err != nil {
+				return fmt.Errorf("next config event sequence: %w", err)
+			}
+			if err := putJSON(b, u64(e.Seq), e); err != nil {
+				return err
+			}
+			out.Event, out.Recorded = e, true
+		}
+		if check == nil {
+			return nil
+		}
+		stored, err := s.devices(tx)
+		if err != nil {
+			return err
+		}
+		return check(stored)
+	})
+	if err != nil {
+		return ConfigChange{}, err
+	}
+	out.Event = out.Event.clone()
+	return out, nil
+}
+
+// newestConfigEvent returns the newest configuration event in tx that is
+// not damaged, and whether there is one.
+func (s *Store) newestConfigEvent(tx *bolt.Tx) (ConfigEvent, bool, error) {
+	b := tx.Bucket(bucketConfig)
+	if b == nil {
+		return ConfigEvent{}, false, nil
+	}
+	c := b.Cursor()
+	for k, v := c.Last(); k != nil; k, v = c.Prev() {
+		e, err := decodeConfigEvent(k, v)
+		if err != nil {
+			s.noteDamaged(bucketConfig, k, v, err)
+			continue
+		}
+		return e, true, nil
+	}
+	return ConfigEvent{}, false, nil
+}
+
 // ConfigEvents returns the configuration events selected by f, newest
 // first. Damaged records are skipped (see Damaged). A read-only Store of a
 // file from before schema version 3 has none.

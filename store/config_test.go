@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"errors"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -265,5 +266,102 @@ func TestOpen_DamagedConfigEvents(t *testing.T) {
 				return nil
 			})
 		})
+	}
+}
+
+// TestReconcileConfig: the device change and its configuration event are
+// stored together; the event's device part is the report, its previous
+// profile the newest stored event's; a start with the configuration in
+// force records nothing; a failing check commits neither.
+func TestReconcileConfig(t *testing.T) {
+	s := storetest.MustOpen(t, store.Options{Now: newClock().Now})
+	cfg := func(profile string) store.ConfigEvent {
+		return store.ConfigEvent{Profile: profile, Why: store.WhyFileChanged, ResourceName: "unicore.mcyou.cc/gpu", Machine: "dgx1-volta",
+			Devices: 99, Added: []string{"ignored"}, PreviousProfile: "ignored"} // the store fills these in
+	}
+	type want struct {
+		recorded bool
+		event    store.ConfigEvent // Time and the caller's fields not compared
+	}
+	for _, step := range []struct {
+		name    string
+		devices int
+		profile string
+		want    want
+	}{
+		{"first", 4, "big", want{true, store.ConfigEvent{Seq: 1, Profile: "big", Devices: 4, Added: []string{"fake-0", "fake-1", "fake-2", "fake-3"}}}},
+		{"the same again", 4, "big", want{false, store.ConfigEvent{Seq: 1, Profile: "big", Devices: 4, Added: []string{"fake-0", "fake-1", "fake-2", "fake-3"}}}},
+		{"fewer", 2, "small", want{true, store.ConfigEvent{Seq: 2, Profile: "small", PreviousProfile: "big", Devices: 2, Removed: []string{"fake-2", "fake-3"}}}},
+		{"more, same profile", 3, "small", want{true, store.ConfigEvent{Seq: 3, Profile: "small", PreviousProfile: "small", Devices: 3, Restored: []string{"fake-2"}}}},
+		{"restart", 3, "small", want{false, store.ConfigEvent{Seq: 3, Profile: "small", PreviousProfile: "small", Devices: 3, Restored: []string{"fake-2"}}}},
+	} {
+		var seen []store.Device
+		got, err := s.ReconcileConfig(specs(step.devices), cfg(step.profile), func(d []store.Device) error { seen = d; return nil })
+		if err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		e := got.Event
+		if e.Time.IsZero() || e.Why != store.WhyFileChanged || e.Machine != "dgx1-volta" {
+			t.Errorf("%s: event %+v lacks the caller's description or a time", step.name, e)
+		}
+		e.Time, e.Why, e.ResourceName, e.Machine = time.Time{}, "", "", ""
+		if got.Recorded != step.want.recorded || !reflect.DeepEqual(e, step.want.event) {
+			t.Errorf("%s: recorded %v, event %+v; want %v, %+v", step.name, got.Recorded, e, step.want.recorded, step.want.event)
+		}
+		if got.Report.Configured != step.devices {
+			t.Errorf("%s: report %+v", step.name, got.Report)
+		}
+		devs, err := s.Devices()
+		if err != nil || !reflect.DeepEqual(seen, devs) {
+			t.Errorf("%s: check saw %+v, Devices() after = %+v, %v", step.name, seen, devs, err)
+		}
+	}
+
+	// A failing check: neither the devices nor an event are stored.
+	before := fileHash(t, s.Path())
+	boom := errors.New("boom")
+	if _, err := s.ReconcileConfig(specs(1), cfg("tiny"), func([]store.Device) error { return boom }); !errors.Is(err, boom) {
+		t.Errorf("failing check: err = %v, want it returned", err)
+	}
+	for name, bad := range map[string]func() error{
+		"no why":    func() error { _, err := s.ReconcileConfig(specs(1), store.ConfigEvent{}, nil); return err },
+		"bad specs": func() error { _, err := s.ReconcileConfig([]store.DeviceSpec{{ID: ""}}, cfg("tiny"), nil); return err },
+	} {
+		if err := bad(); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("%s: err = %v, want ErrInvalid", name, err)
+		}
+	}
+	if fileHash(t, s.Path()) != before {
+		t.Error("a refused ReconcileConfig wrote to the file")
+	}
+	if evs, _ := s.ConfigEvents(store.ConfigFilter{}); len(evs) != 3 {
+		t.Errorf("%d events after the refused changes, want 3", len(evs))
+	}
+}
+
+// TestReconcileConfig_DamagedNewestEvent: a damaged newest event is
+// skipped: the previous profile is the newest readable event's.
+func TestReconcileConfig_DamagedNewestEvent(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	s := storetest.MustOpenPath(t, path, store.Options{})
+	if _, err := s.ReconcileConfig(specs(2), store.ConfigEvent{Profile: "a", Why: store.WhyDefault}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ReconcileConfig(specs(3), store.ConfigEvent{Profile: "b", Why: store.WhyDefault}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rawUpdate(t, path, func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte("config_events")).Put([]byte{0, 0, 0, 0, 0, 0, 0, 2}, []byte("not json"))
+	})
+	s = storetest.MustOpenPath(t, path, store.Options{}) // moves it into quarantine
+	got, err := s.ReconcileConfig(specs(3), store.ConfigEvent{Profile: "c", Why: store.WhyDefault}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Recorded || got.Event.PreviousProfile != "a" || got.Event.Seq != 3 {
+		t.Errorf("after a damaged newest event: %+v, want seq 3 recorded after profile a", got)
 	}
 }

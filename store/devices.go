@@ -143,7 +143,20 @@ func (s *Store) Reconcile(devices []DeviceSpec) (ReconcileReport, error) {
 	}
 	var rep ReconcileReport
 	err := s.update("reconcile devices", func(tx *bolt.Tx) error {
-		rep = ReconcileReport{}
+		var err error
+		rep, err = s.reconcile(tx, devices)
+		return err
+	})
+	if err != nil {
+		return ReconcileReport{}, err
+	}
+	return rep, nil
+}
+
+// reconcile is Reconcile's work inside tx, for valid specs.
+func (s *Store) reconcile(tx *bolt.Tx, devices []DeviceSpec) (ReconcileReport, error) {
+	var rep ReconcileReport
+	err := func() error {
 		b, err := bucket(tx, bucketDevices)
 		if err != nil {
 			return err
@@ -243,7 +256,7 @@ func (s *Store) Reconcile(devices []DeviceSpec) (ReconcileReport, error) {
 			rep.Removed = append(rep.Removed, d.ID)
 		}
 		return nil
-	})
+	}()
 	if err != nil {
 		return ReconcileReport{}, err
 	}
@@ -344,11 +357,21 @@ func validateSpecs(devices []DeviceSpec) error {
 func (s *Store) Devices() ([]Device, error) {
 	var out []Device
 	err := s.view("list devices", func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketDevices)
-		if b == nil {
-			return nil
-		}
-		return b.ForEach(func(k, v []byte) error {
+		var err error
+		out, err = s.devices(tx)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// devices is Devices inside tx.
+func (s *Store) devices(tx *bolt.Tx) ([]Device, error) {
+	var out []Device
+	if b := tx.Bucket(bucketDevices); b != nil {
+		err := b.ForEach(func(k, v []byte) error {
 			d, err := decodeDevice(k, v)
 			if err != nil {
 				s.noteDamaged(bucketDevices, k, v, err)
@@ -357,9 +380,9 @@ func (s *Store) Devices() ([]Device, error) {
 			out = append(out, d)
 			return nil
 		})
-	})
-	if err != nil {
-		return nil, err
+		if err != nil {
+			return nil, err
+		}
 	}
 	slices.SortFunc(out, compareDevices)
 	var gpus map[string]int // GPU id -> position in out

@@ -99,10 +99,10 @@ func ExampleStore_Reconcile() {
 	// added [] removed [] restored [fake-2 fake-3]
 }
 
-// At every start the plugin reconciles the configured devices, each with
-// the UUID it derives, and records a configuration change when the
-// configuration differs from the newest stored one. A device keeps the first
-// UUID stored for it.
+// A caller can reconcile the configured devices, each with the UUID it
+// derives, and record a configuration change itself when the configuration
+// differs from the newest stored one (ReconcileConfig does both in one
+// transaction). A device keeps the first UUID stored for it.
 func ExampleStore_RecordConfigChange() {
 	dir, cleanup := exampleDir()
 	defer cleanup()
@@ -159,6 +159,44 @@ func ExampleStore_RecordConfigChange() {
 	// 2 "two" after "four": 2 devices, added [], removed [fake-2 fake-3]
 	// 1 "four" after "": 4 devices, added [fake-0 fake-1 fake-2 fake-3], removed []
 	// fake-3 GPU-node-a-fake-3 removed: true
+}
+
+// At every start and every live change the plugin reconciles the
+// configured devices and records the change in one transaction, so that a
+// crash cannot leave a device change without its event; a start with the
+// configuration in force records nothing.
+func ExampleStore_ReconcileConfig() {
+	dir, cleanup := exampleDir()
+	defer cleanup()
+	s, err := store.Open(filepath.Join(dir, "state.db"), store.Options{Now: exampleClock})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close()
+
+	apply := func(profile string, n int) {
+		specs := make([]store.DeviceSpec, n)
+		for i := range specs {
+			specs[i] = store.DeviceSpec{ID: fmt.Sprintf("fake-%d", i), Index: i}
+		}
+		c, err := s.ReconcileConfig(specs, store.ConfigEvent{Profile: profile, Why: store.WhyFileChanged, Machine: "workstation-4gpu"}, nil)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		e := c.Event
+		fmt.Printf("recorded %v: %d %q after %q, added %v, removed %v, restored %v\n", c.Recorded, e.Seq, e.Profile, e.PreviousProfile, e.Added, e.Removed, e.Restored)
+	}
+	apply("four", 4)
+	apply("four", 4) // a restart
+	apply("two", 2)
+	apply("four", 4)
+	// Output:
+	// recorded true: 1 "four" after "", added [fake-0 fake-1 fake-2 fake-3], removed [], restored []
+	// recorded false: 1 "four" after "", added [fake-0 fake-1 fake-2 fake-3], removed [], restored []
+	// recorded true: 2 "two" after "four", added [], removed [fake-2 fake-3], restored []
+	// recorded true: 3 "four" after "two", added [], removed [], restored [fake-2 fake-3]
 }
 
 // The lifecycle reconciler fills in who holds an allocation.
