@@ -34,12 +34,13 @@ const defaultLabelWait = 10 * time.Second
 // as an error, and the configuration in force stays.
 //
 // Applying a configuration (apply) reconciles the state file with the new
-// devices and swaps the Server's catalog in one step (plugin.Server.
-// UpdateCatalog), so the kubelet gets the new list as one ListAndWatch
-// message and no health change can slip between; when the resource name
-// changes it does so between ending the old name's Runner and starting the
-// new one (registrar.Switch). Then it restarts the fault plan, stores the
-// change in the history (store.RecordConfigChange) and brings the GPU
+// devices, stores the change in the history in the same transaction
+// (store.ReconcileConfig: a crash keeps both or neither) and swaps the
+// Server's catalog in one step (plugin.Server.UpdateCatalog), so the
+// kubelet gets the new list as one ListAndWatch message and no health
+// change can slip between; when the resource name changes it does so
+// between ending the old name's Runner and starting the new one
+// (registrar.Switch). Then it restarts the fault plan and brings the GPU
 // labels up to date.
 //
 // Its methods are safe for concurrent use; mu serializes every change.
@@ -71,7 +72,6 @@ type selector struct {
 	started bool
 	live    liveParts
 	set     *deviceSet
-	last    *store.ConfigEvent // the newest stored configuration event
 }
 
 // liveParts are what applying a configuration changes: the state file, the
@@ -189,18 +189,15 @@ func (s *selector) resolve() (cfg *options.Config, why, detail string, err error
 }
 
 // start makes the selector apply changes from now on, to parts. set is
-// the device set in force, report what reconciling the state file with it
-// did, last the newest configuration event stored before, and why and
-// detail why set is in force (initial's): start stores the configuration
-// in the history, unless it is last's and report changed nothing. A label
-// change that came after initial is applied now.
-func (s *selector) start(ctx context.Context, parts liveParts, set *deviceSet, report store.ReconcileReport, last *store.ConfigEvent, why, detail string) {
+// the device set in force and report what reconciling the state file with
+// it did (reconcile, which stored it in the history). A label change that
+// came after initial is applied now.
+func (s *selector) start(ctx context.Context, parts liveParts, set *deviceSet, report store.ReconcileReport) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.live, s.set, s.started = parts, set, true
 	s.current.Store(set)
 	s.logUUIDConflicts(report)
-	s.last = record(s.log, parts.st, last, set, report, why, detail)
 	if s.profiles != nil && s.haveNode {
 		if label, _ := nodeapi.SelectedProfile(s.labels); label != s.label {
 			s.label = label
@@ -331,18 +328,20 @@ func (s *selector) apply(ctx context.Context, cfg *options.Config, why, detail s
 	p := s.live
 	var report store.ReconcileReport
 	swap := func() error {
-		return p.srv.UpdateCatalog(func(plugin.Catalog) (plugin.Catalog, error) {
-			var cat plugin.Catalog
-			var err error
-			report, cat, err = reconcile(p.st, set)
-			if err != nil {
-				// Back to the devices the Server keeps serving.
-				if _, _, uerr := reconcile(p.st, prev); uerr != nil {
-					return cat, errors.Join(err, uerr)
-				}
-			}
+		stored := false
+		err := p.srv.UpdateCatalog(func(plugin.Catalog) (plugin.Catalog, error) {
+			change, cat, err := reconcile(p.st, set, why, detail)
+			report, stored = change.Report, err == nil
 			return cat, err
 		})
+		if err != nil && stored {
+			// Stored, then refused by the Server: back to the devices it
+			// keeps serving, in the history too.
+			if _, _, uerr := reconcile(p.st, prev, why, detail+"; not applied: "+err.Error()); uerr != nil {
+				return errors.Join(err, uerr)
+			}
+		}
+		return err
 	}
 	if err := p.view.prepare(set, prev); err != nil { // what set's answers name exists first
 		return err
@@ -375,7 +374,6 @@ func (s *selector) apply(ctx context.Context, cfg *options.Config, why, detail s
 		Msg("configuration applied")
 	p.faults.Restart(cfg.FaultPlan, cfg.Faults, set.faultIDs)
 	observeReconcile(p.obs, report)
-	s.last = record(s.log, p.st, s.last, set, report, why, detail)
 	return nil
 }
 
@@ -393,42 +391,26 @@ func observeReconcile(obs plugin.Observer, report store.ReconcileReport) {
 	}
 }
 
-// reconcile makes the state file's devices those of set and returns the
-// report and the catalog built from the stored devices.
-func reconcile(st *store.Store, set *deviceSet) (store.ReconcileReport, plugin.Catalog, error) {
-	report, err := st.Reconcile(set.specs)
-	if err != nil {
-		return report, plugin.Catalog{}, err
-	}
-	stored, err := st.Devices()
-	if err != nil {
-		return report, plugin.Catalog{}, err
-	}
-	cat, err := set.catalog(stored)
-	return report, cat, err
-}
-
-// record stores a configuration event for set (why and detail as given,
-// the device changes from report) unless it is the configuration of last,
-// the newest stored event, and report changed nothing. It returns the
-// newest event then. A failure to store is logged: the configuration is in
-// force all the same.
-func record(log zerolog.Logger, st *store.Store, last *store.ConfigEvent, set *deviceSet, report store.ReconcileReport, why, detail string) *store.ConfigEvent {
+// reconcile makes the state file's devices those of set and stores the
+// configuration change in the history (why and detail as given, the device
+// changes from the reconcile; nothing when set is the configuration of the
+// newest stored event and no device changed), in one transaction
+// (store.ReconcileConfig): a crash keeps both or neither. It returns what
+// it stored and the catalog built from the stored devices; a catalog that
+// cannot be built stores nothing.
+func reconcile(st *store.Store, set *deviceSet, why, detail string) (store.ConfigChange, plugin.Catalog, error) {
 	e := set.event
 	e.Why, e.Detail = why, detail
-	e = e.FromReport(report)
-	if last != nil {
-		if e.SameConfig(*last) && report.Empty() {
-			return last
-		}
-		e.PreviousProfile = last.Profile
-	}
-	stored, err := st.RecordConfigChange(e)
+	var cat plugin.Catalog
+	change, err := st.ReconcileConfig(set.specs, e, func(stored []store.Device) error {
+		var err error
+		cat, err = set.catalog(stored)
+		return err
+	})
 	if err != nil {
-		log.Error().Err(err).Msg("the configuration change is in force but not stored in the history")
-		return last
+		return store.ConfigChange{}, plugin.Catalog{}, err
 	}
-	return &stored
+	return change, cat, nil
 }
 
 // logUUIDConflicts logs, once per device, a stored UUID that differs from

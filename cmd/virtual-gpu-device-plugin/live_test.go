@@ -376,6 +376,7 @@ func TestServe_Label_AppliesProfileLive(t *testing.T) {
 			t.Errorf("device %s: UUID %q, want %q (derived from the node name)", d.ID, d.UUID, want)
 		}
 	}
+	n.waitLog(t, `"message":"configuration applied"`, 2) // logged once the change, stored with its event, is in force
 	if n.logs.Count(`"message":"configuration applied"`) != 2 {
 		t.Errorf("want 2 \"configuration applied\" lines:\n%s", n.logs)
 	}

@@ -108,10 +108,13 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	if err != nil {
 		return err
 	}
-	report, err := st.Reconcile(set.specs)
+	// The devices and the configuration event of this start, stored in one
+	// transaction.
+	change, catalog, err := reconcile(st, set, why, detail)
 	if err != nil {
 		return err
 	}
+	report := change.Report
 	if !report.Empty() {
 		log.Info().Strs("added", report.Added).Strs("removed", report.Removed).Strs("restored", report.Restored).
 			Int("changed", len(report.Changed)).Str("state", st.Path()).Msg("reconciled stored devices with the configured machine")
@@ -120,10 +123,6 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 		return err
 	}
 	stored, err := st.Devices()
-	if err != nil {
-		return err
-	}
-	catalog, err := set.catalog(stored)
 	if err != nil {
 		return err
 	}
@@ -204,8 +203,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	if err != nil {
 		return err
 	}
-	last, err := followEarlierNames(st, tracker)
-	if err != nil {
+	if err := followEarlierNames(st, tracker); err != nil {
 		return err
 	}
 	openFailed := newCauseLog(log)
@@ -292,7 +290,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 		Str("resource", set.resource).Str("profile", cfg.Profile).Str("why", why).Str("dir", cfg.DevicePluginPath).Str("state", st.Path()).
 		Str("policy", cfg.AllocationPolicy).Msg("starting")
 	// From here on a new label or profile is applied live.
-	sel.start(ctx, liveParts{obs: m, st: st, srv: srv, reg: reg, tracker: tracker, faults: faultPlan, view: view, telemetry: telem}, set, report, last, why, detail)
+	sel.start(ctx, liveParts{obs: m, st: st, srv: srv, reg: reg, tracker: tracker, faults: faultPlan, view: view, telemetry: telem}, set, report)
 
 	g.Go(func() error { return reg.Run(ctx) })
 	g.Go(func() error { return adminSrv.Run(ctx) })
@@ -391,21 +389,17 @@ func connectAPI(o *options.Options, profiles *options.Profiles, env serveEnv, lo
 
 // followEarlierNames makes tracker follow the resource names of the
 // configuration history too (containers may hold devices under a name of
-// an earlier configuration) and returns the newest stored configuration
-// event, nil if there is none.
-func followEarlierNames(st *store.Store, tracker *lifecycle.Tracker) (*store.ConfigEvent, error) {
+// an earlier configuration).
+func followEarlierNames(st *store.Store, tracker *lifecycle.Tracker) error {
 	const lookBack = 100
 	events, err := st.ConfigEvents(store.ConfigFilter{Limit: lookBack})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, e := range events {
 		tracker.FollowResourceName(e.ResourceName)
 	}
-	if len(events) == 0 {
-		return nil, nil
-	}
-	return &events[0], nil
+	return nil
 }
 
 // logConfig logs, once, where the configuration came from and what in it

@@ -54,7 +54,7 @@ func catalogOf(t testing.TB, cfg *options.Config) (*deviceSet, plugin.Catalog) {
 		t.Fatal(err)
 	}
 	st := storetest.MustOpen(t, store.Options{})
-	_, cat, err := reconcile(st, set)
+	_, cat, err := reconcile(st, set, store.WhyFlags, "")
 	if err != nil {
 		t.Fatal(err)
 	}
