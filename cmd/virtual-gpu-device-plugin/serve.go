@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -126,6 +127,42 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	if err != nil {
 		return err
 	}
+
+	// Everything this process must have to itself is claimed before it
+	// writes anything into a directory another instance may share (status
+	// files, CDI spec, nvidia-smi, load sockets): a second instance that
+	// cannot run must leave the running one's files alone. The state file
+	// is locked (openState); then the admin socket, the listeners and the
+	// device-plugin socket.
+	var srv *plugin.Server // set below, before anything serves the admin API
+	adminSrv := admin.NewServer(admin.ServerConfig{Socket: cfg.AdminSocket, Source: stateSource{st}, Logger: log,
+		Reported: func() []plugin.Device { return srv.Devices() },
+		Health: func(id string, healthy bool, reason string) error {
+			return sel.setHealth(srv, id, healthy, reason, store.CauseAdmin)
+		}})
+	if err := adminSrv.Listen(); err != nil { // before anything registers
+		return err
+	}
+	defer adminSrv.Close()
+	var metricsLis net.Listener
+	if cfg.MetricsAddress != "" {
+		if metricsLis, err = net.Listen("tcp", cfg.MetricsAddress); err != nil {
+			return fmt.Errorf("-metrics-address: %w", err)
+		}
+		defer metricsLis.Close() // on an early return; metrics.Serve closes it too
+		log.Info().Str("address", metricsLis.Addr().String()).Msg("serving /metrics, /healthz, /readyz")
+	}
+	var telemetryLis net.Listener
+	if cfg.TelemetryAddress != "" {
+		if telemetryLis, err = net.Listen("tcp", cfg.TelemetryAddress); err != nil {
+			return fmt.Errorf("-telemetry-address: %w", err)
+		}
+		defer telemetryLis.Close() // on an early return; metrics.Serve closes it too
+	}
+	if err := checkPluginSocket(cfg); err != nil {
+		return err
+	}
+
 	view, err := newViewFiles(cfg, st, env.executable, identity, log)
 	if err != nil {
 		return err
@@ -221,7 +258,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 				"and the socket appears in it once it can be opened (retried every second; logged once per cause)")
 		}
 	}
-	srv, err := plugin.NewServer(plugin.ServerConfig{
+	srv, err = plugin.NewServer(plugin.ServerConfig{
 		Catalog:  catalog,
 		Recorder: recorder{st: st, kick: pruner.Kick, recorded: tracker.Notify, opened: opened},
 		Health:   viewHealth{next: healthRecorder{st}, files: view, log: log},
@@ -252,35 +289,16 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	})
 	srv.SetObserver(m) // before anything serves srv
 	observeReconcile(m, report)
-	adminSrv := admin.NewServer(admin.ServerConfig{Socket: cfg.AdminSocket, Source: stateSource{st}, Reported: srv.Devices, Logger: log,
-		Health: func(id string, healthy bool, reason string) error {
-			return sel.setHealth(srv, id, healthy, reason, store.CauseAdmin)
-		}})
-	if err := adminSrv.Listen(); err != nil { // before anything registers
-		return err
-	}
-	defer adminSrv.Close()
-	var metricsLis net.Listener
-	if cfg.MetricsAddress != "" {
-		if metricsLis, err = net.Listen("tcp", cfg.MetricsAddress); err != nil {
-			return fmt.Errorf("-metrics-address: %w", err)
-		}
-		log.Info().Str("address", metricsLis.Addr().String()).Msg("serving /metrics, /healthz, /readyz")
-	}
 	nodeName := o.NodeName
 	if nodeName == "" {
 		nodeName, _ = os.Hostname()
 	}
-	var telemetryLis net.Listener
 	var telem *gpuTelemetry
 	if cfg.TelemetryAddress != "" {
 		telem = newGPUTelemetry(st, active, srv, view, nodeName, tracker.Notify, nil, log)
 		telemetryRef.Store(telem)
 		if err := telem.follow(set); err != nil {
 			log.Error().Err(err).Msg("GPU telemetry unavailable: its listener answers 503")
-		}
-		if telemetryLis, err = net.Listen("tcp", cfg.TelemetryAddress); err != nil {
-			return fmt.Errorf("-telemetry-address: %w", err)
 		}
 		log.Info().Str("address", telemetryLis.Addr().String()).Str("model", cfg.TelemetryModel.String()).
 			Bool("writable", cfg.TelemetryWritable).Msg("serving GPU telemetry on /metrics (dcgm-exporter " + telemetryRelease + ")")
@@ -329,6 +347,23 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 		g.Go(func() error { return metrics.Serve(ctx, metricsLis, m.Handler(live, ready)) })
 	}
 	return g.Wait()
+}
+
+// checkPluginSocket refuses a device-plugin socket path another process
+// serves on (a second plugin on the same path), or that is not a socket,
+// before anything is written: the Runner claims the path when it serves
+// (plugin.ClaimSocket), which is too late for that. A stale socket is
+// removed, as the Runner would. Other errors are left to the Runner, which
+// retries them.
+func checkPluginSocket(cfg *options.Config) error {
+	err := plugin.ClaimSocket(filepath.Join(cfg.DevicePluginPath, cfg.SocketName), 0)
+	switch {
+	case errors.Is(err, plugin.ErrSocketInUse):
+		return fmt.Errorf("%w; stop that process, or give this plugin another socket name", err)
+	case errors.Is(err, plugin.ErrNotSocket):
+		return err
+	}
+	return nil
 }
 
 // identityFor returns the identity GPU UUIDs are derived from: the node's
