@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -40,8 +41,9 @@ import (
 //     name on the host — the nvidia-smi binary in -tools-dir, the status
 //     files in status/ next to the state file, the CDI spec in
 //     -cdi-spec-dir — written at start, around every live change and on
-//     every health change. None of them is ever removed: the kubelet
-//     replays cached answers on container restarts, across plugin
+//     every health change, and written again (viewFiles.run) while a write
+//     of the status files failed. None of them is ever removed: the
+//     kubelet replays cached answers on container restarts, across plugin
 //     restarts too.
 
 // Container paths and variables of the view.
@@ -242,10 +244,16 @@ func minorOf(m *topology.Machine, i int) int {
 // devicePath is the device node of the GPU with the given minor number.
 func devicePath(minor int) string { return "/dev/nvidia" + strconv.Itoa(minor) }
 
+// statusRetryInterval is how often run writes the status files again while
+// they are behind the store (a write failed: a full disk, say).
+const statusRetryInterval = time.Second
+
 // viewFiles keeps the host files containers use: it installs nvidia-smi,
-// publishes the GPU status files and writes the CDI spec. One serves the
-// whole process; it is safe for concurrent use. It never removes a file a
-// container may still use, not at shutdown either.
+// publishes the GPU status files and writes the CDI spec. A status file
+// that cannot be written is written again, with the store's newest
+// health, until it can be (run). One serves the whole process; it is safe
+// for concurrent use. It never removes a file a container may still use,
+// not at shutdown either.
 type viewFiles struct {
 	st       *store.Store
 	log      zerolog.Logger
@@ -261,6 +269,11 @@ type viewFiles struct {
 	gpus      map[string]*status.GPU      // GPU id -> its status as last written
 	cdi       *cdi.Writer                 // nil until a configuration uses cdi-cri
 	lastLive  map[string]status.Telemetry // UUID -> its live values as last written (telemetry.go)
+	set       *deviceSet                  // the set last published; nil before
+	behind    error                       // why the files are behind the store (the first failure); nil when they are not
+	since     time.Time                   // when they fell behind
+
+	wake chan struct{} // tells run that the files fell behind; buffered, one
 }
 
 // newViewFiles returns the view's files for the process's configuration
@@ -276,7 +289,7 @@ func newViewFiles(cfg *options.Config, st *store.Store, exe, identity string, lo
 		return nil, err
 	}
 	return &viewFiles{st: st, log: log, exe: exe, toolsDir: cfg.ToolsDir, cdiDir: cfg.CDISpecDir, identity: identity, now: time.Now,
-		status: w, gpus: map[string]*status.GPU{}}, nil
+		status: w, gpus: map[string]*status.GPU{}, wake: make(chan struct{}, 1)}, nil
 }
 
 // prepare makes the files set's answers name exist before set serves:
@@ -309,13 +322,26 @@ func (f *viewFiles) prepare(set, prev *deviceSet) error {
 	return f.writeCDI(set, gpus)
 }
 
-// publish brings the files up to date with set, once it serves: the status
-// files of set's GPUs (with their stored UUIDs and health) and of GPUs an
-// active allocation still holds (their last files, kept), and the CDI spec
-// of the same GPUs. Errors are joined; what could be written is.
-func (f *viewFiles) publish(set *deviceSet) error {
+// publish brings the files up to date with set, once it serves (see
+// publishLocked). What cannot be written is said once, and written again
+// until it can be (run).
+func (f *viewFiles) publish(set *deviceSet) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.set = set
+	if err := f.publishLocked(set); err != nil {
+		f.fellBehindLocked(err, "files containers use (status, CDI spec) not all brought up to date with the configuration in force: "+
+			"nvidia-smi in containers shows what they last said; written again every second until they are", "")
+		return
+	}
+	f.caughtUpLocked()
+}
+
+// publishLocked writes the status files of set's GPUs (with their stored
+// UUIDs and health) and of GPUs an active allocation still holds (their
+// last files, kept), and the CDI spec of the same GPUs. Errors are joined;
+// what could be written is. The caller holds mu.
+func (f *viewFiles) publishLocked(set *deviceSet) error {
 	stored, err := f.st.Devices() // read under mu: a health change waits, or was stored before
 	if err != nil {
 		return err
@@ -374,27 +400,112 @@ func (f *viewFiles) publish(set *deviceSet) error {
 }
 
 // health writes the status file of the GPU of device id with its new
-// health; a device without a status file is skipped.
-func (f *viewFiles) health(id string, healthy bool, reason string) error {
+// health; a device without a status file is skipped. A file that cannot be
+// written is said once, and written again until it can be (run).
+func (f *viewFiles) health(id string, healthy bool, reason string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	i, ok := topology.GPUOf(id)
 	if !ok {
-		return nil
+		return
 	}
 	g := f.gpus[gpuID(i)]
 	if g == nil {
-		return nil
+		return
 	}
 	now := f.now()
 	next := *g
 	next.Health = statusHealth(healthy, reason, now, now)
 	next.Telemetry.Updated = now
 	if err := f.status.Write(&next); err != nil {
-		return err
+		f.fellBehindLocked(err, "status file not updated: nvidia-smi in containers shows the previous health; "+
+			"written again every second until it is", id)
+		return
 	}
 	f.gpus[next.ID] = &next
-	return nil
+}
+
+// fellBehindLocked notes that the files are behind the store after err and
+// wakes run to write them again. The first failure of a spell is logged at
+// warn with msg (and the device, if not ""); the others until the files
+// are up to date again at debug. The caller holds mu.
+func (f *viewFiles) fellBehindLocked(err error, msg, device string) {
+	ev := f.log.Debug()
+	if f.behind == nil {
+		f.behind, f.since = err, f.now()
+		ev = f.log.Warn()
+	}
+	if device != "" {
+		ev = ev.Str("device", device)
+	}
+	ev.Err(err).Str("dir", f.status.Dir()).Msg(msg)
+	select {
+	case f.wake <- struct{}{}:
+	default: // run is woken already
+	}
+}
+
+// caughtUpLocked notes that the files are up to date with the store, and
+// says so if they were behind. The caller holds mu.
+func (f *viewFiles) caughtUpLocked() {
+	if f.behind == nil {
+		return
+	}
+	f.log.Info().AnErr("failure", f.behind).Time("behind_since", f.since).Str("dir", f.status.Dir()).
+		Msg("status files written again: up to date with the stored health")
+	f.behind = nil
+}
+
+// run writes the files again, every interval, while they are behind the
+// store (fellBehindLocked): all of the set last published, with the newest
+// stored health, until that succeeds. It returns nil when ctx ends.
+func (f *viewFiles) run(ctx context.Context, interval time.Duration) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-f.wake:
+		}
+		if err := f.retry(ctx, interval); err != nil {
+			return nil // ctx ended
+		}
+	}
+}
+
+// retry writes the files every interval until they are up to date; it
+// returns ctx's error if ctx ends first.
+func (f *viewFiles) retry(ctx context.Context, interval time.Duration) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		if f.catchUp() {
+			return nil
+		}
+	}
+}
+
+// catchUp writes the files of the set last published again if they are
+// behind, and reports whether they are up to date now.
+func (f *viewFiles) catchUp() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.behind == nil {
+		return true
+	}
+	if f.set == nil {
+		return false // nothing published yet: publish writes them
+	}
+	if err := f.publishLocked(f.set); err != nil {
+		f.fellBehindLocked(err, "status files still not written", "")
+		return false
+	}
+	f.caughtUpLocked()
+	return true
 }
 
 // statusHealth is a status file's health: the reason only when unhealthy,
@@ -566,12 +677,11 @@ func sameContent(r io.Reader, path string) (bool, error) {
 
 // viewHealth stores a health change (next) and then writes the GPU's
 // status file, so nvidia-smi in running containers shows it. A status file
-// that cannot be written is logged: the change is stored and served all
-// the same.
+// that cannot be written is the view's to log and write again: the change
+// is stored and served all the same.
 type viewHealth struct {
 	next  plugin.HealthRecorder
 	files *viewFiles
-	log   zerolog.Logger
 }
 
 var _ plugin.HealthRecorder = viewHealth{}
@@ -580,8 +690,6 @@ func (h viewHealth) RecordHealth(id string, healthy bool, reason, cause string) 
 	if err := h.next.RecordHealth(id, healthy, reason, cause); err != nil {
 		return err
 	}
-	if err := h.files.health(id, healthy, reason); err != nil {
-		h.log.Warn().Err(err).Str("device", id).Msg("status file not updated: nvidia-smi in containers shows the previous health")
-	}
+	h.files.health(id, healthy, reason)
 	return nil
 }

@@ -357,9 +357,7 @@ func (s *selector) apply(ctx context.Context, cfg *options.Config, why, detail s
 	}
 	s.set = set
 	s.current.Store(set)
-	if err := p.view.publish(set); err != nil {
-		s.log.Error().Err(err).Msg("files containers use (status, CDI spec) not all brought up to date with the configuration applied")
-	}
+	p.view.publish(set) // what cannot be written now is written by view.run once it can
 	if p.telemetry != nil {
 		if err := p.telemetry.follow(set); err != nil {
 			s.log.Error().Err(err).Msg("GPU telemetry unavailable with the configuration applied")

@@ -170,9 +170,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	if err := view.prepare(set, nil); err != nil {
 		return err
 	}
-	if err := view.publish(set); err != nil {
-		return err
-	}
+	view.publish(set) // what cannot be written now is written by view.run once it can
 	if cfg.TelemetryAddress == "" {
 		if err := view.dropLive(); err != nil {
 			log.Warn().Err(err).Msg("live GPU values of an earlier run not removed: nvidia-smi in containers shows them")
@@ -261,7 +259,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	srv, err = plugin.NewServer(plugin.ServerConfig{
 		Catalog:  catalog,
 		Recorder: recorder{st: st, kick: pruner.Kick, recorded: tracker.Notify, opened: opened},
-		Health:   viewHealth{next: healthRecorder{st}, files: view, log: log},
+		Health:   viewHealth{next: healthRecorder{st}, files: view},
 		Logger:   log,
 	})
 	if err != nil {
@@ -316,6 +314,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	g.Go(func() error { return pruner.Run(ctx) })
 	g.Go(func() error { return faultPlan.Run(ctx) })
 	g.Go(func() error { return loads.Run(ctx, loadSyncInterval, loadList) })
+	g.Go(func() error { return view.run(ctx, statusRetryInterval) })
 	if telem != nil {
 		g.Go(func() error { return telem.Run(ctx) })
 		g.Go(func() error { return metrics.Serve(ctx, telemetryLis, telem) })
