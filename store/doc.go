@@ -46,7 +46,9 @@
 // after a crash during a commit); a zeroed meta page fails bbolt's check and
 // is damage. A path that is not a regular file (a directory, /dev/null
 // through a symlink) is refused before bbolt sees it, with
-// ErrNotRegularFile.
+// ErrNotRegularFile. An existing empty file (zero bytes) holds nothing to
+// lose: read-write it is initialised as a new file and Store.FoundEmpty
+// reports it, for the caller to say so; read-only it is ErrCorrupt.
 //
 // # Damaged records
 //

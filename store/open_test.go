@@ -408,9 +408,22 @@ func TestOpen_EmptyFile(t *testing.T) {
 	if _, err := store.Open(path, store.Options{ReadOnly: true}); !errors.Is(err, store.ErrCorrupt) {
 		t.Errorf("read-only open of an empty file: err = %v, want ErrCorrupt", err)
 	}
-	// Read-write, an empty file is what a crash right after creation leaves:
-	// bbolt initialises it.
-	storetest.MustOpenPath(t, path, store.Options{})
+	// Read-write, an empty file is what touch, a hostPath volume of type File
+	// or a crash right after creation leaves: it is initialised, and
+	// FoundEmpty says so for the caller to warn about.
+	s := storetest.MustOpenPath(t, path, store.Options{})
+	if !s.FoundEmpty() {
+		t.Error("FoundEmpty() = false after opening an empty file")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s := storetest.MustOpenPath(t, path, store.Options{}); s.FoundEmpty() {
+		t.Error("FoundEmpty() = true for the file it initialised before")
+	}
+	if s := storetest.MustOpenPath(t, filepath.Join(t.TempDir(), "new.db"), store.Options{}); s.FoundEmpty() {
+		t.Error("FoundEmpty() = true for a file Open created")
+	}
 }
 
 func TestOpen_ForeignBboltFile(t *testing.T) {

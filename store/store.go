@@ -57,8 +57,9 @@ type Store struct {
 	path         string
 	readOnly     bool
 	now          func() time.Time
-	version      int // schema version of the file after Open
-	migratedFrom int // schema version found by Open
+	version      int  // schema version of the file after Open
+	migratedFrom int  // schema version found by Open
+	foundEmpty   bool // Open found an existing empty file and initialised it
 
 	dmu   sync.Mutex
 	found map[string]damage // damaged records in place, by damage.id
@@ -71,7 +72,9 @@ type Store struct {
 
 // Open opens the state file at path, creating it (mode 0600) and its
 // directory (mode 0700) when missing unless opts.ReadOnly is set, checks its
-// integrity and migrates an older schema. Errors wrap ErrLocked (another
+// integrity and migrates an older schema. An existing file of zero bytes is
+// initialised as a new one read-write (FoundEmpty says so) and is ErrCorrupt
+// read-only. Errors wrap ErrLocked (another
 // process holds the file), ErrCorrupt (damaged file; see MoveAside),
 // ErrNewerSchema or, read-only, fs.ErrNotExist. Open never panics on a
 // damaged file. The caller must Close the Store.
@@ -119,11 +122,11 @@ func Open(path string, opts Options) (*Store, error) {
 		}
 	}
 
-	db, file, err := openBolt(path, timeout, opts.ReadOnly)
+	db, file, empty, err := openBolt(path, timeout, opts.ReadOnly)
 	if err != nil {
 		return nil, fail(err)
 	}
-	s := &Store{db: db, file: file, path: path, readOnly: opts.ReadOnly, now: now}
+	s := &Store{db: db, file: file, path: path, readOnly: opts.ReadOnly, now: now, foundEmpty: exists && empty}
 	if err := guard(s.verify); err != nil {
 		_ = db.Close() // the verify error is the one worth reporting
 		return nil, fail(err)
@@ -152,16 +155,17 @@ func isCorruptOpen(err error) bool {
 // openBolt opens path with bbolt. It opens and locks the file itself first,
 // so that preflight reads a file no other process is writing, then hands the
 // locked file to bbolt (whose own flock on it succeeds at once), and returns
-// it too: bbolt owns it. A panic or memory fault inside bbolt becomes an
+// it too: bbolt owns it; and whether the file was empty once locked, before
+// bbolt initialised it. A panic or memory fault inside bbolt becomes an
 // error, and the file is released.
-func openBolt(path string, timeout time.Duration, readOnly bool) (*bolt.DB, *os.File, error) {
+func openBolt(path string, timeout time.Duration, readOnly bool) (*bolt.DB, *os.File, bool, error) {
 	flag := os.O_RDWR | os.O_CREATE
 	if readOnly {
 		flag = os.O_RDONLY
 	}
 	file, err := os.OpenFile(path, flag, 0o600)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	release := func() {
 		unlockFile(file)
@@ -173,15 +177,21 @@ func openBolt(path string, timeout time.Duration, readOnly bool) (*bolt.DB, *os.
 		if err == nil {
 			err = notRegular(path, fi.Mode())
 		}
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	if err := lockFile(file, !readOnly, timeout); err != nil {
 		release()
-		return nil, nil, err
+		return nil, nil, false, err
 	}
+	fi, err := file.Stat()
+	if err != nil {
+		release()
+		return nil, nil, false, err
+	}
+	empty := fi.Size() == 0
 	if err := guard(func() error { return preflight(file, readOnly) }); err != nil {
 		release()
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	bo := &bolt.Options{
 		Timeout:         timeout,
@@ -204,7 +214,7 @@ func openBolt(path string, timeout time.Duration, readOnly bool) (*bolt.DB, *os.
 		// must not.
 		release()
 	}
-	return db, file, err
+	return db, file, empty, err
 }
 
 // panicError is a panic or memory fault recovered from bbolt.
@@ -304,6 +314,14 @@ func (s *Store) ReadOnly() bool { return s.readOnly }
 // SchemaVersion returns the schema version of the open file: SchemaVersion
 // for a read-write Store, possibly older for a read-only one.
 func (s *Store) SchemaVersion() int { return s.version }
+
+// FoundEmpty reports whether Open found an existing file of zero bytes and
+// initialised it as a new state file, with no history: what touch, a
+// hostPath volume of type File or a crash right after the file was created
+// leaves, and also a file whose content was lost. Callers should say so.
+// A file Open created itself is not reported; read-only, an empty file is
+// ErrCorrupt.
+func (s *Store) FoundEmpty() bool { return s.foundEmpty }
 
 // MigratedFrom returns the schema version Open found, and whether Open
 // migrated the file from it (so that the caller can log it).

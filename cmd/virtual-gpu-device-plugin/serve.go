@@ -468,19 +468,29 @@ func logConfig(log zerolog.Logger, cfg *options.Config) {
 }
 
 // openState opens the state file; with -state-move-aside a damaged file is
-// renamed and a fresh one started.
+// renamed and a fresh one started. An empty file (zero bytes) is started as
+// a new one, with a warning: it holds nothing to keep, and a hostPath
+// volume of type File or a crash right after the file was created leaves
+// one, but so does a file whose content was lost.
 func openState(cfg *options.Config, log zerolog.Logger) (*store.Store, error) {
 	opts := store.Options{RecoveryHint: "start once with -state-move-aside to keep it as <file>.corrupt-<time> and start fresh"}
 	st, err := store.Open(cfg.StatePath, opts)
-	if err == nil || !errors.Is(err, store.ErrCorrupt) || !cfg.StateMoveAside {
-		return st, err
+	if err != nil && errors.Is(err, store.ErrCorrupt) && cfg.StateMoveAside {
+		moved, merr := store.MoveAside(cfg.StatePath, time.Now())
+		if merr != nil {
+			return nil, fmt.Errorf("%w; moving it aside failed: %w", err, merr)
+		}
+		log.Warn().AnErr("damage", err).Str("moved_to", moved).Msg("damaged state file moved aside; starting with a fresh one")
+		st, err = store.Open(cfg.StatePath, opts)
 	}
-	moved, merr := store.MoveAside(cfg.StatePath, time.Now())
-	if merr != nil {
-		return nil, fmt.Errorf("%w; moving it aside failed: %w", err, merr)
+	if err != nil {
+		return nil, err
 	}
-	log.Warn().AnErr("damage", err).Str("moved_to", moved).Msg("damaged state file moved aside; starting with a fresh one")
-	return store.Open(cfg.StatePath, opts)
+	if st.FoundEmpty() {
+		log.Warn().Str("state", st.Path()).
+			Msg("the state file was empty (0 bytes): started as a new one, with no devices' health and no history; if it held them before, they are lost")
+	}
+	return st, nil
 }
 
 // logUnhealthy logs the configured GPUs that are unhealthy since before
