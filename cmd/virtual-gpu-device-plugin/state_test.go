@@ -245,6 +245,7 @@ func TestBinary_Dump_BadInput(t *testing.T) {
 		{"health missing args", []string{"health", "set", "fake-0", "-state=" + n.state}, 2, "want <device> healthy|unhealthy"},
 		{"health no plugin", []string{"health", "set", "fake-0", "unhealthy", "-state=" + missing}, 1, "health set needs the running plugin"},
 		{"health unknown command", []string{"health", "reboot", "-state=" + n.state}, 2, `unknown command "reboot"`},
+		{"health empty device", []string{"health", "set", "", "unhealthy", "-state=" + n.state}, 2, `health set: empty device id: want a device id`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
