@@ -696,6 +696,43 @@ func TestClient_NoPlugin(t *testing.T) {
 	}
 }
 
+// TestClient_PluginGone: a plugin that takes the request and goes away
+// (it stopped or crashed) is ErrGone, said as such, not the transport's
+// bare EOF with the client's made-up URL.
+func TestClient_PluginGone(t *testing.T) {
+	path := filepath.Join(plugintest.ShortTempDir(t), "admin.sock")
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lis.Close() })
+	go func() {
+		for {
+			conn, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			// Reads the request's head, then closes without a word.
+			_, _ = http.ReadRequest(bufio.NewReader(conn))
+			conn.Close()
+		}
+	}()
+	c := admin.NewClient(path, 5*time.Second)
+	for name, call := range map[string]func() error{
+		"snapshot":   func() error { _, err := c.Snapshot(context.Background(), admin.Query{}); return err },
+		"set health": func() error { _, err := c.SetHealth(context.Background(), "fake-0", false, "x"); return err },
+	} {
+		err := call()
+		if !errors.Is(err, admin.ErrGone) || errors.Is(err, admin.ErrNoPlugin) || errors.Is(err, admin.ErrRequest) {
+			t.Errorf("%s: err = %v, want ErrGone", name, err)
+			continue
+		}
+		if msg := err.Error(); !strings.Contains(msg, "the plugin went away without answering (it stopped or crashed)") || strings.Contains(msg, "http://") {
+			t.Errorf("%s: %q", name, msg)
+		}
+	}
+}
+
 func TestClient_PermissionDenied(t *testing.T) {
 	if os.Geteuid() == 0 {
 		t.Skip("root is never denied; cmd's TestBinary_HealthSet_PermissionDenied runs the client as nobody")
