@@ -63,8 +63,15 @@ type process struct {
 // startBinary runs the built plugin with args; the test's end kills it.
 func startBinary(t *testing.T, args ...string) *process {
 	t.Helper()
+	return startBinaryEnv(t, nil, args...)
+}
+
+// startBinaryEnv runs the built plugin with args in the environment env
+// alone (NAME=value); the test's end kills it.
+func startBinaryEnv(t *testing.T, env []string, args ...string) *process {
+	t.Helper()
 	cmd := exec.Command(binary, args...)
-	cmd.Env = []string{} // no VGPU_* from the test's environment
+	cmd.Env = append([]string{}, env...) // no VGPU_* from the test's environment
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -236,4 +243,18 @@ func TestBinary_SIGHUPRereadsProfiles(t *testing.T) {
 			p.stop(t)
 		})
 	}
+}
+
+// TestBinary_UnknownVariable: a VGPU_* variable no flag reads is warned
+// about, with the one meant, and the plugin serves on.
+func TestBinary_UnknownVariable(t *testing.T) {
+	dir := plugintest.ShortTempDir(t)
+	k := plugintest.StartKubelet(t, dir)
+	p := startBinaryEnv(t, []string{"VGPU_DEVICE=2", "VGPU_DEVICES=3"},
+		"-device-plugin-path="+dir, "-state="+dir+"/state/state.db", "-pod-resources-socket="+dir+"/pr.sock")
+	p.logs.waitLine(t, `"variables":["VGPU_DEVICE (did you mean VGPU_DEVICES?)"],`)
+	if list := plugintest.NextList(t, k.WaitRegistration(10*time.Second), 10*time.Second); len(list.Devices) != 3 {
+		t.Errorf("%d devices, want VGPU_DEVICES' 3", len(list.Devices))
+	}
+	p.stop(t)
 }

@@ -53,6 +53,9 @@ type serveEnv struct {
 	// labelWait bounds the wait for the Node's labels at start (default
 	// 10 s).
 	labelWait time.Duration
+	// environ lists the environment, for the VGPU_* variables no flag
+	// reads (default os.Environ; nil: not looked at).
+	environ func() []string
 }
 
 // defaultServeEnv is the process's serveEnv.
@@ -68,6 +71,7 @@ func defaultServeEnv() serveEnv {
 		machineIDPath: machineIDPath,
 		profilePoll:   defaultProfilePoll,
 		labelWait:     defaultLabelWait,
+		environ:       os.Environ,
 	}
 }
 
@@ -80,6 +84,11 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	hup := notifyHangup()
 	defer signal.Stop(hup)
 	log := newLogger(start, logw)
+	if env.environ != nil {
+		if unknown := options.UnknownVariables(env.environ()); len(unknown) > 0 {
+			log.Warn().Strs("variables", unknown).Msg("VGPU_* variables that no flag reads: ignored")
+		}
+	}
 	identity := identityFor(o.NodeName, env.machineIDPath, log)
 	api, err := connectAPI(o, profiles, env, log)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -301,6 +302,39 @@ func envNames(flagName string) []string {
 		return nil
 	}
 	return append([]string{EnvName(flagName)}, envFallbacks[flagName]...)
+}
+
+// UnknownVariables returns, sorted, the variables of environ (as
+// os.Environ lists them, NAME=value) that start with EnvPrefix and that no
+// flag reads, each with the nearest one a flag reads if it is near enough
+// to be a misspelling: "VGPU_DEVICE (did you mean VGPU_DEVICES?)". They
+// are ignored, as a file's unknown field is not: the environment of a pod
+// holds what others set too. The caller logs them.
+func UnknownVariables(environ []string) []string {
+	var known []string
+	newFlagSet(&Settings{}, &bootstrap{}).VisitAll(func(f *flag.Flag) {
+		if !noEnvTwin[f.Name] {
+			known = append(known, EnvName(f.Name))
+		}
+	})
+	var out []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, EnvPrefix) || slices.Contains(known, name) {
+			continue
+		}
+		switch s := suggest(name, known); {
+		case noEnvTwin[strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(name, EnvPrefix), "_", "-"))]:
+			name += " (its flag has no environment twin)"
+		case s != "":
+			name += " (did you mean " + s + "?)"
+		}
+		if !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // PrintUsage prints the precedence rule and every serve flag with its

@@ -597,3 +597,25 @@ func kebab(key string) string {
 	}
 	return b.String()
 }
+
+// TestUnknownVariables: a VGPU_* variable no flag reads is reported, with
+// the nearest one as the file's unknown fields are; the others are not.
+func TestUnknownVariables(t *testing.T) {
+	got := options.UnknownVariables([]string{
+		"PATH=/bin", "VGPU_DEVICES=4", "VGPU_DEVICE=4", "VGPU_LOGLEVEL=debug", "VGPU_VERSION=1",
+		"VGPU_ZZZ=1", "VGPU_NODE_NAME=n", "NODE_NAME=n", "VGPU_DEVICE=8", "vgpu_devices=2", "VGPU_",
+	})
+	want := []string{
+		"VGPU_",
+		"VGPU_DEVICE (did you mean VGPU_DEVICES?)",
+		"VGPU_LOGLEVEL (did you mean VGPU_LOG_LEVEL?)",
+		"VGPU_VERSION (its flag has no environment twin)",
+		"VGPU_ZZZ",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("UnknownVariables = %q\nwant %q", got, want)
+	}
+	if got := options.UnknownVariables(nil); len(got) != 0 {
+		t.Errorf("no environment: %q", got)
+	}
+}
