@@ -245,6 +245,21 @@ func TestBinary_SIGHUPRereadsProfiles(t *testing.T) {
 	}
 }
 
+// TestBinary_SIGTERMBeforeRegistering: a plugin stopped while it waits for
+// the kubelet says it stopped before registering, and why it waited.
+func TestBinary_SIGTERMBeforeRegistering(t *testing.T) {
+	dir := plugintest.ShortTempDir(t)
+	if err := os.WriteFile(filepath.Join(dir, "kubelet.sock"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startBinary(t, "-device-plugin-path="+dir, "-state="+dir+"/state/state.db", "-pod-resources-socket="+dir+"/pr.sock")
+	p.logs.waitLine(t, `"reason":"its socket is a regular file, not a socket"`)
+	p.stop(t)
+	if line := p.logs.waitLine(t, `"waiting_for":"the kubelet: its socket is a regular file, not a socket"`); !strings.Contains(line, `"message":"stopped before registering with the kubelet"`) {
+		t.Errorf("stop line %s", line)
+	}
+}
+
 // TestBinary_UnknownVariable: a VGPU_* variable no flag reads is warned
 // about, with the one meant, and the plugin serves on.
 func TestBinary_UnknownVariable(t *testing.T) {
