@@ -315,7 +315,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	}
 	if profiles != nil {
 		w := &dirWatch{dir: profiles.Dir, poll: env.profilePoll, log: log}
-		g.Go(func() error { return w.Run(ctx, func() { sel.reload(ctx, "profiles directory changed") }) })
+		g.Go(func() error { return w.Run(ctx, func() { sel.reload(ctx, causeDirChanged) }) })
 	}
 	g.Go(func() error {
 		return onHangup(ctx, hup, func() {
@@ -323,7 +323,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 				log.Info().Msg("SIGHUP: nothing to read again: the configuration is read at start; only a -config directory of profiles is followed live")
 				return
 			}
-			sel.reload(ctx, "SIGHUP")
+			sel.reload(ctx, causeSIGHUP)
 		})
 	})
 	if metricsLis != nil {
