@@ -151,6 +151,9 @@ func (r *Runner) Registrations() uint64 { return r.registrations.Load() }
 // registers again.
 func (r *Runner) Run(ctx context.Context) error {
 	if err := r.waitForDir(ctx); err != nil || ctx.Err() != nil {
+		if err == nil {
+			r.log.Info().Str("dir", r.cfg.Dir).Msg("stopped before registering with the kubelet: the device-plugin directory does not exist")
+		}
 		return err
 	}
 	w, err := fsnotify.NewWatcher()
@@ -179,6 +182,7 @@ func (r *Runner) Run(ctx context.Context) error {
 			r.log.Warn().Err(err).Dur("retry_in", serveBackoff).Msg("serving the device plugin failed")
 			select {
 			case <-ctx.Done():
+				r.log.Info().Str("socket", r.socketPath).Msg("stopped before registering with the kubelet: serving the device plugin failed")
 				return nil
 			case <-time.After(serveBackoff):
 			}
@@ -191,7 +195,11 @@ func (r *Runner) Run(ctx context.Context) error {
 		g.stop()
 		r.registered.Store(false)
 		if ctx.Err() != nil {
-			r.log.Info().Str("socket", r.socketPath).Msg("stopped")
+			if s.state == registered {
+				r.log.Info().Str("socket", r.socketPath).Msg("stopped")
+			} else {
+				r.log.Info().Str("socket", r.socketPath).Str("waiting_for", s.waitingFor()).Msg("stopped before registering with the kubelet")
+			}
 			return nil
 		}
 		delay = r.nextDelay(reason, s.registeredAt, delay)
@@ -285,7 +293,24 @@ type session struct {
 	kubeletID    fileID // the kubelet.sock last tried, or registered with
 	tried        bool   // kubeletID is set
 	refusedShown bool   // "its socket does not accept connections" logged
+	absentWhy    string // why kubelet.sock is not used, as last logged ("" none yet)
 	registeredAt time.Time
+}
+
+// waitingFor says what an unregistered session waits for, for the line
+// that says it stopped.
+func (s *session) waitingFor() string {
+	switch {
+	case s.state == awaitingKubelet && s.absentWhy != "":
+		return "the kubelet: " + s.absentWhy
+	case s.state == awaitingKubelet:
+		return "the kubelet"
+	case s.refusedShown:
+		return "the kubelet: its socket does not accept connections"
+	case s.attempts > 0:
+		return "the kubelet to accept the registration"
+	}
+	return "the first registration attempt"
 }
 
 // newSession starts in registering, with the first attempt after delay.
@@ -389,7 +414,12 @@ func (s *session) attempt(ctx context.Context) string {
 	id, err := statSocket(s.r.kubeletSock)
 	if err != nil {
 		s.state = awaitingKubelet
-		s.r.log.Info().Str("socket", s.r.kubeletSock).Msg("waiting for the kubelet")
+		// Said once per reason, with it: no kubelet.sock yet is the
+		// kubelet not started, another file there is a mistake to fix.
+		if why := absentReason(s.r.kubeletSock, err); why != s.absentWhy {
+			s.absentWhy = why
+			s.r.log.Info().Str("socket", s.r.kubeletSock).Str("reason", why).Msg("waiting for the kubelet")
+		}
 		return ""
 	}
 	s.kubeletID, s.tried = id, true
@@ -418,6 +448,18 @@ func (s *session) attempt(ctx context.Context) string {
 	s.r.registrations.Add(1)
 	s.r.log.Info().Str("socket", s.r.socketPath).Int("attempt", s.attempts).Msg("registered with kubelet")
 	return ""
+}
+
+// absentReason says why the kubelet's socket at path cannot be used, from
+// statSocket's error.
+func absentReason(path string, err error) string {
+	if errors.Is(err, fs.ErrNotExist) {
+		return "its socket does not exist yet"
+	}
+	if fi, lerr := os.Lstat(path); lerr == nil && fi.Mode().Type() != fs.ModeSocket {
+		return "its socket is " + kindOf(fi.Mode()) + ", not a socket"
+	}
+	return err.Error()
 }
 
 // dialCheck reports whether something accepts connections on the unix

@@ -568,3 +568,74 @@ func TestRunner_CatalogSwap_NoReregister(t *testing.T) {
 	default:
 	}
 }
+
+// TestRunner_KubeletSockNotASocket_SaysWhy: a regular file at kubelet.sock
+// is said as such, once, however often the directory changes; a kubelet
+// that then comes is registered with.
+func TestRunner_KubeletSockNotASocket_SaysWhy(t *testing.T) {
+	dir := plugintest.ShortTempDir(t)
+	sock := filepath.Join(dir, plugin.KubeletSocketName)
+	if err := os.WriteFile(sock, []byte("not a socket"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs plugintest.LogBuffer
+	r := startRunner(t, dir, func(c *plugin.RunnerConfig) { c.Logger = zerolog.New(&logs) })
+	const why = `"reason":"its socket is a regular file, not a socket","message":"waiting for the kubelet"`
+	plugintest.WaitFor(t, wait, "the reason logged", func() bool { return logs.Count(why) > 0 })
+	for i := range 20 { // each a directory event about kubelet.sock
+		if err := os.WriteFile(sock, []byte(fmt.Sprint(i)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Remove(sock); err != nil {
+		t.Fatal(err)
+	}
+	k := plugintest.StartKubelet(t, dir)
+	k.WaitRegistration(wait)
+	plugintest.WaitFor(t, wait, "the Register call to return", r.Registered)
+	if n := logs.Count(why); n != 1 {
+		t.Errorf("the reason logged %d times, want once:\n%s", n, logs.String())
+	}
+}
+
+// TestRunner_StopBeforeRegistering_SaysSo: a Runner stopped while it
+// waits (for the directory, for the kubelet) says it stopped before it
+// registered, and what it waited for; a registered one says it stopped.
+func TestRunner_StopBeforeRegistering_SaysSo(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		setup   func(t *testing.T, dir string) string // the directory to run in
+		waitFor string                                // a log line before the stop
+		want    string
+	}{
+		{"no directory", func(t *testing.T, dir string) string { return filepath.Join(dir, "later") },
+			"waiting for the device-plugin directory",
+			`"message":"stopped before registering with the kubelet: the device-plugin directory does not exist"`},
+		{"no kubelet", func(t *testing.T, dir string) string { return dir },
+			`"reason":"its socket does not exist yet","message":"waiting for the kubelet"`,
+			`"waiting_for":"the kubelet: its socket does not exist yet","message":"stopped before registering with the kubelet"`},
+		{"kubelet.sock a directory", func(t *testing.T, dir string) string {
+			if err := os.Mkdir(filepath.Join(dir, plugin.KubeletSocketName), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			return dir
+		}, `"reason":"its socket is a directory, not a socket"`,
+			`"waiting_for":"the kubelet: its socket is a directory, not a socket","message":"stopped before registering with the kubelet"`},
+		{"registered", func(t *testing.T, dir string) string { plugintest.StartKubelet(t, dir); return dir },
+			"registered with kubelet", `"message":"stopped"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := tc.setup(t, plugintest.ShortTempDir(t))
+			var logs plugintest.LogBuffer
+			r := startRunner(t, dir, func(c *plugin.RunnerConfig) { c.Logger = zerolog.New(&logs) })
+			plugintest.WaitFor(t, wait, tc.waitFor, func() bool { return logs.Count(tc.waitFor) > 0 })
+			r.stop()
+			if err := runErr(t, r); err != nil {
+				t.Fatal(err)
+			}
+			if logs.Count(tc.want) != 1 || logs.Count(`"message":"stopped`) != 1 {
+				t.Errorf("want one line with %s:\n%s", tc.want, logs.String())
+			}
+		})
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"os/exec"
@@ -263,6 +264,49 @@ func TestInstallTool(t *testing.T) {
 	}
 	if _, err := installTool(filepath.Join(dir, "missing"), tools, "nvidia-smi"); err == nil || !strings.Contains(err.Error(), "missing") {
 		t.Errorf("missing source: %v, want an error naming it", err)
+	}
+}
+
+// TestInstallTool_NotAFile: what stands at the tool's path and is not a
+// file is named, with what to do, not as a failed rename; it is left as
+// it is.
+func TestInstallTool_NotAFile(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		make func(path string) error
+		want string
+	}{
+		{"directory", func(p string) error { return os.Mkdir(p, 0o755) }, "is a directory, not a file: remove it"},
+		{"directory with files", func(p string) error {
+			if err := os.Mkdir(p, 0o755); err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(p, "x"), nil, 0o644)
+		}, "is a directory, not a file: remove it"},
+		{"named pipe", func(p string) error { return syscall.Mkfifo(p, 0o644) }, "is a named pipe, not a file: remove it"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			src := filepath.Join(dir, "src")
+			if err := os.WriteFile(src, []byte("tool"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			tools := filepath.Join(dir, "tools")
+			if err := os.Mkdir(tools, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			dst := filepath.Join(tools, "nvidia-smi")
+			if err := tc.make(dst); err != nil {
+				t.Fatal(err)
+			}
+			_, err := installTool(src, tools, "nvidia-smi")
+			if want := fmt.Sprintf("install nvidia-smi: %q %s", dst, tc.want); err == nil || !strings.HasPrefix(err.Error(), want) {
+				t.Errorf("err = %v, want it to start with %s", err, want)
+			}
+			if left, _ := filepath.Glob(filepath.Join(tools, ".nvidia-smi.tmp-*")); len(left) > 0 {
+				t.Errorf("temporary files left: %v", left)
+			}
+		})
 	}
 }
 

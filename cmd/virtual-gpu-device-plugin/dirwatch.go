@@ -30,12 +30,21 @@ const (
 // and a mounted ConfigMap's update (the kubelet writes a new ..<timestamp>
 // directory and swaps the ..data symbolic link to it). It watches the
 // directory with fsnotify and, as a fallback, compares a fingerprint of it
-// (names, link targets, sizes, modification times, inodes) every poll. A
+// (names, link targets, sizes, modification times, inodes) every poll.
+//
+// The directory itself may go and come back (removed and created again,
+// renamed away and replaced, a symbolic link to it pointed at another):
+// the watch is armed again on the new directory as soon as it is seen —
+// its own removal or rename event, the parent directory's event creating
+// it again (the parent is watched while the directory is missing), an
+// fsnotify error, or the poll finding another inode at the path. A
 // dirWatch is used by one goroutine (Run).
 type dirWatch struct {
 	dir  string
 	poll time.Duration // default defaultProfilePoll
 	log  zerolog.Logger
+	// ticks, if set, replaces the poll's ticker (tests).
+	ticks <-chan time.Time
 }
 
 // Run calls changed, on Run's goroutine, whenever the directory's
@@ -48,22 +57,12 @@ func (w *dirWatch) Run(ctx context.Context, changed func()) error {
 		poll = defaultProfilePoll
 	}
 	last := fingerprint(w.dir)
-	var events chan fsnotify.Event
-	var errs chan error
-	fw, err := fsnotify.NewWatcher()
-	if err == nil {
-		if err = fw.Add(w.dir); err != nil {
-			fw.Close()
-		}
+	ticks := w.ticks
+	if ticks == nil {
+		ticker := time.NewTicker(poll)
+		defer ticker.Stop()
+		ticks = ticker.C
 	}
-	if err != nil {
-		w.log.Warn().Err(err).Str("dir", w.dir).Dur("poll", poll).Msg("cannot watch the profiles directory; checking it by polling only")
-	} else {
-		defer fw.Close()
-		events, errs = fw.Events, fw.Errors
-	}
-	ticker := time.NewTicker(poll)
-	defer ticker.Stop()
 	settle := time.NewTimer(time.Hour)
 	settle.Stop()
 	defer settle.Stop()
@@ -73,14 +72,36 @@ func (w *dirWatch) Run(ctx context.Context, changed func()) error {
 			changed()
 		}
 	}
+	var events chan fsnotify.Event
+	var errs chan error
+	fw, err := fsnotify.NewWatcher()
+	if err != nil {
+		w.log.Warn().Err(err).Str("dir", w.dir).Dur("poll", poll).Msg("cannot watch the profiles directory; checking it by polling only")
+	} else {
+		defer fw.Close()
+		events, errs = fw.Events, fw.Errors
+	}
+	a := &dirArm{fw: fw, dir: filepath.Clean(w.dir)}
+	if err := a.arm(); err != nil {
+		w.log.Warn().Err(err).Str("dir", w.dir).Dur("poll", poll).Msg("cannot watch the profiles directory; checking it by polling only")
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case _, ok := <-events:
+		case ev, ok := <-events:
 			if !ok {
 				events = nil
 				continue
+			}
+			switch {
+			case ev.Name == a.dir && ev.Has(fsnotify.Remove|fsnotify.Rename):
+				a.armed = false // the watch went with the directory
+				_ = a.arm()     // on a new one there already, else on the parent
+			case ev.Name == a.dir && ev.Has(fsnotify.Create):
+				_ = a.arm() // the parent's event: the directory is back
+			case filepath.Dir(ev.Name) == filepath.Dir(a.dir) && ev.Name != a.dir:
+				continue // another entry of the parent: nothing of ours
 			}
 			settle.Reset(profileSettle)
 		case err, ok := <-errs:
@@ -88,13 +109,88 @@ func (w *dirWatch) Run(ctx context.Context, changed func()) error {
 				errs = nil
 				continue
 			}
-			w.log.Warn().Err(err).Str("dir", w.dir).Msg("profiles directory watch error; relying on polling")
+			w.log.Warn().Err(err).Str("dir", w.dir).Msg("profiles directory watch error; watching it again, and polling")
+			a.armed = false // events may be lost: start afresh
+			_ = a.arm()
+			settle.Reset(profileSettle)
 		case <-settle.C:
 			check()
-		case <-ticker.C:
+		case <-ticks:
+			if !a.current() {
+				_ = a.arm()
+			}
 			check()
 		}
 	}
+}
+
+// dirArm keeps an fsnotify watch on a directory that may be replaced,
+// and on its parent while the directory is missing. Used by Run's
+// goroutine only.
+type dirArm struct {
+	fw            *fsnotify.Watcher // nil: polling only
+	dir           string            // cleaned
+	armed         bool              // dir is watched: the directory id was at the path
+	id            string            // dirID when armed
+	parentWatched bool              // the parent is watched, for dir's return
+}
+
+// arm watches the directory at dir again (the one there now); while there
+// is none it watches the parent, whose event says when one comes. It
+// returns why neither can be watched.
+func (a *dirArm) arm() error {
+	if a.fw == nil {
+		return nil
+	}
+	if a.armed {
+		_ = a.fw.Remove(a.dir) // a watch on an inode no longer at the path
+		a.armed = false
+	}
+	err := a.watchDir()
+	if err == nil {
+		return nil
+	}
+	if !a.parentWatched {
+		if perr := a.fw.Add(filepath.Dir(a.dir)); perr != nil {
+			return fmt.Errorf("%w; and its parent: %w", err, perr)
+		}
+		a.parentWatched = true
+	}
+	_ = a.watchDir() // created between the two: no event would say so
+	return nil
+}
+
+// watchDir adds the watch on dir and, once it holds, drops the parent's.
+func (a *dirArm) watchDir() error {
+	id := dirID(a.dir)
+	if err := a.fw.Add(a.dir); err != nil {
+		return err
+	}
+	a.armed, a.id = true, id
+	if a.parentWatched {
+		_ = a.fw.Remove(filepath.Dir(a.dir))
+		a.parentWatched = false
+	}
+	return nil
+}
+
+// current reports whether the watch is on the directory at dir now: armed,
+// on the same inode.
+func (a *dirArm) current() bool {
+	return a.fw == nil || a.armed && dirID(a.dir) == a.id
+}
+
+// dirID identifies the directory at path, following symbolic links: its
+// device and inode; "" when there is none.
+func dirID(path string) string {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return ""
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return fmt.Sprintf("%d:%d", st.Dev, st.Ino)
+	}
+	return ""
 }
 
 // fingerprint describes what of dir a change of its profiles changes: for

@@ -54,6 +54,9 @@ func health(ctx context.Context, args []string, stdout io.Writer, getenv func(st
 			return usagef("health set: want <device> healthy|unhealthy, got %d arguments", len(pos)-1)
 		}
 		id, state := pos[1], pos[2]
+		if id == "" {
+			return usagef("health set: empty device id: want a device id (health list shows them)")
+		}
 		var healthy bool
 		switch state {
 		case "healthy", "Healthy":

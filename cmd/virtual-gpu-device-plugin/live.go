@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -236,11 +237,20 @@ func (s *selector) onLabels(ctx context.Context, labels map[string]string) error
 	return s.syncLabels(ctx)
 }
 
-// reload reads the profiles directory again after it changed (dirWatch)
-// or on SIGHUP (cause says which) and applies what the node's label
-// selects from it. A directory that no longer reads, or a profile that no
-// longer resolves, is logged once, and the profiles and the configuration
-// in force stay.
+// Causes of a reload.
+const (
+	causeSIGHUP     = "SIGHUP"
+	causeDirChanged = "profiles directory changed"
+)
+
+// reload reads the profiles directory again after it changed
+// (causeDirChanged, from dirWatch) or on SIGHUP (causeSIGHUP) and applies
+// what the node's label selects from it. It ends with one line saying the
+// outcome: the configuration applied (and what changed), unchanged, or not
+// applied (the error; the profiles and the configuration in force stay).
+// An operator who sends SIGHUP is told every refusal; a directory change
+// that fails as the last one did is not logged again (logErr): an
+// unrelated file changing does not repeat it.
 func (s *selector) reload(ctx context.Context, cause string) {
 	s.log.Info().Str("dir", s.o.ConfigPath).Msg(cause + "; reading the profiles again")
 	ps, err := options.LoadProfiles(s.o.ConfigPath)
@@ -250,20 +260,69 @@ func (s *selector) reload(ctx context.Context, cause string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
-		s.logErr(err, s.inForce())
+		s.refused(cause, err)
 		return
 	}
 	s.profiles = ps
 	if !s.started {
+		s.log.Info().Str("cause", cause).Msg(cause + ": profiles read; the start applies them")
 		return
 	}
-	if err := s.changeLocked(ctx, store.WhyFileChanged); err != nil {
-		s.log.Error().Err(err).Msg("applying the changed profiles failed; the profile in force stays")
+	prev := s.set
+	refused, err := s.selectLocked(ctx, store.WhyFileChanged)
+	switch {
+	case refused != nil:
+		s.refused(cause, refused)
 		return
+	case err != nil:
+		s.log.Error().Err(err).Str("cause", cause).Str("profile_in_force", s.inForce()).
+			Msg(cause + ": applying the changed profiles failed; the profile in force stays")
+		return
+	case s.set == prev:
+		s.log.Info().Str("cause", cause).Str("profile", s.inForce()).Msg(cause + ": configuration unchanged")
+	default:
+		s.log.Info().Str("cause", cause).Str("profile", s.inForce()).Str("previous_profile", prev.cfg.Profile).
+			Strs("changed", setChanges(prev, s.set)).Msg(cause + ": configuration applied")
 	}
 	if err := s.syncLabels(ctx); err != nil {
 		s.log.Warn().Err(err).Msg("GPU labels of the node not updated; retrying with the node's next change")
 	}
+}
+
+// refused logs a reload's configuration that cannot be applied: on SIGHUP
+// every time, else once (logErr). The caller holds mu.
+func (s *selector) refused(cause string, err error) {
+	if cause != causeSIGHUP {
+		s.logErr(err, s.inForce())
+		return
+	}
+	s.lastErr = err.Error() // said: a directory change failing the same way need not say it again
+	ev := s.log.Error().Err(err).Str("cause", cause)
+	if inForce := s.inForce(); inForce != "" {
+		ev = ev.Str("profile_in_force", inForce)
+	}
+	ev.Msg(cause + ": configuration not applied: the configuration in force stays")
+}
+
+// setChanges says what of the configuration in force differs from prev
+// to set, for the reload's line: "devices 4 -> 8".
+func setChanges(prev, set *deviceSet) []string {
+	var out []string
+	diff := func(what, a, b string) {
+		if a != b {
+			out = append(out, fmt.Sprintf("%s %q -> %q", what, a, b))
+		}
+	}
+	diff("profile", prev.cfg.Profile, set.cfg.Profile)
+	diff("resource", prev.resource, set.resource)
+	diff("topology", prev.cfg.Machine.Name(), set.cfg.Machine.Name())
+	if a, b := len(prev.slots), len(set.slots); a != b {
+		out = append(out, fmt.Sprintf("devices %d -> %d", a, b))
+	}
+	if len(out) == 0 {
+		out = append(out, "other settings (the same devices)")
+	}
+	return out
 }
 
 // changeLocked selects and resolves the profile for s.label and applies
@@ -272,10 +331,21 @@ func (s *selector) reload(ctx context.Context, cause string) {
 // returns nil; an error applying it is returned, and the next change
 // tries again. The caller holds mu.
 func (s *selector) changeLocked(ctx context.Context, why string) error {
+	refused, err := s.selectLocked(ctx, why)
+	if refused != nil {
+		s.logErr(refused, s.inForce())
+	}
+	return err
+}
+
+// selectLocked selects and resolves the profile for s.label and applies
+// it; why overrides the reason the selection gives. It returns as refused
+// a profile that cannot be selected or resolved, and as err a failure to
+// apply it (the next change tries again). The caller holds mu.
+func (s *selector) selectLocked(ctx context.Context, why string) (refused, err error) {
 	cfg, selWhy, detail, err := s.resolve()
 	if err != nil {
-		s.logErr(err, s.inForce())
-		return nil
+		return err, nil
 	}
 	if why == "" {
 		why = selWhy
@@ -284,10 +354,10 @@ func (s *selector) changeLocked(ctx context.Context, why string) error {
 	}
 	s.retry = true
 	if err := s.apply(ctx, cfg, why, detail); err != nil {
-		return err
+		return nil, err
 	}
 	s.retry, s.lastErr = false, ""
-	return nil
+	return nil, nil
 }
 
 // logErr logs a configuration that cannot be applied, once: the same

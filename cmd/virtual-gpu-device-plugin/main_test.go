@@ -63,8 +63,15 @@ type process struct {
 // startBinary runs the built plugin with args; the test's end kills it.
 func startBinary(t *testing.T, args ...string) *process {
 	t.Helper()
+	return startBinaryEnv(t, nil, args...)
+}
+
+// startBinaryEnv runs the built plugin with args in the environment env
+// alone (NAME=value); the test's end kills it.
+func startBinaryEnv(t *testing.T, env []string, args ...string) *process {
+	t.Helper()
 	cmd := exec.Command(binary, args...)
-	cmd.Env = []string{} // no VGPU_* from the test's environment
+	cmd.Env = append([]string{}, env...) // no VGPU_* from the test's environment
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -236,4 +243,99 @@ func TestBinary_SIGHUPRereadsProfiles(t *testing.T) {
 			p.stop(t)
 		})
 	}
+}
+
+// TestBinary_SIGTERMBeforeRegistering: a plugin stopped while it waits for
+// the kubelet says it stopped before registering, and why it waited.
+func TestBinary_SIGTERMBeforeRegistering(t *testing.T) {
+	dir := plugintest.ShortTempDir(t)
+	if err := os.WriteFile(filepath.Join(dir, "kubelet.sock"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startBinary(t, "-device-plugin-path="+dir, "-state="+dir+"/state/state.db", "-pod-resources-socket="+dir+"/pr.sock")
+	p.logs.waitLine(t, `"reason":"its socket is a regular file, not a socket"`)
+	p.stop(t)
+	if line := p.logs.waitLine(t, `"waiting_for":"the kubelet: its socket is a regular file, not a socket"`); !strings.Contains(line, `"message":"stopped before registering with the kubelet"`) {
+		t.Errorf("stop line %s", line)
+	}
+}
+
+// TestBinary_UnknownVariable: a VGPU_* variable no flag reads is warned
+// about, with the one meant, and the plugin serves on.
+func TestBinary_UnknownVariable(t *testing.T) {
+	dir := plugintest.ShortTempDir(t)
+	k := plugintest.StartKubelet(t, dir)
+	p := startBinaryEnv(t, []string{"VGPU_DEVICE=2", "VGPU_DEVICES=3"},
+		"-device-plugin-path="+dir, "-state="+dir+"/state/state.db", "-pod-resources-socket="+dir+"/pr.sock")
+	p.logs.waitLine(t, `"variables":["VGPU_DEVICE (did you mean VGPU_DEVICES?)"],`)
+	if list := plugintest.NextList(t, k.WaitRegistration(10*time.Second), 10*time.Second); len(list.Devices) != 3 {
+		t.Errorf("%d devices, want VGPU_DEVICES' 3", len(list.Devices))
+	}
+	p.stop(t)
+}
+
+// TestBinary_SIGHUPSaysOutcome: after each SIGHUP one line says what came
+// of it: unchanged, applied (and what changed), or not applied (the error,
+// every time); a directory change says its outcome too.
+func TestBinary_SIGHUPSaysOutcome(t *testing.T) {
+	dir := plugintest.ShortTempDir(t)
+	profiles, topo := filepath.Join(dir, "profiles"), filepath.Join(dir, "topo", "machine.txt")
+	for _, d := range []string{profiles, filepath.Dir(topo)} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeTopo := func(src string) { // outside the profiles directory: only a SIGHUP reads it again
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join("..", "..", "topology", "testdata", src))
+		if src == "" {
+			b, err = []byte("GPU0 what\n"), nil
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(topo, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeTopo("dgx-a100.txt")
+	profile := "version: v1\nflags:\n  topology: " + topo + "\n"
+	if err := os.WriteFile(filepath.Join(profiles, "a.yaml"), []byte(profile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startBinary(t, "-device-plugin-path="+dir, "-state="+dir+"/state/state.db", "-pod-resources-socket="+dir+"/pr.sock",
+		"-config="+profiles, "-config-default=a")
+	p.logs.waitLine(t, `"message":"starting"`)
+	hup := func(want string) string {
+		t.Helper()
+		if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		p.logs.waitLine(t, `"message":"SIGHUP; reading the profiles again"`)
+		return p.logs.waitLine(t, want)
+	}
+	hup(`"message":"SIGHUP: configuration unchanged"`)
+
+	writeTopo("h100x4-nv6-interleaved-cpu-affinity-nps4.txt")
+	if line := hup(`"message":"SIGHUP: configuration applied"`); !strings.Contains(line, `devices 8 -> 4`) || !strings.Contains(line, `"profile":"a"`) {
+		t.Errorf("applied line: %s", line)
+	}
+
+	writeTopo("") // not a topology: refused, and said at every SIGHUP
+	for range 2 {
+		if line := hup(`"message":"SIGHUP: configuration not applied: the configuration in force stays"`); !strings.Contains(line, topo) || !strings.Contains(line, `"profile_in_force":"a"`) {
+			t.Errorf("refused line: %s", line)
+		}
+	}
+	writeTopo("h100x4-nv6-interleaved-cpu-affinity-nps4.txt")
+	hup(`"message":"SIGHUP: configuration unchanged"`)
+
+	// A directory change says its outcome too.
+	if err := os.WriteFile(filepath.Join(profiles, "a.yaml"), []byte(profile+"  allocationPolicy: lowest-index\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if line := p.logs.waitLine(t, `"message":"profiles directory changed: configuration applied"`); !strings.Contains(line, `"changed":["other settings (the same devices)"]`) {
+		t.Errorf("applied line: %s", line)
+	}
+	p.stop(t)
 }

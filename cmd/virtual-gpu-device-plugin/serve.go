@@ -54,6 +54,9 @@ type serveEnv struct {
 	// labelWait bounds the wait for the Node's labels at start (default
 	// 10 s).
 	labelWait time.Duration
+	// environ lists the environment, for the VGPU_* variables no flag
+	// reads (default os.Environ; nil: not looked at).
+	environ func() []string
 }
 
 // defaultServeEnv is the process's serveEnv.
@@ -69,6 +72,7 @@ func defaultServeEnv() serveEnv {
 		machineIDPath: machineIDPath,
 		profilePoll:   defaultProfilePoll,
 		labelWait:     defaultLabelWait,
+		environ:       os.Environ,
 	}
 }
 
@@ -81,6 +85,11 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	hup := notifyHangup()
 	defer signal.Stop(hup)
 	log := newLogger(start, logw)
+	if env.environ != nil {
+		if unknown := options.UnknownVariables(env.environ()); len(unknown) > 0 {
+			log.Warn().Strs("variables", unknown).Msg("VGPU_* variables that no flag reads: ignored")
+		}
+	}
 	identity := identityFor(o.NodeName, env.machineIDPath, log)
 	api, err := connectAPI(o, profiles, env, log)
 	if err != nil {
@@ -321,7 +330,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	}
 	if profiles != nil {
 		w := &dirWatch{dir: profiles.Dir, poll: env.profilePoll, log: log}
-		g.Go(func() error { return w.Run(ctx, func() { sel.reload(ctx, "profiles directory changed") }) })
+		g.Go(func() error { return w.Run(ctx, func() { sel.reload(ctx, causeDirChanged) }) })
 	}
 	g.Go(func() error {
 		return onHangup(ctx, hup, func() {
@@ -329,7 +338,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 				log.Info().Msg("SIGHUP: nothing to read again: the configuration is read at start; only a -config directory of profiles is followed live")
 				return
 			}
-			sel.reload(ctx, "SIGHUP")
+			sel.reload(ctx, causeSIGHUP)
 		})
 	})
 	if metricsLis != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -245,6 +246,7 @@ func TestBinary_Dump_BadInput(t *testing.T) {
 		{"health missing args", []string{"health", "set", "fake-0", "-state=" + n.state}, 2, "want <device> healthy|unhealthy"},
 		{"health no plugin", []string{"health", "set", "fake-0", "unhealthy", "-state=" + missing}, 1, "health set needs the running plugin"},
 		{"health unknown command", []string{"health", "reboot", "-state=" + n.state}, 2, `unknown command "reboot"`},
+		{"health empty device", []string{"health", "set", "", "unhealthy", "-state=" + n.state}, 2, `health set: empty device id: want a device id`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -691,6 +693,32 @@ func TestBinary_HealthSet_NoAnswer(t *testing.T) {
 	}()
 	_, errOut, code := cli(t, "health", "set", "fake-0", "unhealthy", "-state="+filepath.Join(dir, "state.db"), "-admin-socket="+sock)
 	if code != 1 || !strings.Contains(errOut, "the plugin may have made the change: see health list") {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestBinary_Dump_PluginGone: a plugin that goes away while it answers
+// (stopped or crashed) is said so, not as the transport's bare EOF.
+func TestBinary_Dump_PluginGone(t *testing.T) {
+	dir := plugintest.ShortTempDir(t)
+	sock := filepath.Join(dir, "admin.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	go func() {
+		for {
+			conn, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = http.ReadRequest(bufio.NewReader(conn)) // the request read, then gone
+			conn.Close()
+		}
+	}()
+	_, errOut, code := cli(t, "dump", "-state="+filepath.Join(dir, "state.db"), "-admin-socket="+sock)
+	if code != 1 || !strings.Contains(errOut, "the plugin went away without answering (it stopped or crashed)") || strings.Contains(errOut, "http://") {
 		t.Errorf("exit %d, stderr %q", code, errOut)
 	}
 }

@@ -9,8 +9,11 @@
 //	PUT /v1/devices/{id}/health {"healthy":b,"reason":s}           a devices-only Snapshot of that device
 //
 // since is RFC 3339; limit a non-negative integer; active and devicesOnly
-// true or false. The health body is one JSON object and nothing after it;
-// reason is only for healthy:false. An unknown device is 404 and the message
+// true or false; each parameter at most once, and not empty (leave device
+// out for every device). The health body is one JSON object, each key once
+// (as encoding/json matches keys: without regard to case), and nothing
+// after it; reason is only for healthy:false. A path with an empty, . or
+// .. segment (PUT /v1/devices//health) is 404, not a redirect. An unknown device is 404 and the message
 // lists the valid ids. Health is per GPU: the replica of a shared GPU is
 // 400, and the message names its GPU. A snapshot shows per shared GPU its
 // replicas in use out of its total and their holders (Device.Replicas).

@@ -399,6 +399,22 @@ func TestHandler_BadInput(t *testing.T) {
 		{"unknown device health", "PUT", "/v1/devices/fake-9/health", `{"healthy":false}`, 404, `unknown device \"fake-9\" (devices: fake-0, fake-1)`},
 		{"wrong method", "DELETE", "/v1/snapshot", "", 405, `{"error":"DELETE /v1/snapshot: method not allowed"}`},
 		{"unknown route", "GET", "/v2/things", "", 404, `{"error":"GET /v2/things: not found"}`},
+		// Issue #20 item 9: an empty value is not a wildcard, a repeated
+		// parameter or key is not the last one, and a path the mux would
+		// clean is not redirected.
+		{"empty device", "GET", "/v1/snapshot?device=", "", 400, `parameter device is empty: give a value, or leave device out`},
+		{"empty limit", "GET", "/v1/snapshot?limit=", "", 400, `parameter limit is empty`},
+		{"empty devicesOnly", "GET", "/v1/snapshot?devicesOnly", "", 400, `parameter devicesOnly is empty`},
+		{"repeated device", "GET", "/v1/snapshot?device=fake-0&device=fake-1", "", 400, `parameter device given 2 times: give it once`},
+		{"empty device id", "PUT", "/v1/devices//health", `{"healthy":false}`, 404, `{"error":"PUT /v1/devices//health: not found: the path has an empty, . or .. segment"}`},
+		{"dot device id", "PUT", "/v1/devices/./health", `{"healthy":false}`, 404, `not found: the path has an empty, . or .. segment`},
+		{"double slash snapshot", "GET", "/v1//snapshot", "", 404, `{"error":"GET /v1//snapshot: not found: the path has an empty, . or .. segment"}`},
+		{"escaped dots are an id", "PUT", "/v1/devices/a%2F..%2Fb/health", `{"healthy":false}`, 404, `unknown device \"a/../b\"`},
+		{"duplicate key", "PUT", "/v1/devices/fake-0/health", `{"healthy":true,"healthy":false}`, 400, `health request: duplicate key \"healthy\"`},
+		{"duplicate key, other case", "PUT", "/v1/devices/fake-0/health", `{"healthy":false,"reason":"a","Reason":"b"}`, 400, `duplicate key \"Reason\": the same as \"reason\" (keys are matched without regard to case)`},
+		{"duplicate key after a nested value", "PUT", "/v1/devices/fake-0/health", `{"healthy":false,"x":{"healthy":1},"healthy":false}`, 400, `duplicate key \"healthy\"`},
+		{"same key in nested objects", "PUT", "/v1/devices/fake-0/health", `{"healthy":false,"x":[{"a":1},{"a":2}]}`, 400, `unknown field \"x\"`},
+		{"body too large", "PUT", "/v1/devices/fake-0/health", `{"healthy":false,"reason":"` + strings.Repeat("x", 70<<10) + `"}`, 400, `health request: http: request body too large`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -676,6 +692,43 @@ func TestClient_NoPlugin(t *testing.T) {
 		c := admin.NewClient(path, time.Second)
 		if _, err := c.Snapshot(context.Background(), admin.Query{}); !errors.Is(err, admin.ErrNoPlugin) || errors.Is(err, admin.ErrPermission) {
 			t.Errorf("%s: err = %v, want ErrNoPlugin", path, err)
+		}
+	}
+}
+
+// TestClient_PluginGone: a plugin that takes the request and goes away
+// (it stopped or crashed) is ErrGone, said as such, not the transport's
+// bare EOF with the client's made-up URL.
+func TestClient_PluginGone(t *testing.T) {
+	path := filepath.Join(plugintest.ShortTempDir(t), "admin.sock")
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lis.Close() })
+	go func() {
+		for {
+			conn, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			// Reads the request's head, then closes without a word.
+			_, _ = http.ReadRequest(bufio.NewReader(conn))
+			conn.Close()
+		}
+	}()
+	c := admin.NewClient(path, 5*time.Second)
+	for name, call := range map[string]func() error{
+		"snapshot":   func() error { _, err := c.Snapshot(context.Background(), admin.Query{}); return err },
+		"set health": func() error { _, err := c.SetHealth(context.Background(), "fake-0", false, "x"); return err },
+	} {
+		err := call()
+		if !errors.Is(err, admin.ErrGone) || errors.Is(err, admin.ErrNoPlugin) || errors.Is(err, admin.ErrRequest) {
+			t.Errorf("%s: err = %v, want ErrGone", name, err)
+			continue
+		}
+		if msg := err.Error(); !strings.Contains(msg, "the plugin went away without answering (it stopped or crashed)") || strings.Contains(msg, "http://") {
+			t.Errorf("%s: %q", name, msg)
 		}
 	}
 }

@@ -116,7 +116,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return c.connError(err)
+		return c.connError(method, path, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -132,10 +132,11 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 	return nil
 }
 
-// connError tells apart, for a failed call: no plugin (no socket file,
-// nothing listening), no permission, and anything else (a timeout, a
-// plugin that closed the connection).
-func (c *Client) connError(err error) error {
+// connError tells apart, for a failed call of method on path: no plugin
+// (no socket file, nothing listening), no permission, a plugin that closed
+// the connection without an answer (ErrGone), and anything else (a
+// timeout).
+func (c *Client) connError(method, path string, err error) error {
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
 		switch {
@@ -144,6 +145,14 @@ func (c *Client) connError(err error) error {
 		case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):
 			return fmt.Errorf("%w %s", ErrPermission, c.socket)
 		}
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		cause := err
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			cause = ue.Err // not the client's made-up URL
+		}
+		return fmt.Errorf("admin socket %s: %s %s: %w (it stopped or crashed): %w", c.socket, method, path, ErrGone, cause)
 	}
 	return fmt.Errorf("admin socket %s: %w", c.socket, err)
 }

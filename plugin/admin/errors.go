@@ -11,6 +11,10 @@ var (
 	// (EACCES or EPERM on the socket or a directory above it): a plugin may
 	// well be running; run as root or as the socket's owner.
 	ErrPermission = errors.New("permission denied on the admin socket")
+	// ErrGone means the plugin took the connection and closed it without
+	// an answer: it stopped or crashed meanwhile. A change asked for may
+	// have been made.
+	ErrGone = errors.New("the plugin went away without answering")
 	// ErrRequest means the plugin refused or failed a request; the message
 	// is its answer. A refusal for an unknown device also wraps
 	// store.ErrUnknownDevice.

@@ -1,21 +1,25 @@
 package admin
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/rs/zerolog"
 
@@ -99,6 +103,13 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("PUT /v1/devices/{id}/health", s.setHealth)
 	// Every answer is JSON, the mux's own 404 and 405 too.
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The mux redirects a path with an empty, . or .. segment
+		// (PUT /v1/devices//health) to its cleaned form: no route of the
+		// API has such a path, and a redirect is no answer to a PUT.
+		if p := r.URL.EscapedPath(); cleanPath(p) != p { // as the mux compares them
+			fail(w, http.StatusNotFound, fmt.Errorf("%s %s: not found: the path has an empty, . or .. segment", r.Method, Clip(r.URL.Path)))
+			return
+		}
 		h, pattern := mux.Handler(r)
 		if pattern != "" {
 			mux.ServeHTTP(w, r) // routes again, setting the path values
@@ -107,11 +118,27 @@ func (s *Server) Handler() http.Handler {
 		// The mux's answer (404, or 405 with Allow), in our format.
 		probe := &statusProbe{header: http.Header{}, code: http.StatusOK}
 		h.ServeHTTP(probe, r)
+		if probe.code >= 300 && probe.code < 400 { // any other redirect: no such route either
+			probe.code = http.StatusNotFound
+		}
 		if allow := probe.header.Get("Allow"); allow != "" {
 			w.Header().Set("Allow", allow)
 		}
 		fail(w, probe.code, fmt.Errorf("%s %s: %s", r.Method, Clip(r.URL.Path), strings.ToLower(http.StatusText(probe.code))))
 	})
+}
+
+// cleanPath is p as http.ServeMux cleans it before routing: rooted,
+// without empty, . or .. segments, a trailing slash kept.
+func cleanPath(p string) string {
+	if p == "" || p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
 }
 
 // statusProbe records the status and headers a handler answers with and
@@ -334,10 +361,18 @@ const MaxReason = 1024
 // maxBody bounds a request body.
 const maxBody = 64 << 10
 
-// decodeHealthRequest reads exactly one JSON object with known fields.
+// decodeHealthRequest reads exactly one JSON object with known fields,
+// each once.
 func decodeHealthRequest(w http.ResponseWriter, r *http.Request) (healthRequest, error) {
 	var req healthRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		return req, fmt.Errorf("health request: %w", err)
+	}
+	if err := uniqueKeys(body); err != nil {
+		return req, fmt.Errorf("health request: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
 		return req, fmt.Errorf("health request: %w", err)
@@ -356,14 +391,83 @@ func decodeHealthRequest(w http.ResponseWriter, r *http.Request) (healthRequest,
 	return req, nil
 }
 
+// uniqueKeys refuses a JSON text with an object that has a key twice,
+// which encoding/json would read as the last value. Keys are compared as
+// encoding/json matches them to a struct's fields: without regard to case.
+// A text that is not valid JSON passes: its decoding says what is wrong.
+func uniqueKeys(data []byte) error {
+	type object struct {
+		keys    map[string]string // folded key: the key as written first
+		wantKey bool              // the next string is a key
+	}
+	var stack []*object // nil entries: arrays
+	dec := json.NewDecoder(bytes.NewReader(data))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil // io.EOF, or a syntax error Decode reports
+		}
+		var top *object
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{':
+				stack = append(stack, &object{keys: map[string]string{}, wantKey: true})
+				continue
+			case '[':
+				stack = append(stack, nil)
+				continue
+			}
+			stack = stack[:len(stack)-1] // } or ]: a value of the enclosing object ends
+			if len(stack) > 0 {
+				top = stack[len(stack)-1]
+			} else {
+				top = nil
+			}
+		case string:
+			if top != nil && top.wantKey {
+				folded := foldKey(t)
+				if first, dup := top.keys[folded]; dup {
+					if first == t {
+						return fmt.Errorf("duplicate key %q", Clip(t))
+					}
+					return fmt.Errorf("duplicate key %q: the same as %q (keys are matched without regard to case)", Clip(t), Clip(first))
+				}
+				top.keys[folded] = t
+				top.wantKey = false
+				continue
+			}
+		}
+		if top != nil {
+			top.wantKey = true // a value ended: a key or the end is next
+		}
+	}
+}
+
+// foldKey folds a key as encoding/json does to match it to a field name.
+func foldKey(k string) string {
+	return strings.Map(func(r rune) rune { return unicode.ToUpper(unicode.ToLower(r)) }, k)
+}
+
 // queryParams are the parameters GET /v1/snapshot takes.
 var queryParams = []string{"device", "since", "limit", "active", "devicesOnly"}
 
+// parseQuery reads the parameters of GET /v1/snapshot: each known, given
+// at most once, and not empty (an empty device is not every device: the
+// parameter left out is).
 func parseQuery(v url.Values) (Query, error) {
 	var q Query
-	for k := range v {
-		if !slices.Contains(queryParams, k) {
+	for _, k := range slices.Sorted(maps.Keys(v)) {
+		switch {
+		case !slices.Contains(queryParams, k):
 			return q, fmt.Errorf("unknown parameter %q (parameters: %s)", Clip(k), ShortList(queryParams))
+		case len(v[k]) > 1:
+			return q, fmt.Errorf("parameter %s given %d times: give it once", k, len(v[k]))
+		case v[k][0] == "":
+			return q, fmt.Errorf("parameter %s is empty: give a value, or leave %s out", k, k)
 		}
 	}
 	var err error

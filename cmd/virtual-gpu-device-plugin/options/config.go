@@ -211,7 +211,8 @@ const (
 // deviceListStrategies are the accepted strategies.
 var deviceListStrategies = []string{string(DeviceListEnvVar), string(DeviceListCDICRI)}
 
-// parseDeviceListStrategies reads a comma-separated list of strategies.
+// parseDeviceListStrategies reads a comma-separated list of strategies,
+// each once.
 func parseDeviceListStrategies(s string) ([]DeviceListStrategy, error) {
 	var out []DeviceListStrategy
 	for item := range strings.SplitSeq(s, ",") {
@@ -219,12 +220,14 @@ func parseDeviceListStrategies(s string) ([]DeviceListStrategy, error) {
 		switch {
 		case item == "volume-mounts" || item == "cdi-annotations":
 			return nil, fmt.Errorf("NVIDIA's %s is not supported here: want %s", item, strings.Join(deviceListStrategies, " or "))
+		case item == "" && s != "":
+			return nil, fmt.Errorf("an empty entry (a stray comma?): want %s, or both comma-separated", strings.Join(deviceListStrategies, " or "))
 		case !slices.Contains(deviceListStrategies, item):
 			return nil, fmt.Errorf("%q: want %s, or both comma-separated", item, strings.Join(deviceListStrategies, " or "))
+		case slices.Contains(out, DeviceListStrategy(item)):
+			return nil, fmt.Errorf("%s is listed twice: list each strategy once", item)
 		}
-		if !slices.Contains(out, DeviceListStrategy(item)) {
-			out = append(out, DeviceListStrategy(item))
-		}
+		out = append(out, DeviceListStrategy(item))
 	}
 	return out, nil
 }

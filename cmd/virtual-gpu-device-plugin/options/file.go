@@ -500,7 +500,7 @@ func (d *decoder) set(flagName, path, raw string, line int) error {
 		return &FileError{File: d.file, Line: line, Field: path,
 			Msg: fmt.Sprintf("%q disagrees with %s %q at line %d: set one", raw, prev.at.field, prev.raw, prev.at.line)}
 	}
-	if err := newFlagSet(&Settings{}, &bootstrap{}).Set(flagName, raw); err != nil {
+	if err := setFlag(newFlagSet(&Settings{}, &bootstrap{}), flagName, raw); err != nil {
 		return &FileError{File: d.file, Line: line, Field: path, Msg: fmt.Sprintf("%q", raw), Err: err}
 	}
 	d.values[flagName] = layerValue{raw: raw, at: origin{src: SourceFile, file: d.file, line: line, field: path}}

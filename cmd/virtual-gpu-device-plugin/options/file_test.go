@@ -46,6 +46,8 @@ var shapeErrors = []struct {
 	{"no replicas", "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: a.b/gpu\n", `5: sharing.timeSlicing.resources[0].replicas: missing`},
 	{"devices by count", "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: a.b/gpu\n      replicas: 2\n      devices: 2\n",
 		`7: sharing.timeSlicing.resources[0].devices: a count of GPUs (2) is not supported: list the GPUs, e.g. [0, 1], or write all`},
+	{"devices an empty list", "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: a.b/gpu\n      replicas: 2\n      devices: []\n",
+		`7: sharing.timeSlicing.resources[0].devices: an empty list: list at least one GPU, e.g. [0, 1], or write all`},
 	{"devices by UUID", "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: a.b/gpu\n      replicas: 2\n      devices: [GPU-8f1bde0a-3e2c-4b5f-9a1d-2c3e4f5a6b7c]\n",
 		`7: sharing.timeSlicing.resources[0].devices[0]: "GPU-8f1bde0a-3e2c-4b5f-9a1d-2c3e4f5a6b7c": UUIDs are not supported`},
 	{"NVIDIA resources without a pattern", "version: v1\nresources:\n  gpus:\n  - name: gpu\n", `4: resources.gpus[0].pattern: missing`},

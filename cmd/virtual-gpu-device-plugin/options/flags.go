@@ -5,7 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -301,6 +304,39 @@ func envNames(flagName string) []string {
 	return append([]string{EnvName(flagName)}, envFallbacks[flagName]...)
 }
 
+// UnknownVariables returns, sorted, the variables of environ (as
+// os.Environ lists them, NAME=value) that start with EnvPrefix and that no
+// flag reads, each with the nearest one a flag reads if it is near enough
+// to be a misspelling: "VGPU_DEVICE (did you mean VGPU_DEVICES?)". They
+// are ignored, as a file's unknown field is not: the environment of a pod
+// holds what others set too. The caller logs them.
+func UnknownVariables(environ []string) []string {
+	var known []string
+	newFlagSet(&Settings{}, &bootstrap{}).VisitAll(func(f *flag.Flag) {
+		if !noEnvTwin[f.Name] {
+			known = append(known, EnvName(f.Name))
+		}
+	})
+	var out []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, EnvPrefix) || slices.Contains(known, name) {
+			continue
+		}
+		switch s := suggest(name, known); {
+		case noEnvTwin[strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(name, EnvPrefix), "_", "-"))]:
+			name += " (its flag has no environment twin)"
+		case s != "":
+			name += " (did you mean " + s + "?)"
+		}
+		if !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // PrintUsage prints the precedence rule and every serve flag with its
 // default, for -h.
 func PrintUsage(w io.Writer) {
@@ -414,6 +450,7 @@ func Parse(args []string, getenv func(string) string) (*Options, error) {
 		b bootstrap
 	)
 	fs := newFlagSet(&s, &b)
+	fs.VisitAll(func(f *flag.Flag) { f.Value = explained{f.Value} })
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return &Options{Help: true}, nil
@@ -441,7 +478,7 @@ func Parse(args []string, getenv func(string) string) (*Options, error) {
 				continue
 			}
 			// Set on a scratch flag set: the value must parse.
-			if err := newFlagSet(&Settings{}, &bootstrap{}).Set(f.Name, v); err != nil {
+			if err := setFlag(newFlagSet(&Settings{}, &bootstrap{}), f.Name, v); err != nil {
 				envErr = invalidf("invalid %s=%q: %w", name, v, err)
 				return
 			}
@@ -456,6 +493,71 @@ func Parse(args []string, getenv func(string) string) (*Options, error) {
 		return nil, err
 	}
 	return o, nil
+}
+
+// setFlag sets the named flag of fs to raw. A value the flag package's
+// own types do not read is an error saying what they want, not their bare
+// "parse error".
+func setFlag(fs *flag.FlagSet, name, raw string) error {
+	err := fs.Set(name, raw)
+	if f := fs.Lookup(name); err != nil && f != nil {
+		return explainSet(f.Value, raw, err)
+	}
+	return err
+}
+
+// explained is a flag.Value whose Set says what the value should be, for
+// the command line: the flag package then writes `invalid value " 3" for
+// flag -devices: want an integer …`.
+type explained struct{ flag.Value }
+
+func (e explained) Set(raw string) error {
+	if err := e.Value.Set(raw); err != nil {
+		return explainSet(e.Value, raw, err)
+	}
+	return nil
+}
+
+func (e explained) String() string {
+	if e.Value == nil { // the flag package's zero-value probe
+		return ""
+	}
+	return e.Value.String()
+}
+
+// IsBoolFlag keeps -flag without =value working for bool flags.
+func (e explained) IsBoolFlag() bool {
+	b, ok := e.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// explainSet turns err, the error of v.Set(raw), into what v wants, when v
+// is one of the flag package's bool, int or duration values (whose errors
+// are a bare "parse error" or "value out of range"); any other error is
+// returned as it is.
+func explainSet(v flag.Value, raw string, err error) error {
+	g, ok := v.(flag.Getter)
+	if !ok {
+		return err
+	}
+	var want string
+	switch g.Get().(type) {
+	case bool:
+		want = "want true or false"
+	case int:
+		want = "want an integer"
+		if _, perr := strconv.ParseInt(strings.TrimSpace(raw), 0, strconv.IntSize); errors.Is(perr, strconv.ErrRange) {
+			return fmt.Errorf("out of range: %s from %d to %d", want, math.MinInt, math.MaxInt)
+		}
+	case time.Duration:
+		want = "want a duration such as 90s, 5m or 1h30m"
+	default:
+		return err
+	}
+	if strings.TrimSpace(raw) != raw {
+		want += ", without spaces around it"
+	}
+	return errors.New(want)
 }
 
 // bootstrap fills the Options fields from the command line and the
@@ -513,7 +615,7 @@ func (o *Options) Settings(f *File) (Settings, error) {
 			if bootstrapFlags[name] {
 				continue
 			}
-			if err := fs.Set(name, v.raw); err != nil {
+			if err := setFlag(fs, name, v.raw); err != nil {
 				prefix, what := v.at.where(name)
 				return s, invalidf("%sinvalid %s=%q: %w", prefix, what, v.raw, err)
 			}

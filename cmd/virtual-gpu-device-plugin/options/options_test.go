@@ -181,6 +181,20 @@ func TestLoad_BadInput(t *testing.T) {
 			`invalid -shared-devices-allocation-policy="spread": must be one of distributed, lowest-index, packed`},
 		{"device list strategy", []string{"-device-list-strategy=volume-mounts"}, nil, `invalid -device-list-strategy="volume-mounts": NVIDIA's volume-mounts is not supported here`},
 		{"device list strategy typo", []string{"-device-list-strategy=envvar,cdi"}, nil, `invalid -device-list-strategy="envvar,cdi": "cdi": want envvar or cdi-cri`},
+		{"device list strategy twice", []string{"-device-list-strategy=envvar,envvar"}, nil, `invalid -device-list-strategy="envvar,envvar": envvar is listed twice: list each strategy once`},
+		{"device list strategy twice by env", nil, map[string]string{"VGPU_DEVICE_LIST_STRATEGY": "cdi-cri, envvar,cdi-cri"}, `invalid VGPU_DEVICE_LIST_STRATEGY="cdi-cri, envvar,cdi-cri": cdi-cri is listed twice`},
+		{"device list strategy stray comma", []string{"-device-list-strategy=envvar,"}, nil, `invalid -device-list-strategy="envvar,": an empty entry (a stray comma?): want envvar or cdi-cri`},
+		// Issue #20 item 12: the flag package's bare "parse error" says
+		// what the value should be, from every source.
+		{"devices with a space by env", nil, map[string]string{"VGPU_DEVICES": " 3"}, `invalid VGPU_DEVICES=" 3": want an integer, without spaces around it`},
+		{"devices not a number by env", nil, map[string]string{"VGPU_DEVICES": "four"}, `invalid VGPU_DEVICES="four": want an integer`},
+		{"devices out of range by env", nil, map[string]string{"VGPU_DEVICES": "99999999999999999999"}, `invalid VGPU_DEVICES="99999999999999999999": out of range: want an integer from`},
+		{"bool by env", nil, map[string]string{"VGPU_DEVICE_NODES": "yes"}, `invalid VGPU_DEVICE_NODES="yes": want true or false`},
+		{"duration by env", nil, map[string]string{"VGPU_RECONCILE_INTERVAL": "5"}, `invalid VGPU_RECONCILE_INTERVAL="5": want a duration such as 90s, 5m or 1h30m`},
+		{"bootstrap bool by env", nil, map[string]string{"VGPU_LABEL_NODE": "on"}, `invalid VGPU_LABEL_NODE="on": want true or false`},
+		{"devices with a space", []string{"-devices= 3"}, nil, `invalid value " 3" for flag -devices: want an integer, without spaces around it`},
+		{"bool on the command line", []string{"-device-nodes=yes"}, nil, `invalid boolean value "yes" for -device-nodes: want true or false`},
+		{"duration on the command line", []string{"-abandon-after=1 minute"}, nil, `invalid value "1 minute" for flag -abandon-after: want a duration such as 90s, 5m or 1h30m`},
 		{"zero replicas", []string{"-replicas=0"}, nil, "invalid -replicas=0: must be between 1 (no sharing) and 1024"},
 		{"too many replicas", nil, map[string]string{"VGPU_REPLICAS": "1025"}, "invalid VGPU_REPLICAS=1025: must be between 1 (no sharing) and 1024"},
 		{"too many devices advertised", []string{"-devices=1024", "-replicas=1024"}, nil, "1024 GPUs shared 1024 ways are 1048576 devices; at most 65536"},
@@ -582,4 +596,26 @@ func kebab(key string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// TestUnknownVariables: a VGPU_* variable no flag reads is reported, with
+// the nearest one as the file's unknown fields are; the others are not.
+func TestUnknownVariables(t *testing.T) {
+	got := options.UnknownVariables([]string{
+		"PATH=/bin", "VGPU_DEVICES=4", "VGPU_DEVICE=4", "VGPU_LOGLEVEL=debug", "VGPU_VERSION=1",
+		"VGPU_ZZZ=1", "VGPU_NODE_NAME=n", "NODE_NAME=n", "VGPU_DEVICE=8", "vgpu_devices=2", "VGPU_",
+	})
+	want := []string{
+		"VGPU_",
+		"VGPU_DEVICE (did you mean VGPU_DEVICES?)",
+		"VGPU_LOGLEVEL (did you mean VGPU_LOG_LEVEL?)",
+		"VGPU_VERSION (its flag has no environment twin)",
+		"VGPU_ZZZ",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("UnknownVariables = %q\nwant %q", got, want)
+	}
+	if got := options.UnknownVariables(nil); len(got) != 0 {
+		t.Errorf("no environment: %q", got)
+	}
 }

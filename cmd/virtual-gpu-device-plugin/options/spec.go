@@ -300,6 +300,8 @@ func (v *replicatedDevices) decodeNode(d *decoder, path string, n *yaml.Node) er
 		return nil
 	case n.Kind == yaml.ScalarNode && n.Tag == "!!int":
 		return d.errorf(path, n, "a count of GPUs (%s) is not supported: list the GPUs, e.g. [0, 1], or write all", n.Value)
+	case n.Kind == yaml.SequenceNode && len(n.Content) == 0:
+		return d.errorf(path, n, "an empty list: list at least one GPU, e.g. [0, 1], or write all")
 	case n.Kind == yaml.SequenceNode && len(n.Content) > 0:
 		for i, item := range n.Content {
 			p := path + "[" + strconv.Itoa(i) + "]"
