@@ -392,6 +392,7 @@ func TestBinary_Allocate1024_EveryOption(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.DeviceListStrategies = []options.DeviceListStrategy{options.DeviceListEnvVar, options.DeviceListCDICRI}
+	cfg.CDIKind = cdi.DefaultKind // as Validate sets it with cdi-cri
 	set, stored := viewSetOf(t, cfg)
 	cat, err := set.catalog(stored)
 	if err != nil {
@@ -452,7 +453,7 @@ func TestServe_ContainerView_LiveChange(t *testing.T) {
 	statusDir := filepath.Join(filepath.Dir(n.state), "status")
 	specIDs := func() []string {
 		t.Helper()
-		spec, err := cdilib.ReadSpec(filepath.Join(cdiDir, cdi.SpecFileName), 0)
+		spec, err := cdilib.ReadSpec(filepath.Join(cdiDir, cdi.DefaultKind.SpecFileName()), 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -512,6 +513,161 @@ func TestServe_ContainerView_LiveChange(t *testing.T) {
 	}
 	b, _ := json.Marshal(g.Health)
 	t.Logf("fake-1 health in its status file: %s", b)
+}
+
+// TestServe_CDI_ResourceNameChange: the CDI kind follows the resource name.
+// A live change of the name writes the new kind's spec and answers with its
+// names; the old kind's spec stays as it was, for the answers given under
+// the old name (the kubelet replays them), and back to the old name its
+// spec is written again.
+func TestServe_CDI_ResourceNameChange(t *testing.T) {
+	n := newLiveNode(t)
+	cdiDir := filepath.Join(n.dir, "cdi")
+	api := newFakeAPI(nil)
+	reg := n.start(t, api, "-device-list-strategy=cdi-cri", "-cdi-spec-dir="+cdiDir)
+	plugintest.NextList(t, reg, 10*time.Second)
+	oldPath, newPath := filepath.Join(cdiDir, "unicore.mcyou.cc-gpu.yaml"), filepath.Join(cdiDir, "example.com-vgpu.yaml")
+	specOf := func(path string) *cdilib.Spec {
+		t.Helper()
+		spec, err := cdilib.ReadSpec(path, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return spec
+	}
+	allocate := func(reg *plugintest.Registration, id string) []string {
+		t.Helper()
+		resp, err := reg.Client.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{id}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cdiNames(resp.ContainerResponses[0])
+	}
+	if got := allocate(reg, "fake-1"); !slices.Equal(got, []string{"unicore.mcyou.cc/gpu=fake-1"}) {
+		t.Errorf("under the default name: %v", got)
+	}
+	if k := specOf(oldPath).Kind; k != "unicore.mcyou.cc/gpu" {
+		t.Errorf("kind %q", k)
+	}
+	before, err := os.ReadFile(oldPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	api.setLabel(nodeapi.ConfigLabel, "renamed")
+	again := n.kubelet.WaitRegistration(30 * time.Second)
+	if again.Request.ResourceName != renamedRes {
+		t.Fatalf("registered again as %q", again.Request.ResourceName)
+	}
+	plugintest.NextList(t, again, 10*time.Second)
+	spec := specOf(newPath)
+	if spec.Kind != renamedRes || spec.GetDevice("fake-1") == nil {
+		t.Errorf("the new name's spec: kind %q, devices %v", spec.Kind, spec.Devices)
+	}
+	if got := allocate(again, "fake-2"); !slices.Equal(got, []string{renamedRes + "=fake-2"}) {
+		t.Errorf("under the new name: %v", got)
+	}
+	if after, err := os.ReadFile(oldPath); err != nil || !bytes.Equal(after, before) {
+		t.Errorf("the old name's spec changed or went (%v): the answers given under it name it", err)
+	}
+
+	api.setLabel(nodeapi.ConfigLabel, "")
+	back := n.kubelet.WaitRegistration(30 * time.Second)
+	plugintest.NextList(t, back, 10*time.Second)
+	if got := allocate(back, "fake-3"); !slices.Equal(got, []string{"unicore.mcyou.cc/gpu=fake-3"}) {
+		t.Errorf("back under the default name: %v", got)
+	}
+	if specOf(oldPath).GetDevice("fake-3") == nil || specOf(newPath).GetDevice("fake-2") == nil {
+		t.Error("a spec lacks a device an answer names")
+	}
+}
+
+// TestBinary_CDI_AnotherInstancesSpec: a spec of the same kind in the same
+// directory written by another instance (another state file), or unmarked
+// and not ours, is never replaced: the plugin exits 1 naming the file (and
+// its owner). A spec of an earlier version of this instance (no owner mark,
+// our status directory mounted) is replaced.
+func TestBinary_CDI_AnotherInstancesSpec(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		owner string // "" unmarked, as an earlier version wrote it
+		ours  bool
+	}{
+		{"another instance's", "/srv/other/state.db", false},
+		{"an unmarked spec of someone else", "", false},
+		{"an unmarked spec of ours", "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t)
+			cdiDir := filepath.Join(n.dir, "cdi")
+			path := filepath.Join(cdiDir, cdi.DefaultKind.SpecFileName())
+			statusDir := filepath.Join(t.TempDir(), "status")
+			if tc.ours {
+				statusDir = filepath.Join(filepath.Dir(n.state), "status")
+			}
+			cfg := cdi.Config{GPUs: []cdi.GPU{{ID: "fake-0"}}, Mounts: []cdi.Mount{{HostPath: statusDir, ContainerPath: status.DefaultDir}}}
+			if tc.owner != "" {
+				w, err := cdi.NewWriter(cdiDir, cdi.DefaultKind, cdi.Owner{ID: tc.owner})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := w.Write(cfg); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				spec, err := cdi.Build(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := cdi.Marshal(spec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.MkdirAll(cdiDir, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			flags := []string{"-device-list-strategy=cdi-cri", "-cdi-spec-dir=" + cdiDir}
+			if tc.ours {
+				_, reg := n.start(t, flags...)
+				plugintest.NextList(t, reg, 10*time.Second)
+				spec, err := cdilib.ReadSpec(path, 0)
+				if err != nil || spec.GetDevice("fake-3") == nil {
+					t.Fatalf("our earlier spec was not replaced: %v", err)
+				}
+				return
+			}
+			p := startBinary(t, append([]string{"-device-plugin-path=" + n.dir, "-state=" + n.state, "-pod-resources-socket=" + n.podResources()}, flags...)...)
+			line := p.logs.waitLine(t, "virtual-gpu-device-plugin: ")
+			if code := p.waitExit(t); code != 1 {
+				t.Errorf("exit code %d, want 1", code)
+			}
+			want := []string{path, "another plugin with the same -resource-name"}
+			if tc.owner != "" {
+				want = append(want, tc.owner)
+			}
+			for _, w := range want {
+				if !strings.Contains(line, w) {
+					t.Errorf("exit line %q does not name %q", line, w)
+				}
+			}
+			if after, err := os.ReadFile(path); err != nil || !bytes.Equal(after, before) {
+				t.Errorf("the other instance's spec changed (%v)", err)
+			}
+			select {
+			case r := <-n.kubelet.Registrations():
+				t.Errorf("a registration arrived: %v", r.Request)
+			default:
+			}
+		})
+	}
 }
 
 func cdiNames(r *pluginapi.ContainerAllocateResponse) []string {

@@ -6,7 +6,8 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/cdi"
 )
 
-// The spec of two GPUs backed by /dev/null, with the shared device nodes,
+// The spec of two GPUs of the default kind backed by /dev/null, with the
+// shared device nodes,
 // the plugin binary mounted as nvidia-smi and the status directory, and the
 // names Allocate answers for them.
 func ExampleBuild() {
@@ -28,7 +29,7 @@ func ExampleBuild() {
 		return
 	}
 	fmt.Print(string(b))
-	names, _ := cdi.QualifiedNames([]string{"fake-0", "fake-1"})
+	names, _ := cdi.DefaultKind.QualifiedNames([]string{"fake-0", "fake-1"})
 	fmt.Println(names)
 	// Output:
 	// cdiVersion: 0.5.0

@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/cdi"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/faults"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
@@ -77,6 +78,11 @@ type Config struct {
 	// CDISpecDir is the CDI spec directory, absolute and clean (default
 	// /var/run/cdi); written only with the cdi-cri strategy.
 	CDISpecDir string
+	// CDIKind is the CDI kind of the spec and of the device names in the
+	// Allocate answer with the cdi-cri strategy: ResourceName's (cdi.KindOf;
+	// cdi.DefaultKind for the default resource), whatever the sharing
+	// renames. The zero Kind without cdi-cri.
+	CDIKind cdi.Kind
 
 	// StatePath is the bbolt state file, clean (default
 	// /var/lib/virtual-gpu/state.db).

@@ -222,6 +222,11 @@ func (s Settings) Validate() (*Config, error) {
 	for i := range ids {
 		ids[i] = c.Machine.ID(i)
 	}
+	if c.Uses(DeviceListCDICRI) {
+		if c.CDIKind, err = cdi.KindOf(c.ResourceName); err != nil {
+			return nil, s.bad("resource-name", s.ResourceName, "must make a valid CDI kind with the cdi-cri strategy (%s): %w", s.name("device-list-strategy"), err)
+		}
+	}
 	if c.Uses(DeviceListCDICRI) && c.Machine.Len() > cdi.MaxMinor+1 {
 		return nil, s.bad("device-list-strategy", s.DeviceListStrategy, "cdi-cri gives each GPU its device node /dev/nvidia<minor>, minors 0–%d: at most %d GPUs, the machine has %d",
 			cdi.MaxMinor, cdi.MaxMinor+1, c.Machine.Len())

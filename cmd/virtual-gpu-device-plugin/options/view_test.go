@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/cdi"
 )
 
 // TestLoad_ContainerView_Defaults: nvidia-smi on, the rest off; the tools
@@ -88,6 +89,8 @@ func TestLoad_ContainerView_BadInput(t *testing.T) {
 		{"missing node source with device nodes", []string{"-device-nodes", "-device-node-source=/no/such/dev"}, `invalid -device-node-source="/no/such/dev": device nodes (-device-nodes or the cdi-cri strategy) need it`},
 		{"regular file as node source with cdi", []string{"-device-list-strategy=cdi-cri", "-device-node-source=" + file}, "is not a character or block device"},
 		{"cdi with more GPUs than minor numbers", []string{"-device-list-strategy=cdi-cri", "-devices=256"}, `invalid -device-list-strategy="cdi-cri": cdi-cri gives each GPU its device node /dev/nvidia<minor>, minors 0–254: at most 255 GPUs, the machine has 256`},
+		{"resource name that makes no CDI kind, with cdi", []string{"-device-list-strategy=cdi-cri", "-resource-name=example.com/2gpu"},
+			`invalid -resource-name="example.com/2gpu": must make a valid CDI kind with the cdi-cri strategy (-device-list-strategy): invalid CDI kind "example.com/2gpu": class "2gpu"`},
 		{"bool flag with a value it cannot read", []string{"-nvidia-smi=maybe"}, `invalid boolean value "maybe" for -nvidia-smi`},
 	}
 	for _, tt := range tests {
@@ -96,9 +99,35 @@ func TestLoad_ContainerView_BadInput(t *testing.T) {
 			checkInvalid(t, err, tt.want)
 		})
 	}
+	// Without cdi-cri the resource name need not make a CDI kind.
+	if c, err := load([]string{"-resource-name=example.com/2gpu"}, nil); err != nil || c.CDIKind != (cdi.Kind{}) {
+		t.Errorf("resource name without cdi-cri: %v; want accepted, no CDI kind", err)
+	}
 	// Not used: not checked (a missing /dev node on a build host is fine).
 	if _, err := load([]string{"-device-node-source=/no/such/dev"}, nil); err != nil {
 		t.Errorf("device node source unused but checked: %v", err)
+	}
+}
+
+// TestLoad_CDIKind: with cdi-cri the CDI kind is the resource name's; the
+// default resource keeps the kind (and the file) it always had; sharing's
+// rename does not change it.
+func TestLoad_CDIKind(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want cdi.Kind
+	}{
+		{[]string{"-device-list-strategy=cdi-cri"}, cdi.DefaultKind},
+		{[]string{"-device-list-strategy=envvar,cdi-cri", "-resource-name=example.com/vgpu"}, cdi.Kind{Vendor: "example.com", Class: "vgpu"}},
+		{[]string{"-device-list-strategy=envvar"}, cdi.Kind{}},
+	} {
+		if c := mustLoad(t, tc.args, nil); c.CDIKind != tc.want {
+			t.Errorf("%q: CDI kind %+v, want %+v", tc.args, c.CDIKind, tc.want)
+		}
+	}
+	p := writeFile(t, t.TempDir(), "c.yaml", "version: v1\nflags:\n  deviceListStrategy: cdi-cri\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n      - name: unicore.mcyou.cc/gpu\n        replicas: 2\n")
+	if c := mustLoad(t, []string{"-config=" + p}, nil); c.CDIKind != cdi.DefaultKind || c.Sharing.ResourceName != "unicore.mcyou.cc/gpu.shared" {
+		t.Errorf("renamed by sharing: CDI kind %+v (shared as %s), want the resource name's", c.CDIKind, c.Sharing.ResourceName)
 	}
 }
 
