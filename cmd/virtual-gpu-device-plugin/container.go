@@ -149,7 +149,8 @@ func physicalGPUs(devs []plugin.Device, gpuOf func(plugin.Device) int) []int {
 //   - with the envvar strategy: nvidia-smi read-only at /usr/bin/nvidia-smi
 //     (-nvidia-smi), the status directory read-only at /run/virtual-gpu,
 //     and with -device-nodes /dev/nvidia<minor> per GPU, /dev/nvidiactl and
-//     /dev/nvidia-uvm, all backed by the device node source;
+//     /dev/nvidia-uvm, all backed by the device node source, read-write
+//     without mknod (cdi.DevicePermissions, as in the CDI spec);
 //   - with the cdi-cri strategy: the GPUs' CDI device names, of the
 //     kind of the resource name in force (the spec of that kind viewFiles
 //     writes carries the mounts and device nodes; an answer given under an
@@ -178,10 +179,10 @@ func (v containerView) respond(m *topology.Machine, uuids map[int]string, gpuOf 
 			if v.deviceNodes {
 				spec.DeviceNodes = make([]plugin.DeviceNode, 0, len(gpus)+2)
 				for _, i := range gpus {
-					spec.DeviceNodes = append(spec.DeviceNodes, plugin.DeviceNode{ContainerPath: devicePath(minorOf(m, i)), HostPath: v.nodeSource})
+					spec.DeviceNodes = append(spec.DeviceNodes, plugin.DeviceNode{ContainerPath: devicePath(minorOf(m, i)), HostPath: v.nodeSource, Permissions: cdi.DevicePermissions})
 				}
 				for _, p := range []string{cdi.ControlDevicePath, cdi.UVMDevicePath} {
-					spec.DeviceNodes = append(spec.DeviceNodes, plugin.DeviceNode{ContainerPath: p, HostPath: v.nodeSource})
+					spec.DeviceNodes = append(spec.DeviceNodes, plugin.DeviceNode{ContainerPath: p, HostPath: v.nodeSource, Permissions: cdi.DevicePermissions})
 				}
 			}
 		}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	cdilib "tags.cncf.io/container-device-interface/pkg/cdi"
@@ -113,7 +114,7 @@ func TestContainerView_Respond(t *testing.T) {
 	nodes := func(source string) []plugin.DeviceNode {
 		var out []plugin.DeviceNode
 		for _, p := range []string{"/dev/nvidia2", "/dev/nvidia5", "/dev/nvidiactl", "/dev/nvidia-uvm"} {
-			out = append(out, plugin.DeviceNode{ContainerPath: p, HostPath: source})
+			out = append(out, plugin.DeviceNode{ContainerPath: p, HostPath: source, Permissions: "rw"})
 		}
 		return out
 	}
@@ -667,6 +668,57 @@ func TestBinary_CDI_AnotherInstancesSpec(t *testing.T) {
 			default:
 			}
 		})
+	}
+}
+
+// TestBinary_DeviceNodeSource: a block device as -device-node-source
+// (here a node of the host disk's numbers) is a usage error, acknowledged or
+// not; another character device, acknowledged, starts with a warning naming
+// it, and the containers get it read-write (no mknod).
+func TestBinary_DeviceNodeSource(t *testing.T) {
+	dir := t.TempDir()
+	disk, kmsg := filepath.Join(dir, "vda"), filepath.Join(dir, "kmsg")
+	for _, n := range []struct {
+		path               string
+		mode, major, minor uint32
+	}{{disk, syscall.S_IFBLK, 254, 0}, {kmsg, syscall.S_IFCHR, 1, 11}} {
+		if err := syscall.Mknod(n.path, n.mode|0o600, int(unix.Mkdev(n.major, n.minor))); err != nil {
+			t.Skipf("mknod %s: %v (needs root)", n.path, err)
+		}
+	}
+	n := newNode(t)
+	// refused runs the plugin, which must exit at once, and returns its
+	// exit code and its one line.
+	refused := func(extra ...string) (int, string) {
+		t.Helper()
+		p := startBinary(t, append([]string{"-device-plugin-path=" + n.dir, "-state=" + n.state, "-pod-resources-socket=" + n.podResources()}, extra...)...)
+		line := p.logs.waitLine(t, "virtual-gpu-device-plugin: ")
+		return p.waitExit(t), line
+	}
+	for _, extra := range [][]string{nil, {"-allow-unsafe-device-node-source"}} {
+		code, line := refused(append([]string{"-device-nodes", "-device-node-source=" + disk}, extra...)...)
+		if code != 2 || !strings.Contains(line, disk) || !strings.Contains(line, "is block device 254:0") {
+			t.Errorf("%v: exit %d, %q; want exit 2 naming the block device", extra, code, line)
+		}
+	}
+	if code, line := refused("-device-list-strategy=cdi-cri", "-device-node-source="+kmsg); code != 2 || !strings.Contains(line, "-allow-unsafe-device-node-source") {
+		t.Errorf("unacknowledged character device: exit %d, %q; want exit 2 naming the flag", code, line)
+	}
+
+	p, reg := n.start(t, "-device-nodes", "-device-node-source="+kmsg, "-allow-unsafe-device-node-source")
+	line := p.logs.waitLine(t, `"level":"warn"`)
+	if !strings.Contains(line, kmsg) || !strings.Contains(line, "character device 1:11") {
+		t.Errorf("warning %q, want it naming %s", line, kmsg)
+	}
+	plugintest.NextList(t, reg, 10*time.Second)
+	resp, err := reg.Client.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"fake-0"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range resp.ContainerResponses[0].Devices {
+		if d.HostPath != kmsg || d.Permissions != "rw" {
+			t.Errorf("device node %+v, want %s read-write", d, kmsg)
+		}
 	}
 }
 

@@ -28,9 +28,11 @@
 // variable listing all of a container's GPUs (VIRTUAL_GPU_IDS) cannot come
 // from per-device edits. The plugin keeps those in its Allocate answer.
 //
-// Device nodes carry no type or major/minor numbers: the runtime reads them
-// from the host node when it creates the container (so they are always the
-// real node's), and fails that container if the node has gone. Build refuses
+// Device nodes carry the cgroup permissions DevicePermissions ("rw", not
+// the runtimes' default "rwm") and no type or major/minor numbers: the
+// runtime reads them from the host node when it creates the container (so
+// they are always the real node's), and fails that container if the node
+// has gone. Build refuses
 // a host node that is missing or not a device node up front. All host paths
 // are paths as the container runtime sees them (the node's mount namespace),
 // not as a containerized plugin sees them.

@@ -33,6 +33,15 @@ const (
 	// MaxMinor is the highest GPU minor number: NVIDIA's driver gives its
 	// control device minor 255, so GPUs use 0-254.
 	MaxMinor = 254
+	// DevicePermissions are the cgroup permissions of every device node of
+	// the spec: read and write, no mknod. Without them a runtime allows
+	// "rwm". The cgroup device controller checks open and mknod only: a
+	// stat, ls or [ -c ] passes with any permissions, and NVIDIA's driver
+	// library and nvidia-smi open /dev/nvidiactl and /dev/nvidia<N>
+	// read-write, so "r" would turn their probe into EPERM; the runtime
+	// creates the node, so the container never needs mknod. The device
+	// plugin API's answer uses the same (plugin.DeviceNode's default).
+	DevicePermissions = "rw"
 )
 
 // Kind is the kind of a CDI spec, "<vendor>/<class>": the first part of
@@ -313,7 +322,7 @@ func deviceNode(what, path, hostNode string) (*specs.DeviceNode, error) {
 	if fi.Mode()&fs.ModeDevice == 0 {
 		return nil, fmt.Errorf("%s: %s backed by %s: %w: it is a %s, not a character or block device", what, path, hostNode, ErrDeviceNode, describeType(fi.Mode()))
 	}
-	node := &specs.DeviceNode{Path: path}
+	node := &specs.DeviceNode{Path: path, Permissions: DevicePermissions}
 	if hostNode != path {
 		node.HostPath = hostNode
 	}

@@ -180,11 +180,11 @@ func TestBuild_TwoGPUs(t *testing.T) {
 		Version: "0.5.0", // hostPath on device nodes needs 0.5.0; nothing newer
 		Kind:    "unicore.mcyou.cc/gpu",
 		Devices: []specs.Device{
-			{Name: "fake-0", ContainerEdits: specs.ContainerEdits{DeviceNodes: []*specs.DeviceNode{{Path: "/dev/nvidia0", HostPath: "/dev/null"}}}},
-			{Name: "fake-1", ContainerEdits: specs.ContainerEdits{DeviceNodes: []*specs.DeviceNode{{Path: "/dev/nvidia1", HostPath: "/dev/null"}}}},
+			{Name: "fake-0", ContainerEdits: specs.ContainerEdits{DeviceNodes: []*specs.DeviceNode{{Path: "/dev/nvidia0", HostPath: "/dev/null", Permissions: "rw"}}}},
+			{Name: "fake-1", ContainerEdits: specs.ContainerEdits{DeviceNodes: []*specs.DeviceNode{{Path: "/dev/nvidia1", HostPath: "/dev/null", Permissions: "rw"}}}},
 		},
 		ContainerEdits: specs.ContainerEdits{
-			DeviceNodes: []*specs.DeviceNode{{Path: "/dev/nvidiactl", HostPath: "/dev/null"}, {Path: "/dev/nvidia-uvm", HostPath: "/dev/null"}},
+			DeviceNodes: []*specs.DeviceNode{{Path: "/dev/nvidiactl", HostPath: "/dev/null", Permissions: "rw"}, {Path: "/dev/nvidia-uvm", HostPath: "/dev/null", Permissions: "rw"}},
 			Mounts: []*specs.Mount{
 				{HostPath: cfg.Mounts[0].HostPath, ContainerPath: smiPath, Options: []string{"ro", "nosuid", "nodev", "rbind", "rprivate"}},
 				{HostPath: cfg.Mounts[1].HostPath, ContainerPath: statusPath, Options: []string{"ro", "nosuid", "nodev", "rbind", "rprivate"}},

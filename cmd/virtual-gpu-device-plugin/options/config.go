@@ -67,7 +67,9 @@ type Config struct {
 	DeviceNodes bool
 	// DeviceNodeSource is the host device node behind every container
 	// device node, absolute and clean (default /dev/null); with
-	// DeviceNodes or the cdi-cri strategy, a character or block device.
+	// DeviceNodes or the cdi-cri strategy, one of the harmless character
+	// devices (HarmlessDeviceNodes), or with -allow-unsafe-device-node-source
+	// another character device; never a block device.
 	DeviceNodeSource string
 	// ToolsDir is the host directory nvidia-smi is installed into,
 	// absolute and clean (default bin next to StatePath).
@@ -140,6 +142,10 @@ type Config struct {
 	// Ignored lists the fields of the file, known from NVIDIA's device
 	// plugin, that have no effect here. The caller logs them once.
 	Ignored []Note
+	// Warnings are what the configuration allows that is unsafe, one
+	// sentence each (an acknowledged -device-node-source). The caller logs
+	// each once, at warn.
+	Warnings []string
 	// Overridden lists the fields of the file whose value the command
 	// line or the environment replaced, e.g. "flags.devices
 	// (a100.yaml:3) by -devices". The caller may log them.

@@ -11,9 +11,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/cdi"
@@ -355,16 +357,59 @@ func (s *Settings) validateContainerView(c *Config) error {
 	}
 	c.DeviceNodeSource = filepath.Clean(s.DeviceNodeSource)
 	if c.DeviceNodes || c.Uses(DeviceListCDICRI) {
-		// Lstat, as the runtime does: it reads the node's type and numbers
-		// from the host node itself.
-		fi, err := os.Lstat(c.DeviceNodeSource)
-		switch {
-		case err != nil:
-			return s.bad("device-node-source", s.DeviceNodeSource, "device nodes (-device-nodes or the cdi-cri strategy) need it: %w", err)
-		case fi.Mode()&os.ModeDevice == 0:
-			return s.bad("device-node-source", s.DeviceNodeSource, "is not a character or block device (-device-nodes and the cdi-cri strategy need one)")
-		}
+		return s.validateDeviceNodeSource(c)
 	}
+	return nil
+}
+
+// harmlessNodes are the character devices -device-node-source may be
+// without -allow-unsafe-device-node-source, by device number, so that a
+// renamed or bind-mounted /dev/null is one and a node named /dev/null with
+// other numbers is not: the kernel's memory devices (major 1) that reach
+// no memory, disk, port or log. Reads give nothing, zeros or random bytes;
+// writes go nowhere (/dev/full refuses them; one to /dev/random mixes into
+// the pool, as any user may).
+var harmlessNodes = []struct {
+	name         string
+	major, minor uint32
+}{{"/dev/null", 1, 3}, {"/dev/zero", 1, 5}, {"/dev/full", 1, 7}, {"/dev/random", 1, 8}, {"/dev/urandom", 1, 9}}
+
+// validateDeviceNodeSource checks the host node behind the containers'
+// device nodes, which every GPU container gets read-write as
+// /dev/nvidia<minor>, /dev/nvidiactl and /dev/nvidia-uvm: a harmless
+// memory device; another character device only with
+// -allow-unsafe-device-node-source (and a warning in c.Warnings); a block
+// device never. It looks at the node itself (Lstat), as the runtime does,
+// so a symlink is refused.
+func (s *Settings) validateDeviceNodeSource(c *Config) error {
+	fi, err := os.Lstat(c.DeviceNodeSource)
+	switch {
+	case err != nil:
+		return s.bad("device-node-source", s.DeviceNodeSource, "device nodes (-device-nodes or the cdi-cri strategy) need it: %w", err)
+	case fi.Mode()&os.ModeDevice == 0:
+		return s.bad("device-node-source", s.DeviceNodeSource, "is not a character device (-device-nodes and the cdi-cri strategy need one, such as /dev/null)")
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return s.bad("device-node-source", s.DeviceNodeSource, "its device number cannot be read")
+	}
+	major, minor := unix.Major(uint64(st.Rdev)), unix.Minor(uint64(st.Rdev))
+	if fi.Mode()&os.ModeCharDevice == 0 {
+		return s.bad("device-node-source", s.DeviceNodeSource, "is block device %d:%d: every GPU container would get it read-write as its GPU device nodes; a block device is never accepted, use a character device such as /dev/null", major, minor)
+	}
+	names := make([]string, len(harmlessNodes))
+	for i, h := range harmlessNodes {
+		if h.major == major && h.minor == minor {
+			return nil
+		}
+		names[i] = fmt.Sprintf("%s %d:%d", h.name, h.major, h.minor)
+	}
+	if !s.AllowUnsafeDeviceNodeSource {
+		return s.bad("device-node-source", s.DeviceNodeSource, "is character device %d:%d, not one of the harmless ones (%s): every GPU container would get it read-write as its GPU device nodes; %s accepts it anyway",
+			major, minor, strings.Join(names, ", "), s.name("allow-unsafe-device-node-source"))
+	}
+	c.Warnings = append(c.Warnings, fmt.Sprintf("%s %s is character device %d:%d, not a harmless one (%s); accepted by %s: every GPU container gets it read-write as /dev/nvidia<minor>, /dev/nvidiactl and /dev/nvidia-uvm",
+		s.name("device-node-source"), c.DeviceNodeSource, major, minor, strings.Join(names, ", "), s.name("allow-unsafe-device-node-source")))
 	return nil
 }
 
