@@ -204,6 +204,9 @@ func (s Settings) Validate() (*Config, error) {
 	if err := s.validateTelemetry(c); err != nil {
 		return nil, err
 	}
+	if err := s.validateDirs(c); err != nil {
+		return nil, err
+	}
 	if s.AbandonAfter < s.ReconcileInterval {
 		return nil, s.bad("abandon-after", s.AbandonAfter, "must be at least -reconcile-interval (%s)", s.ReconcileInterval)
 	}
@@ -466,17 +469,122 @@ func checkKind(path string, want os.FileMode) error {
 	return fmt.Errorf("%s is not a regular file", path)
 }
 
-// sameDir reports whether a and b name the same directory: the same path,
-// or, where both exist, the same directory after following symlinks (a
-// symlink must not smuggle the admin socket into the device-plugin
-// directory).
-func sameDir(a, b string) bool {
-	if a == b {
+// dirRef is one of the plugin's directories, as errors name it.
+type dirRef struct {
+	what string // e.g. `-tools-dir="/x"` or "the status directory /x (next to -state)"
+	path string
+}
+
+// flagDir names the directory of the flag flagName: its value, or, when it
+// is derived (the flag unset), its default next to -state.
+func (s *Settings) flagDir(flagName, path string, derived bool) dirRef {
+	if derived {
+		return dirRef{fmt.Sprintf("-%s (default %s, next to %s)", flagName, path, s.name("state")), path}
+	}
+	return dirRef{fmt.Sprintf("%s=%q", s.name(flagName), path), path}
+}
+
+// validateDirs refuses the plugin's directories where one would break
+// another (c's paths, after resolving symlinks and bind mounts):
+//
+//   - the status directory and the load socket directory (next to -state)
+//     are mounted into containers (the status directory into every GPU
+//     container, an allocation's load socket directory into its own) and
+//     the plugin removes stale entries from them: the device-plugin
+//     directory, -tools-dir, -cdi-spec-dir (with cdi-cri) and the admin
+//     socket's directory must be neither of them nor inside them;
+//   - the device-plugin directory is the kubelet's, for sockets: -tools-dir
+//     and -cdi-spec-dir must not be it (directories below it are left
+//     alone: the kubelet removes the sockets in it, not in its
+//     subdirectories);
+//   - -cdi-spec-dir is read by container runtimes: it must not be
+//     -tools-dir, which holds the installed nvidia-smi.
+//
+// Other nestings (-tools-dir the state file's directory, say) are allowed:
+// no directory's cleanup or mount reaches the other's files. It needs c's
+// paths.
+func (s *Settings) validateDirs(c *Config) error {
+	dp := s.flagDir("device-plugin-path", c.DevicePluginPath, false)
+	tools := s.flagDir("tools-dir", c.ToolsDir, s.ToolsDir == "")
+	admin := dirRef{"the directory of " + s.flagDir("admin-socket", c.AdminSocket, s.AdminSocket == "").what, filepath.Dir(c.AdminSocket)}
+	dirs := []dirRef{dp, tools, admin}
+	cdiDir := s.flagDir("cdi-spec-dir", c.CDISpecDir, false)
+	useCDI := c.Uses(DeviceListCDICRI)
+	if useCDI {
+		dirs = append(dirs, cdiDir)
+	}
+	for _, m := range []struct {
+		dir dirRef
+		why string
+	}{
+		{dirRef{fmt.Sprintf("the status directory %s (next to %s)", c.StatusDir, s.name("state")), c.StatusDir},
+			"every GPU container gets it mounted, and the plugin removes stale status files from it"},
+		{dirRef{fmt.Sprintf("the load socket directory %s (next to %s)", c.LoadSocketDir, s.name("state")), c.LoadSocketDir},
+			"the plugin mounts its allocations' directories into containers and removes them when the allocations end"},
+	} {
+		for _, d := range dirs {
+			if within(d.path, m.dir.path) {
+				return invalidf("invalid %s: must be neither %s nor inside it: %s", d.what, m.dir.what, m.why)
+			}
+		}
+	}
+	if sameDir(c.ToolsDir, c.DevicePluginPath) {
+		return invalidf("invalid %s: must not be %s: the kubelet's directory holds sockets, the tools directory the plugin's nvidia-smi", tools.what, dp.what)
+	}
+	if useCDI && sameDir(c.CDISpecDir, c.DevicePluginPath) {
+		return invalidf("invalid %s: must not be %s: the kubelet's directory holds sockets, the spec directory CDI specs", cdiDir.what, dp.what)
+	}
+	if useCDI && sameDir(c.CDISpecDir, c.ToolsDir) {
+		return invalidf("invalid %s: must not be %s: container runtimes read the spec directory, and the plugin installs its nvidia-smi into the tools directory", cdiDir.what, tools.what)
+	}
+	return nil
+}
+
+// within reports whether directory a is b or inside it: by path, after
+// resolving the symlinks in the part of each path that exists, or, where
+// b exists, because a or one of its ancestors is the directory b (a bind
+// mount of it, say). It only stats, so it cannot block.
+func within(a, b string) bool {
+	ra, rb := resolvePath(a), resolvePath(b)
+	if ra == rb || strings.HasPrefix(ra, strings.TrimSuffix(rb, "/")+"/") {
 		return true
 	}
-	ra, errA := filepath.EvalSymlinks(a)
-	rb, errB := filepath.EvalSymlinks(b)
-	if errA == nil && errB == nil && ra == rb {
+	fb, err := os.Stat(b)
+	if err != nil {
+		return false
+	}
+	for p := ra; ; p = filepath.Dir(p) {
+		if fp, err := os.Stat(p); err == nil && os.SameFile(fp, fb) {
+			return true
+		}
+		if p == filepath.Dir(p) {
+			return false
+		}
+	}
+}
+
+// resolvePath returns the absolute, clean path p with the symlinks in its
+// longest existing prefix resolved; the rest, which does not exist yet, as
+// it is.
+func resolvePath(p string) string {
+	rest := ""
+	for q := p; ; q = filepath.Dir(q) {
+		if r, err := filepath.EvalSymlinks(q); err == nil {
+			return filepath.Join(r, rest)
+		}
+		if q == filepath.Dir(q) {
+			return p
+		}
+		rest = filepath.Join(filepath.Base(q), rest)
+	}
+}
+
+// sameDir reports whether a and b name the same directory: the same path
+// after following the symlinks in the parts of both that exist, or, where
+// both exist, the same directory (a bind mount): a symlink must not smuggle
+// the admin socket into the device-plugin directory.
+func sameDir(a, b string) bool {
+	if a == b || resolvePath(a) == resolvePath(b) {
 		return true
 	}
 	fa, errA := os.Stat(a)
