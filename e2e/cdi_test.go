@@ -83,7 +83,7 @@ func TestCDIContainerd2(t *testing.T) {
 	for i, id := range ids {
 		cfg.GPUs = append(cfg.GPUs, cdi.GPU{ID: id, Minor: i})
 	}
-	w, err := cdi.NewWriter(node.CDISpecDir)
+	w, err := cdi.NewWriter(node.CDISpecDir, cdi.DefaultKind, cdi.Owner{ID: "e2e " + t.Name()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,10 +94,10 @@ func TestCDIContainerd2(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("CDI spec %s (%s in the node's mount namespace):\n%s", w.Path(), filepath.Join(cluster.CDISpecDirInNode, cdi.SpecFileName), spec)
+	t.Logf("CDI spec %s (%s in the node's mount namespace):\n%s", w.Path(), filepath.Join(cluster.CDISpecDirInNode, cdi.DefaultKind.SpecFileName()), spec)
 
 	dp := startTestDevicePlugin(t, node, "cdi-e2e", string(cdiResource), ids, func(ids []string) (*pluginapi.ContainerAllocateResponse, error) {
-		names, err := cdi.QualifiedNames(ids)
+		names, err := cdi.DefaultKind.QualifiedNames(ids)
 		if err != nil {
 			return nil, err
 		}

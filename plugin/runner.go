@@ -138,7 +138,7 @@ func (r *Runner) Registrations() uint64 { return r.registrations.Load() }
 // devices unhealthy), removes its socket and returns nil. It does not close
 // the DevicePlugin. It returns an error only for what retrying cannot fix:
 // the socket path is taken by something that is not a socket
-// (ErrNotSocket) or by a socket another process answers on (ErrSocketInUse:
+// (ErrNotSocket) or by a socket another process listens on (ErrSocketInUse:
 // a second plugin on the same path, which Run never removes), or the
 // directory cannot be watched. A failure to serve (the kubelet removing the
 // socket mid-start, a failed listen) is logged and retried with backoff.
@@ -508,9 +508,9 @@ type generation struct {
 	streams int
 }
 
-// serve claims the socket path (ClaimSocket: a stale socket is removed, a
-// live one refused), listens, serves the DevicePlugin and checks that it
-// answers.
+// serve claims the socket path (ClaimSocket: a socket nobody listens on is
+// removed, one somebody listens on refused), listens, serves the
+// DevicePlugin and checks that it answers.
 func (r *Runner) serve() (*generation, error) {
 	if err := ClaimSocket(r.socketPath, 0); err != nil {
 		return nil, err

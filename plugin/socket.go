@@ -3,7 +3,6 @@ package plugin
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -11,28 +10,22 @@ import (
 	"time"
 )
 
-// DefaultSocketProbeTimeout is how long ClaimSocket waits for a process to
-// answer on an existing socket before it takes the socket for stale. A live
-// process answers within milliseconds; the margin is for loaded nodes,
-// where taking a live socket for stale would delete it. Only a socket whose
-// owner is stopped costs the whole wait.
+// DefaultSocketProbeTimeout bounds ClaimSocket's connect to an existing
+// socket. A unix connect never waits on Linux (a listener whose backlog is
+// full refuses at once with EAGAIN), so the bound only guards other
+// systems; whatever ends it, the socket counts as in use.
 const DefaultSocketProbeTimeout = 3 * time.Second
 
-// probeRequest is what ClaimSocket sends on an existing socket: a complete
-// HTTP/1.1 request, which the admin API answers and any HTTP server answers.
-// A gRPC server (the kubelet, another device plugin) writes its HTTP/2
-// settings as soon as it accepts a connection and closes the connection on
-// this preface, which counts as an answer too.
-const probeRequest = "GET / HTTP/1.1\r\nHost: socket-probe\r\nConnection: close\r\n\r\n"
-
 // ClaimSocket makes path free for a new listening unix socket. Nothing at
-// path: nil. A unix socket on which no process answers, because nothing
-// listens (connection refused) or because the listener sends nothing within
-// timeout (a stopped process's socket still accepts connections): the
-// socket is removed, nil. A socket on which a process answers, with any
-// bytes or by closing the connection: an error wrapping ErrSocketInUse, and
-// the socket is left alone. Anything else at path: an error wrapping
-// ErrNotSocket. timeout <= 0 means DefaultSocketProbeTimeout.
+// path: nil. A unix socket nobody listens on (connection refused: the file
+// a killed process leaves behind): the socket is removed, nil. A unix socket
+// some process listens on — answering or not: a connect that succeeds, or
+// one refused for a full backlog or that times out — is in use: an error
+// wrapping ErrSocketInUse naming path, and the socket is left alone. A
+// stopped or hung process's socket is never taken: only its owner knows
+// whether it will answer again. Anything else at path: an error wrapping
+// ErrNotSocket. timeout bounds the connect; <= 0 means
+// DefaultSocketProbeTimeout. ClaimSocket sends nothing on the connection.
 //
 // Between the probe and the caller's listen another process could take the
 // path; ClaimSocket narrows that window, it cannot close it.
@@ -49,11 +42,11 @@ func ClaimSocket(path string, timeout time.Duration) error {
 	case fi.Mode().Type() != fs.ModeSocket:
 		return fmt.Errorf("socket path %s is %s: %w", path, kindOf(fi.Mode()), ErrNotSocket)
 	}
-	live, err := socketAnswers(path, timeout)
+	listening, err := socketListened(path, timeout)
 	if err != nil {
 		return fmt.Errorf("socket %s: %w", path, err)
 	}
-	if live {
+	if listening {
 		return fmt.Errorf("socket %s: %w", path, ErrSocketInUse)
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -62,34 +55,23 @@ func ClaimSocket(path string, timeout time.Duration) error {
 	return nil
 }
 
-// socketAnswers reports whether a process answers on the unix socket at
-// path within timeout.
-func socketAnswers(path string, timeout time.Duration) (bool, error) {
+// socketListened reports whether a process listens on the unix socket at
+// path: false only when the connect is refused because nobody listens (or
+// the file went away meanwhile).
+func socketListened(path string, timeout time.Duration) (bool, error) {
 	conn, err := net.DialTimeout("unix", path, timeout)
-	if err != nil {
-		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, fs.ErrNotExist) {
-			return false, nil // nothing listens: stale
-		}
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			return false, nil // a full backlog nobody drains
-		}
-		return false, fmt.Errorf("probe: %w", err)
+	if err == nil {
+		conn.Close()
+		return true, nil // accepted or queued: somebody listens
 	}
-	defer conn.Close()
-	if err := conn.SetDeadline(time.Now().Add(timeout)); err != nil {
-		return false, fmt.Errorf("probe: %w", err)
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, fs.ErrNotExist) {
+		return false, nil // nothing listens: stale
 	}
-	// A write error means the peer went away meanwhile: not an answer.
-	_, _ = io.WriteString(conn, probeRequest)
-	var b [1]byte
-	_, err = conn.Read(b[:])
-	switch {
-	case err == nil, errors.Is(err, io.EOF), errors.Is(err, syscall.ECONNRESET):
-		return true, nil // bytes, or a deliberate close: a live process
-	default:
-		return false, nil // no reply within timeout
+	var ne net.Error
+	if errors.Is(err, syscall.EAGAIN) || (errors.As(err, &ne) && ne.Timeout()) {
+		return true, nil // a full backlog: a listener that does not accept
 	}
+	return false, fmt.Errorf("probe: %w", err)
 }
 
 // kindOf names what a file of mode m is, with its article.

@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/rs/zerolog"
+	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/loadsock"
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
@@ -68,16 +69,17 @@ const (
 // containerView is how one configuration answers for a container. It is an
 // immutable, comparable value (deviceSet.equal compares it).
 type containerView struct {
-	nvidiaSMI   bool   // mount nvidia-smi
-	visibleEnv  bool   // set NVIDIA_VISIBLE_DEVICES
-	deviceNodes bool   // device nodes in the answer (envvar)
-	envvar      bool   // the envvar strategy: mounts and device nodes in the answer
-	cdi         bool   // the cdi-cri strategy: CDI device names in the answer
-	nodeSource  string // host device node behind every device node
-	smiHost     string // <tools-dir>/nvidia-smi on the host
-	statusDir   string // the status directory on the host
-	loadSocket  bool   // -telemetry-writable: a load socket per allocation
-	loadDir     string // the load sockets' directory on the host
+	nvidiaSMI   bool     // mount nvidia-smi
+	visibleEnv  bool     // set NVIDIA_VISIBLE_DEVICES
+	deviceNodes bool     // device nodes in the answer (envvar)
+	envvar      bool     // the envvar strategy: mounts and device nodes in the answer
+	cdi         bool     // the cdi-cri strategy: CDI device names in the answer
+	cdiKind     cdi.Kind // their kind, the resource name's (options.Config.CDIKind)
+	nodeSource  string   // host device node behind every device node
+	smiHost     string   // <tools-dir>/nvidia-smi on the host
+	statusDir   string   // the status directory on the host
+	loadSocket  bool     // -telemetry-writable: a load socket per allocation
+	loadDir     string   // the load sockets' directory on the host
 }
 
 // newContainerView returns the view of cfg.
@@ -88,6 +90,7 @@ func newContainerView(cfg *options.Config) containerView {
 		deviceNodes: cfg.DeviceNodes,
 		envvar:      cfg.Uses(options.DeviceListEnvVar),
 		cdi:         cfg.Uses(options.DeviceListCDICRI),
+		cdiKind:     cfg.CDIKind,
 		nodeSource:  cfg.DeviceNodeSource,
 		smiHost:     filepath.Join(cfg.ToolsDir, nvidiaSMIName),
 		statusDir:   cfg.StatusDir,
@@ -148,9 +151,13 @@ func physicalGPUs(devs []plugin.Device, gpuOf func(plugin.Device) int) []int {
 //   - with the envvar strategy: nvidia-smi read-only at /usr/bin/nvidia-smi
 //     (-nvidia-smi), the status directory read-only at /run/virtual-gpu,
 //     and with -device-nodes /dev/nvidia<minor> per GPU, /dev/nvidiactl and
-//     /dev/nvidia-uvm, all backed by the device node source;
-//   - with the cdi-cri strategy: the GPUs' CDI device names (the spec
-//     viewFiles writes carries the mounts and device nodes);
+//     /dev/nvidia-uvm, all backed by the device node source, read-write
+//     without mknod (cdi.DevicePermissions, as in the CDI spec);
+//   - with the cdi-cri strategy: the GPUs' CDI device names, of the
+//     kind of the resource name in force (the spec of that kind viewFiles
+//     writes carries the mounts and device nodes; an answer given under an
+//     earlier resource name keeps naming that name's kind, whose spec
+//     stays);
 //   - for a record with a load socket (its variables have
 //     loadsock.EnvSocket, -telemetry-writable), whatever the strategy: the
 //     allocation's socket directory read-only at loadsock.ContainerDir.
@@ -174,10 +181,10 @@ func (v containerView) respond(m *topology.Machine, uuids map[int]string, gpuOf 
 			if v.deviceNodes {
 				spec.DeviceNodes = make([]plugin.DeviceNode, 0, len(gpus)+2)
 				for _, i := range gpus {
-					spec.DeviceNodes = append(spec.DeviceNodes, plugin.DeviceNode{ContainerPath: devicePath(minorOf(m, i)), HostPath: v.nodeSource})
+					spec.DeviceNodes = append(spec.DeviceNodes, plugin.DeviceNode{ContainerPath: devicePath(minorOf(m, i)), HostPath: v.nodeSource, Permissions: cdi.DevicePermissions})
 				}
 				for _, p := range []string{cdi.ControlDevicePath, cdi.UVMDevicePath} {
-					spec.DeviceNodes = append(spec.DeviceNodes, plugin.DeviceNode{ContainerPath: p, HostPath: v.nodeSource})
+					spec.DeviceNodes = append(spec.DeviceNodes, plugin.DeviceNode{ContainerPath: p, HostPath: v.nodeSource, Permissions: cdi.DevicePermissions})
 				}
 			}
 		}
@@ -189,7 +196,7 @@ func (v containerView) respond(m *topology.Machine, uuids map[int]string, gpuOf 
 			for k, i := range gpus {
 				ids[k] = gpuID(i)
 			}
-			names, err := cdi.QualifiedNames(ids)
+			names, err := v.cdiKind.QualifiedNames(ids)
 			if err != nil {
 				return spec, err
 			}
@@ -260,14 +267,15 @@ type viewFiles struct {
 	exe      string // the binary installed as nvidia-smi
 	toolsDir string
 	cdiDir   string
-	identity string // the node identity serials are derived from
+	cdiOwner cdi.Owner // the instance the CDI specs are marked with: its state file
+	identity string    // the node identity serials are derived from
 	now      func() time.Time
 	status   *status.Writer
 
 	mu        sync.Mutex
 	installed bool                        // nvidia-smi is current in toolsDir
 	gpus      map[string]*status.GPU      // GPU id -> its status as last written
-	cdi       *cdi.Writer                 // nil until a configuration uses cdi-cri
+	cdi       map[cdi.Kind]*cdi.Writer    // the CDI spec writer of each kind a configuration used
 	lastLive  map[string]status.Telemetry // UUID -> its live values as last written (telemetry.go)
 	set       *deviceSet                  // the set last published; nil before
 	behind    error                       // why the files are behind the store (the first failure); nil when they are not
@@ -288,8 +296,8 @@ func newViewFiles(cfg *options.Config, st *store.Store, exe, identity string, lo
 	if err != nil {
 		return nil, err
 	}
-	return &viewFiles{st: st, log: log, exe: exe, toolsDir: cfg.ToolsDir, cdiDir: cfg.CDISpecDir, identity: identity, now: time.Now,
-		status: w, gpus: map[string]*status.GPU{}, wake: make(chan struct{}, 1)}, nil
+	return &viewFiles{st: st, log: log, exe: exe, toolsDir: cfg.ToolsDir, cdiDir: cfg.CDISpecDir, cdiOwner: cdiOwner(cfg), identity: identity, now: time.Now,
+		status: w, gpus: map[string]*status.GPU{}, cdi: map[cdi.Kind]*cdi.Writer{}, wake: make(chan struct{}, 1)}, nil
 }
 
 // prepare makes the files set's answers name exist before set serves:
@@ -560,25 +568,25 @@ func machineGPUs(m *topology.Machine) []int {
 }
 
 // writeCDI writes the CDI spec of gpus (any order, repeats allowed) for
-// set's view: one device per GPU with its device node, the shared nodes,
-// and the nvidia-smi (with -nvidia-smi) and status mounts. GPUs whose minor
-// number a CDI spec cannot hold are left out (they came from a
-// configuration without CDI). The caller holds mu.
+// set's view, of its kind: one device per GPU with its device node, the
+// shared nodes, and the nvidia-smi (with -nvidia-smi) and status mounts.
+// GPUs whose minor number a CDI spec cannot hold are left out (they came
+// from a configuration without CDI). The spec of a kind used before stays
+// as it was last written. A spec of another instance at the kind's path is
+// left alone and is an error. The caller holds mu.
 func (f *viewFiles) writeCDI(set *deviceSet, gpus []int) error {
-	if f.cdi == nil {
-		w, err := cdi.NewWriter(f.cdiDir)
-		if err != nil {
+	v, m := set.view, set.cfg.Machine
+	w := f.cdi[v.cdiKind]
+	first := w == nil
+	if first {
+		var err error
+		if w, err = cdi.NewWriter(f.cdiDir, v.cdiKind, f.cdiOwner); err != nil {
 			return err
 		}
-		if err := w.RemoveTemporaryFiles(); err != nil {
-			f.log.Warn().Err(err).Str("dir", f.cdiDir).Msg("temporary CDI spec files left by an earlier run not removed")
-		}
-		f.cdi = w
 	}
-	v, m := set.view, set.cfg.Machine
 	slices.Sort(gpus)
 	gpus = slices.Compact(gpus)
-	cfg := cdi.Config{SharedNodes: cdi.DefaultSharedNodes(v.nodeSource)}
+	cfg := cdi.Config{Kind: v.cdiKind, SharedNodes: cdi.DefaultSharedNodes(v.nodeSource)}
 	for _, i := range gpus {
 		if minor := minorOf(m, i); minor <= cdi.MaxMinor {
 			cfg.GPUs = append(cfg.GPUs, cdi.GPU{ID: gpuID(i), Minor: minor, HostNode: v.nodeSource})
@@ -588,7 +596,37 @@ func (f *viewFiles) writeCDI(set *deviceSet, gpus []int) error {
 		cfg.Mounts = append(cfg.Mounts, cdi.Mount{HostPath: v.smiHost, ContainerPath: nvidiaSMIContainerPath})
 	}
 	cfg.Mounts = append(cfg.Mounts, cdi.Mount{HostPath: v.statusDir, ContainerPath: status.DefaultDir})
-	return f.cdi.Write(cfg)
+	if err := w.Write(cfg); err != nil {
+		if errors.Is(err, cdi.ErrForeignSpec) {
+			return fmt.Errorf("%w; another plugin with the same -resource-name (the CDI kind %s) writes into -cdi-spec-dir %s: give each its own -resource-name or -cdi-spec-dir", err, v.cdiKind, f.cdiDir)
+		}
+		return err
+	}
+	if first {
+		// The kind is ours now: what a crash of ours left can go.
+		if err := w.RemoveTemporaryFiles(); err != nil {
+			f.log.Warn().Err(err).Str("dir", f.cdiDir).Msg("temporary CDI spec files left by an earlier run not removed")
+		}
+		f.cdi[v.cdiKind] = w
+	}
+	return nil
+}
+
+// cdiOwner is the owner the CDI specs of cfg's process are marked with:
+// its state file, which names one instance (the file is locked while it
+// runs). An unmarked spec, written before specs were marked, is this
+// instance's own when it mounts this instance's status directory (next to
+// the state file) where containers read it.
+func cdiOwner(cfg *options.Config) cdi.Owner {
+	statusDir := cfg.StatusDir
+	return cdi.Owner{ID: cfg.StatePath, Adopt: func(s *specs.Spec) bool {
+		for _, m := range s.ContainerEdits.Mounts {
+			if m != nil && m.HostPath == statusDir && m.ContainerPath == status.DefaultDir {
+				return true
+			}
+		}
+		return false
+	}}
 }
 
 // installTool installs the file src as dir/name for containers: mode 0755,

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	cdilib "tags.cncf.io/container-device-interface/pkg/cdi"
@@ -114,7 +115,7 @@ func TestContainerView_Respond(t *testing.T) {
 	nodes := func(source string) []plugin.DeviceNode {
 		var out []plugin.DeviceNode
 		for _, p := range []string{"/dev/nvidia2", "/dev/nvidia5", "/dev/nvidiactl", "/dev/nvidia-uvm"} {
-			out = append(out, plugin.DeviceNode{ContainerPath: p, HostPath: source})
+			out = append(out, plugin.DeviceNode{ContainerPath: p, HostPath: source, Permissions: "rw"})
 		}
 		return out
 	}
@@ -436,6 +437,7 @@ func TestBinary_Allocate1024_EveryOption(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.DeviceListStrategies = []options.DeviceListStrategy{options.DeviceListEnvVar, options.DeviceListCDICRI}
+	cfg.CDIKind = cdi.DefaultKind // as Validate sets it with cdi-cri
 	set, stored := viewSetOf(t, cfg)
 	cat, err := set.catalog(stored)
 	if err != nil {
@@ -496,7 +498,7 @@ func TestServe_ContainerView_LiveChange(t *testing.T) {
 	statusDir := filepath.Join(filepath.Dir(n.state), "status")
 	specIDs := func() []string {
 		t.Helper()
-		spec, err := cdilib.ReadSpec(filepath.Join(cdiDir, cdi.SpecFileName), 0)
+		spec, err := cdilib.ReadSpec(filepath.Join(cdiDir, cdi.DefaultKind.SpecFileName()), 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -556,6 +558,212 @@ func TestServe_ContainerView_LiveChange(t *testing.T) {
 	}
 	b, _ := json.Marshal(g.Health)
 	t.Logf("fake-1 health in its status file: %s", b)
+}
+
+// TestServe_CDI_ResourceNameChange: the CDI kind follows the resource name.
+// A live change of the name writes the new kind's spec and answers with its
+// names; the old kind's spec stays as it was, for the answers given under
+// the old name (the kubelet replays them), and back to the old name its
+// spec is written again.
+func TestServe_CDI_ResourceNameChange(t *testing.T) {
+	n := newLiveNode(t)
+	cdiDir := filepath.Join(n.dir, "cdi")
+	api := newFakeAPI(nil)
+	reg := n.start(t, api, "-device-list-strategy=cdi-cri", "-cdi-spec-dir="+cdiDir)
+	plugintest.NextList(t, reg, 10*time.Second)
+	oldPath, newPath := filepath.Join(cdiDir, "unicore.mcyou.cc-gpu.yaml"), filepath.Join(cdiDir, "example.com-vgpu.yaml")
+	specOf := func(path string) *cdilib.Spec {
+		t.Helper()
+		spec, err := cdilib.ReadSpec(path, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return spec
+	}
+	allocate := func(reg *plugintest.Registration, id string) []string {
+		t.Helper()
+		resp, err := reg.Client.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{id}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cdiNames(resp.ContainerResponses[0])
+	}
+	if got := allocate(reg, "fake-1"); !slices.Equal(got, []string{"unicore.mcyou.cc/gpu=fake-1"}) {
+		t.Errorf("under the default name: %v", got)
+	}
+	if k := specOf(oldPath).Kind; k != "unicore.mcyou.cc/gpu" {
+		t.Errorf("kind %q", k)
+	}
+	before, err := os.ReadFile(oldPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	api.setLabel(nodeapi.ConfigLabel, "renamed")
+	again := n.kubelet.WaitRegistration(30 * time.Second)
+	if again.Request.ResourceName != renamedRes {
+		t.Fatalf("registered again as %q", again.Request.ResourceName)
+	}
+	plugintest.NextList(t, again, 10*time.Second)
+	spec := specOf(newPath)
+	if spec.Kind != renamedRes || spec.GetDevice("fake-1") == nil {
+		t.Errorf("the new name's spec: kind %q, devices %v", spec.Kind, spec.Devices)
+	}
+	if got := allocate(again, "fake-2"); !slices.Equal(got, []string{renamedRes + "=fake-2"}) {
+		t.Errorf("under the new name: %v", got)
+	}
+	if after, err := os.ReadFile(oldPath); err != nil || !bytes.Equal(after, before) {
+		t.Errorf("the old name's spec changed or went (%v): the answers given under it name it", err)
+	}
+
+	api.setLabel(nodeapi.ConfigLabel, "")
+	back := n.kubelet.WaitRegistration(30 * time.Second)
+	plugintest.NextList(t, back, 10*time.Second)
+	if got := allocate(back, "fake-3"); !slices.Equal(got, []string{"unicore.mcyou.cc/gpu=fake-3"}) {
+		t.Errorf("back under the default name: %v", got)
+	}
+	if specOf(oldPath).GetDevice("fake-3") == nil || specOf(newPath).GetDevice("fake-2") == nil {
+		t.Error("a spec lacks a device an answer names")
+	}
+}
+
+// TestBinary_CDI_AnotherInstancesSpec: a spec of the same kind in the same
+// directory written by another instance (another state file), or unmarked
+// and not ours, is never replaced: the plugin exits 1 naming the file (and
+// its owner). A spec of an earlier version of this instance (no owner mark,
+// our status directory mounted) is replaced.
+func TestBinary_CDI_AnotherInstancesSpec(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		owner string // "" unmarked, as an earlier version wrote it
+		ours  bool
+	}{
+		{"another instance's", "/srv/other/state.db", false},
+		{"an unmarked spec of someone else", "", false},
+		{"an unmarked spec of ours", "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t)
+			cdiDir := filepath.Join(n.dir, "cdi")
+			path := filepath.Join(cdiDir, cdi.DefaultKind.SpecFileName())
+			statusDir := filepath.Join(t.TempDir(), "status")
+			if tc.ours {
+				statusDir = filepath.Join(filepath.Dir(n.state), "status")
+			}
+			cfg := cdi.Config{GPUs: []cdi.GPU{{ID: "fake-0"}}, Mounts: []cdi.Mount{{HostPath: statusDir, ContainerPath: status.DefaultDir}}}
+			if tc.owner != "" {
+				w, err := cdi.NewWriter(cdiDir, cdi.DefaultKind, cdi.Owner{ID: tc.owner})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := w.Write(cfg); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				spec, err := cdi.Build(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := cdi.Marshal(spec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.MkdirAll(cdiDir, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			flags := []string{"-device-list-strategy=cdi-cri", "-cdi-spec-dir=" + cdiDir}
+			if tc.ours {
+				_, reg := n.start(t, flags...)
+				plugintest.NextList(t, reg, 10*time.Second)
+				spec, err := cdilib.ReadSpec(path, 0)
+				if err != nil || spec.GetDevice("fake-3") == nil {
+					t.Fatalf("our earlier spec was not replaced: %v", err)
+				}
+				return
+			}
+			p := startBinary(t, append([]string{"-device-plugin-path=" + n.dir, "-state=" + n.state, "-pod-resources-socket=" + n.podResources()}, flags...)...)
+			line := p.logs.waitLine(t, "virtual-gpu-device-plugin: ")
+			if code := p.waitExit(t); code != 1 {
+				t.Errorf("exit code %d, want 1", code)
+			}
+			want := []string{path, "another plugin with the same -resource-name"}
+			if tc.owner != "" {
+				want = append(want, tc.owner)
+			}
+			for _, w := range want {
+				if !strings.Contains(line, w) {
+					t.Errorf("exit line %q does not name %q", line, w)
+				}
+			}
+			if after, err := os.ReadFile(path); err != nil || !bytes.Equal(after, before) {
+				t.Errorf("the other instance's spec changed (%v)", err)
+			}
+			select {
+			case r := <-n.kubelet.Registrations():
+				t.Errorf("a registration arrived: %v", r.Request)
+			default:
+			}
+		})
+	}
+}
+
+// TestBinary_DeviceNodeSource: a block device as -device-node-source
+// (here a node of the host disk's numbers) is a usage error, acknowledged or
+// not; another character device, acknowledged, starts with a warning naming
+// it, and the containers get it read-write (no mknod).
+func TestBinary_DeviceNodeSource(t *testing.T) {
+	dir := t.TempDir()
+	disk, kmsg := filepath.Join(dir, "vda"), filepath.Join(dir, "kmsg")
+	for _, n := range []struct {
+		path               string
+		mode, major, minor uint32
+	}{{disk, syscall.S_IFBLK, 254, 0}, {kmsg, syscall.S_IFCHR, 1, 11}} {
+		if err := syscall.Mknod(n.path, n.mode|0o600, int(unix.Mkdev(n.major, n.minor))); err != nil {
+			t.Skipf("mknod %s: %v (needs root)", n.path, err)
+		}
+	}
+	n := newNode(t)
+	// refused runs the plugin, which must exit at once, and returns its
+	// exit code and its one line.
+	refused := func(extra ...string) (int, string) {
+		t.Helper()
+		p := startBinary(t, append([]string{"-device-plugin-path=" + n.dir, "-state=" + n.state, "-pod-resources-socket=" + n.podResources()}, extra...)...)
+		line := p.logs.waitLine(t, "virtual-gpu-device-plugin: ")
+		return p.waitExit(t), line
+	}
+	for _, extra := range [][]string{nil, {"-allow-unsafe-device-node-source"}} {
+		code, line := refused(append([]string{"-device-nodes", "-device-node-source=" + disk}, extra...)...)
+		if code != 2 || !strings.Contains(line, disk) || !strings.Contains(line, "is block device 254:0") {
+			t.Errorf("%v: exit %d, %q; want exit 2 naming the block device", extra, code, line)
+		}
+	}
+	if code, line := refused("-device-list-strategy=cdi-cri", "-device-node-source="+kmsg); code != 2 || !strings.Contains(line, "-allow-unsafe-device-node-source") {
+		t.Errorf("unacknowledged character device: exit %d, %q; want exit 2 naming the flag", code, line)
+	}
+
+	p, reg := n.start(t, "-device-nodes", "-device-node-source="+kmsg, "-allow-unsafe-device-node-source")
+	line := p.logs.waitLine(t, `"level":"warn"`)
+	if !strings.Contains(line, kmsg) || !strings.Contains(line, "character device 1:11") {
+		t.Errorf("warning %q, want it naming %s", line, kmsg)
+	}
+	plugintest.NextList(t, reg, 10*time.Second)
+	resp, err := reg.Client.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"fake-0"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range resp.ContainerResponses[0].Devices {
+		if d.HostPath != kmsg || d.Permissions != "rw" {
+			t.Errorf("device node %+v, want %s read-write", d, kmsg)
+		}
+	}
 }
 
 func cdiNames(r *pluginapi.ContainerAllocateResponse) []string {

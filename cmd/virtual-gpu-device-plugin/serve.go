@@ -445,8 +445,8 @@ func followEarlierNames(st *store.Store, tracker *lifecycle.Tracker) error {
 	return nil
 }
 
-// logConfig logs, once, where the configuration came from and what in it
-// has no effect (yet).
+// logConfig logs, once, where the configuration came from, what in it
+// has no effect (yet), and what it allows that is unsafe (at warn).
 func logConfig(log zerolog.Logger, cfg *options.Config) {
 	if cfg.File != "" {
 		c := log.With().Str("file", cfg.File)
@@ -465,6 +465,9 @@ func logConfig(log zerolog.Logger, cfg *options.Config) {
 			notes[i] = n.String()
 		}
 		log.Info().Strs("fields", notes).Msg("fields of NVIDIA's device plugin configuration that have no effect here")
+	}
+	for _, w := range cfg.Warnings {
+		log.Warn().Msg(w)
 	}
 	if sh := cfg.Sharing; sh.Enabled() {
 		gpus := "all"

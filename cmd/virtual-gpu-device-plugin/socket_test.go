@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -90,4 +91,51 @@ func TestBinary_StaleSocketAfterSIGKILL_Replaced(t *testing.T) {
 	}
 	_, reg := n.start(t)
 	plugintest.NextList(t, reg, 10*time.Second)
+}
+
+// A program that listens on one of our socket paths and never answers (it
+// accepts nothing, writes nothing) used to lose its socket to ours after a
+// 3 s probe. A listener, answering or not, is never removed: the plugin
+// exits 1 with one line naming the path, and the socket stays.
+func TestBinary_SilentListener_Exits1(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sock func(n *node) string
+	}{
+		{"admin socket", func(n *node) string { return filepath.Join(filepath.Dir(n.state), "admin.sock") }},
+		{"device-plugin socket", func(n *node) string { return filepath.Join(n.dir, "virtual-gpu.sock") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t)
+			sock := tc.sock(n)
+			if err := os.MkdirAll(filepath.Dir(sock), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			lis, err := net.Listen("unix", sock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { lis.Close() })
+			before, err := os.Lstat(sock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := startBinary(t, "-device-plugin-path="+n.dir, "-state="+n.state, "-pod-resources-socket="+n.podResources())
+			line := p.logs.waitLine(t, "virtual-gpu-device-plugin: ")
+			if code := p.waitExit(t); code != 1 {
+				t.Errorf("exit code = %d, want 1", code)
+			}
+			if !strings.Contains(line, sock) || !strings.Contains(line, "another process is listening on it") {
+				t.Errorf("exit line %q; want it naming %s and the cause", line, sock)
+			}
+			if after, err := os.Lstat(sock); err != nil || !os.SameFile(before, after) {
+				t.Fatalf("the listener's socket was removed or replaced (%v)", err)
+			}
+			select {
+			case r := <-n.kubelet.Registrations():
+				t.Fatalf("a registration arrived: %v", r.Request)
+			default:
+			}
+		})
+	}
 }

@@ -40,9 +40,8 @@ type ServerConfig struct {
 	// Reported returns the devices as the kubelet was last told them; only
 	// their NUMA nodes are used. Nil: the reported NUMA nodes are unknown.
 	Reported func() []plugin.Device
-	// ProbeTimeout is how long Listen waits for an answer on an existing
-	// socket before it takes it for stale (default
-	// plugin.DefaultSocketProbeTimeout).
+	// ProbeTimeout bounds Listen's connect to an existing socket (default
+	// plugin.DefaultSocketProbeTimeout; see plugin.ClaimSocket).
 	ProbeTimeout time.Duration
 	// Logger logs the server's start and what it handles itself; the zero
 	// value discards.
@@ -153,9 +152,9 @@ func (p *statusProbe) Write(b []byte) (int, error) { return len(b), nil }
 func (p *statusProbe) WriteHeader(code int)        { p.code = code }
 
 // Listen claims the socket path with plugin.ClaimSocket — a stale socket
-// is replaced; a socket on which any process answers (another plugin, the
-// kubelet, any program) is left alone and is an error wrapping
-// plugin.ErrSocketInUse; any other file is an error wrapping
+// (nobody listens) is replaced; a socket any process listens on, answering
+// or not (another plugin, the kubelet, any program), is left alone and is
+// an error wrapping plugin.ErrSocketInUse; any other file is an error wrapping
 // plugin.ErrNotSocket — then listens and restricts the socket to its owner
 // (0600). Calling it again is a no-op. After Listen the caller must Run or
 // Close.

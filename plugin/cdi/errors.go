@@ -17,6 +17,17 @@ var (
 	// missing node, wraps fs.ErrNotExist too.
 	ErrDeviceNode = errors.New("no host device node")
 
+	// ErrInvalidKind means a resource name or Kind does not make a valid
+	// CDI kind: the vendor or class breaks the CDI library's naming rules.
+	// The wrapping error names the part and the rule.
+	ErrInvalidKind = errors.New("invalid CDI kind")
+
+	// ErrForeignSpec means the spec file a Writer would replace was
+	// written by another owner (its owner mark names another), or has no
+	// owner mark and its Owner does not adopt it. The Writer leaves it
+	// alone; the wrapping error names the file and its owner.
+	ErrForeignSpec = errors.New("the CDI spec belongs to another owner")
+
 	// ErrInvalidSpec means the CDI library refused the spec Build made (it
 	// should not happen for a Config Build accepted).
 	ErrInvalidSpec = errors.New("invalid CDI spec")

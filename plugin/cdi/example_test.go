@@ -6,9 +6,10 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/cdi"
 )
 
-// The spec of two GPUs backed by /dev/null, with the shared device nodes,
-// the plugin binary mounted as nvidia-smi and the status directory, and the
-// names Allocate answers for them.
+// The spec of two GPUs of the default kind backed by /dev/null, read-write
+// (no mknod), with the shared device nodes, the plugin binary mounted as
+// nvidia-smi and the status directory, and the names Allocate answers for
+// them.
 func ExampleBuild() {
 	spec, err := cdi.Build(cdi.Config{
 		GPUs:        []cdi.GPU{{ID: "fake-1", Minor: 1}, {ID: "fake-0", Minor: 0}},
@@ -28,7 +29,7 @@ func ExampleBuild() {
 		return
 	}
 	fmt.Print(string(b))
-	names, _ := cdi.QualifiedNames([]string{"fake-0", "fake-1"})
+	names, _ := cdi.DefaultKind.QualifiedNames([]string{"fake-0", "fake-1"})
 	fmt.Println(names)
 	// Output:
 	// cdiVersion: 0.5.0
@@ -39,17 +40,21 @@ func ExampleBuild() {
 	//       deviceNodes:
 	//         - path: /dev/nvidia0
 	//           hostPath: /dev/null
+	//           permissions: rw
 	//   - name: fake-1
 	//     containerEdits:
 	//       deviceNodes:
 	//         - path: /dev/nvidia1
 	//           hostPath: /dev/null
+	//           permissions: rw
 	// containerEdits:
 	//   deviceNodes:
 	//     - path: /dev/nvidiactl
 	//       hostPath: /dev/null
+	//       permissions: rw
 	//     - path: /dev/nvidia-uvm
 	//       hostPath: /dev/null
+	//       permissions: rw
 	//   mounts:
 	//     - hostPath: /usr/bin/virtual-gpu-device-plugin
 	//       containerPath: /usr/bin/nvidia-smi

@@ -60,7 +60,7 @@ func TestInject_OCISpec(t *testing.T) {
 		{"two GPUs, shared edits once", []string{"fake-2", "fake-0"}, []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia2", "/dev/nvidia0"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			names, err := cdi.QualifiedNames(tc.ids)
+			names, err := cdi.DefaultKind.QualifiedNames(tc.ids)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -79,12 +79,12 @@ func TestInject_OCISpec(t *testing.T) {
 			}
 			var allowed int
 			for _, r := range s.Linux.Resources.Devices {
-				if r.Allow && r.Type == "c" && r.Major != nil && *r.Major == 1 && r.Minor != nil && *r.Minor == 3 && r.Access == "rwm" {
+				if r.Allow && r.Type == "c" && r.Major != nil && *r.Major == 1 && r.Minor != nil && *r.Minor == 3 && r.Access == "rw" {
 					allowed++
 				}
 			}
 			if allowed != len(tc.devices) {
-				t.Errorf("%d cgroup rules allow c 1:3 rwm, want one per device node (%d): %+v", allowed, len(tc.devices), s.Linux.Resources.Devices)
+				t.Errorf("%d cgroup rules allow c 1:3 rw (no mknod), want one per device node (%d): %+v", allowed, len(tc.devices), s.Linux.Resources.Devices)
 			}
 			for _, m := range cfg.Mounts {
 				got := mountByDestination(s, m.ContainerPath)
@@ -105,7 +105,7 @@ func TestInject_OCISpec(t *testing.T) {
 		})
 	}
 	t.Run("unknown device", func(t *testing.T) {
-		unresolved, err := cache.InjectDevices(newOCISpec(), cdi.QualifiedName("fake-9"))
+		unresolved, err := cache.InjectDevices(newOCISpec(), cdi.DefaultKind.QualifiedName("fake-9"))
 		if err == nil || !slices.Equal(unresolved, []string{"unicore.mcyou.cc/gpu=fake-9"}) {
 			t.Errorf("InjectDevices(fake-9) = %q, %v; want it unresolved", unresolved, err)
 		}

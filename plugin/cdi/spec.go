@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 	cdilib "tags.cncf.io/container-device-interface/pkg/cdi"
@@ -16,18 +17,8 @@ import (
 	specs "tags.cncf.io/container-device-interface/specs-go"
 )
 
-// Names and defaults of the plugin's CDI spec.
+// Defaults and fixed values of the plugin's CDI spec.
 const (
-	// Vendor and Class make the spec's kind: the resource name's domain and
-	// name.
-	Vendor = "unicore.mcyou.cc"
-	Class  = "gpu"
-	// Kind is the spec's kind, "<vendor>/<class>".
-	Kind = Vendor + "/" + Class
-	// SpecFileName is the spec's file name in the spec directory: the CDI
-	// library's name for a vendor/class spec (GenerateSpecName) with the
-	// YAML extension.
-	SpecFileName = Vendor + "-" + Class + ".yaml"
 	// DefaultSpecDir is the spec directory: the dynamic-spec directory CDI
 	// runtimes scan by default (the library's DefaultDynamicDir).
 	DefaultSpecDir = "/var/run/cdi"
@@ -42,7 +33,97 @@ const (
 	// MaxMinor is the highest GPU minor number: NVIDIA's driver gives its
 	// control device minor 255, so GPUs use 0-254.
 	MaxMinor = 254
+	// DevicePermissions are the cgroup permissions of every device node of
+	// the spec: read and write, no mknod. Without them a runtime allows
+	// "rwm". The cgroup device controller checks open and mknod only: a
+	// stat, ls or [ -c ] passes with any permissions, and NVIDIA's driver
+	// library and nvidia-smi open /dev/nvidiactl and /dev/nvidia<N>
+	// read-write, so "r" would turn their probe into EPERM; the runtime
+	// creates the node, so the container never needs mknod. The device
+	// plugin API's answer uses the same (plugin.DeviceNode's default).
+	DevicePermissions = "rw"
 )
+
+// Kind is the kind of a CDI spec, "<vendor>/<class>": the first part of
+// its devices' fully qualified names ("<vendor>/<class>=<device>") and,
+// through the CDI library's GenerateSpecName, of its file's name. The
+// plugin's kind is its resource name (KindOf): the resource name's domain
+// is the vendor, its name the class. A Kind is a comparable value; the zero
+// Kind is not valid (Config reads it as DefaultKind).
+type Kind struct {
+	Vendor, Class string
+}
+
+// DefaultKind is the kind of the default resource unicore.mcyou.cc/gpu:
+// its spec file is unicore.mcyou.cc-gpu.yaml and its devices are named
+// unicore.mcyou.cc/gpu=<id>.
+var DefaultKind = Kind{Vendor: "unicore.mcyou.cc", Class: "gpu"}
+
+// KindOf returns the kind of the extended resource name "<domain>/<name>":
+// vendor domain, class name. A name that does not make a valid CDI kind
+// (the CDI library's rules: vendor and class begin with a letter, end with
+// a letter or digit, and hold only letters, digits, '-', '_' and '.') is an
+// error wrapping ErrInvalidKind that says which part breaks which rule. A
+// class with a '.' needs cdiVersion 0.6.0, which runtimes built with CDI
+// library versions before 0.6 (containerd 1.7.0, say) do not read; Build
+// writes the lowest version its spec needs.
+func KindOf(resourceName string) (Kind, error) {
+	vendor, class, ok := strings.Cut(resourceName, "/")
+	if !ok {
+		return Kind{}, fmt.Errorf("resource name %q has no '/' to split into a CDI vendor and class: %w", resourceName, ErrInvalidKind)
+	}
+	k := Kind{Vendor: vendor, Class: class}
+	if err := k.Validate(); err != nil {
+		return Kind{}, err
+	}
+	return k, nil
+}
+
+// Validate checks k with the CDI library's vendor and class rules; an error
+// wraps ErrInvalidKind.
+func (k Kind) Validate() error {
+	if err := parser.ValidateVendorName(k.Vendor); err != nil {
+		return fmt.Errorf("%w %q: vendor %q: %w", ErrInvalidKind, k.String(), k.Vendor, err)
+	}
+	if err := parser.ValidateClassName(k.Class); err != nil {
+		return fmt.Errorf("%w %q: class %q: %w", ErrInvalidKind, k.String(), k.Class, err)
+	}
+	return nil
+}
+
+// String returns "<vendor>/<class>", the spec's kind field.
+func (k Kind) String() string { return k.Vendor + "/" + k.Class }
+
+// SpecFileName returns the file name of k's spec in a spec directory: the
+// CDI library's name for a vendor/class spec (GenerateSpecName,
+// "<vendor>-<class>") with the YAML extension runtimes read.
+func (k Kind) SpecFileName() string { return k.Vendor + "-" + k.Class + ".yaml" }
+
+// QualifiedName returns the fully qualified CDI name of the device id,
+// "<vendor>/<class>=<id>", without checking id.
+func (k Kind) QualifiedName(id string) string { return parser.QualifiedName(k.Vendor, k.Class, id) }
+
+// QualifiedNames returns the fully qualified CDI names of the device ids, in
+// the same order: what Allocate answers in CdiDevices. An id that is not a
+// valid CDI device name is an error wrapping ErrInvalidConfig.
+func (k Kind) QualifiedNames(ids []string) ([]string, error) {
+	names := make([]string, len(ids))
+	for i, id := range ids {
+		if err := parser.ValidateDeviceName(id); err != nil {
+			return nil, fmt.Errorf("device id %q: %w: %w", id, ErrInvalidConfig, err)
+		}
+		names[i] = k.QualifiedName(id)
+	}
+	return names, nil
+}
+
+// orDefault returns k, or DefaultKind for the zero Kind.
+func (k Kind) orDefault() Kind {
+	if k == (Kind{}) {
+		return DefaultKind
+	}
+	return k
+}
 
 // MountOptions are the options of every mount of the spec: read-only, no
 // setuid binaries or device files through it, a recursive bind mount that
@@ -89,6 +170,8 @@ type Mount struct {
 // Config is what Build turns into a spec. The zero value is not valid: a
 // spec needs at least one GPU.
 type Config struct {
+	// Kind is the spec's kind; the zero Kind means DefaultKind.
+	Kind Kind
 	// GPUs are the spec's devices, one per GPU, in any order.
 	GPUs []GPU
 	// SharedNodes are added once to every container that gets GPUs, e.g.
@@ -104,24 +187,6 @@ type Config struct {
 // by hostNode ("" means DefaultNodeSource).
 func DefaultSharedNodes(hostNode string) []DeviceNode {
 	return []DeviceNode{{Path: ControlDevicePath, HostNode: hostNode}, {Path: UVMDevicePath, HostNode: hostNode}}
-}
-
-// QualifiedName returns the fully qualified CDI name of the device id,
-// "unicore.mcyou.cc/gpu=<id>", without checking id.
-func QualifiedName(id string) string { return parser.QualifiedName(Vendor, Class, id) }
-
-// QualifiedNames returns the fully qualified CDI names of the device ids, in
-// the same order: what Allocate answers in CdiDevices. An id that is not a
-// valid CDI device name is an error wrapping ErrInvalidConfig.
-func QualifiedNames(ids []string) ([]string, error) {
-	names := make([]string, len(ids))
-	for i, id := range ids {
-		if err := parser.ValidateDeviceName(id); err != nil {
-			return nil, fmt.Errorf("device id %q: %w: %w", id, ErrInvalidConfig, err)
-		}
-		names[i] = QualifiedName(id)
-	}
-	return names, nil
 }
 
 // Build returns the CDI spec of cfg (see the package doc), checked with the
@@ -146,7 +211,11 @@ func Build(cfg Config) (*specs.Spec, error) {
 		paths[path] = what
 		return nil
 	}
-	spec := &specs.Spec{Kind: Kind}
+	kind := cfg.Kind.orDefault()
+	if err := kind.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	spec := &specs.Spec{Kind: kind.String()}
 	ids := map[string]bool{}
 	for _, g := range gpus {
 		what := fmt.Sprintf("gpu %q", g.ID)
@@ -253,7 +322,7 @@ func deviceNode(what, path, hostNode string) (*specs.DeviceNode, error) {
 	if fi.Mode()&fs.ModeDevice == 0 {
 		return nil, fmt.Errorf("%s: %s backed by %s: %w: it is a %s, not a character or block device", what, path, hostNode, ErrDeviceNode, describeType(fi.Mode()))
 	}
-	node := &specs.DeviceNode{Path: path}
+	node := &specs.DeviceNode{Path: path, Permissions: DevicePermissions}
 	if hostNode != path {
 		node.HostPath = hostNode
 	}

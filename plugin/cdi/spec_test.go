@@ -50,23 +50,85 @@ func mustConfig(t testing.TB, n int) cdi.Config {
 }
 
 func TestNames_FollowTheCDIConventions(t *testing.T) {
-	if err := parser.ValidateVendorName(cdi.Vendor); err != nil {
-		t.Errorf("vendor %q: %v", cdi.Vendor, err)
+	k := cdi.DefaultKind
+	if err := parser.ValidateVendorName(k.Vendor); err != nil {
+		t.Errorf("vendor %q: %v", k.Vendor, err)
 	}
-	if err := parser.ValidateClassName(cdi.Class); err != nil {
-		t.Errorf("class %q: %v", cdi.Class, err)
+	if err := parser.ValidateClassName(k.Class); err != nil {
+		t.Errorf("class %q: %v", k.Class, err)
 	}
-	if v, c := parser.ParseQualifier(cdi.Kind); v != cdi.Vendor || c != cdi.Class {
-		t.Errorf("ParseQualifier(%q) = %q, %q", cdi.Kind, v, c)
+	if v, c := parser.ParseQualifier(k.String()); v != k.Vendor || c != k.Class {
+		t.Errorf("ParseQualifier(%q) = %q, %q", k, v, c)
 	}
-	if want := cdilib.GenerateSpecName(cdi.Vendor, cdi.Class) + ".yaml"; cdi.SpecFileName != want {
-		t.Errorf("SpecFileName = %q, the library names it %q", cdi.SpecFileName, want)
+	if want := cdilib.GenerateSpecName(k.Vendor, k.Class) + ".yaml"; k.SpecFileName() != want {
+		t.Errorf("SpecFileName = %q, the library names it %q", k.SpecFileName(), want)
 	}
 	if cdi.DefaultSpecDir != cdilib.DefaultDynamicDir {
 		t.Errorf("DefaultSpecDir = %q, the library's dynamic dir is %q", cdi.DefaultSpecDir, cdilib.DefaultDynamicDir)
 	}
-	if cdi.Kind != "unicore.mcyou.cc/gpu" {
-		t.Errorf("Kind = %q, want the resource name unicore.mcyou.cc/gpu", cdi.Kind)
+	// Existing clusters keep their file and names.
+	if k.String() != "unicore.mcyou.cc/gpu" || k.SpecFileName() != "unicore.mcyou.cc-gpu.yaml" || k.QualifiedName("fake-0") != "unicore.mcyou.cc/gpu=fake-0" {
+		t.Errorf("DefaultKind %q, file %q, name %q; want unicore.mcyou.cc/gpu, unicore.mcyou.cc-gpu.yaml, unicore.mcyou.cc/gpu=fake-0",
+			k, k.SpecFileName(), k.QualifiedName("fake-0"))
+	}
+}
+
+// TestKindOf: the resource's domain is the vendor, its name the class; a
+// resource name the CDI library cannot take as a kind is refused, naming
+// the part and the rule.
+func TestKindOf(t *testing.T) {
+	for _, tc := range []struct {
+		resource string
+		want     cdi.Kind
+		file     string
+		err      string // "" accepted
+	}{
+		{"unicore.mcyou.cc/gpu", cdi.DefaultKind, "unicore.mcyou.cc-gpu.yaml", ""},
+		{"example.com/vgpu", cdi.Kind{Vendor: "example.com", Class: "vgpu"}, "example.com-vgpu.yaml", ""},
+		{"example.com/gpu.shared", cdi.Kind{Vendor: "example.com", Class: "gpu.shared"}, "example.com-gpu.shared.yaml", ""},
+		{"example.com/Gpu_2", cdi.Kind{Vendor: "example.com", Class: "Gpu_2"}, "example.com-Gpu_2.yaml", ""},
+		{"3dfx.com/gpu", cdi.Kind{}, "", `vendor "3dfx.com"`},
+		{"example.com/2gpu", cdi.Kind{}, "", `class "2gpu"`},
+		{"example.com/-gpu", cdi.Kind{}, "", `class "-gpu"`},
+		{"gpu", cdi.Kind{}, "", "no '/'"},
+		{"example.com/", cdi.Kind{}, "", `class ""`},
+	} {
+		t.Run(tc.resource, func(t *testing.T) {
+			k, err := cdi.KindOf(tc.resource)
+			if tc.err != "" {
+				if !errors.Is(err, cdi.ErrInvalidKind) || !strings.Contains(err.Error(), tc.err) || !strings.Contains(err.Error(), tc.resource) {
+					t.Fatalf("KindOf(%q) = %v, %v; want ErrInvalidKind naming %q and %s", tc.resource, k, err, tc.resource, tc.err)
+				}
+				return
+			}
+			if err != nil || k != tc.want || k.SpecFileName() != tc.file || k.String() != tc.resource {
+				t.Fatalf("KindOf(%q) = %+v (file %q), %v; want %+v, %q", tc.resource, k, k.SpecFileName(), err, tc.want, tc.file)
+			}
+			if want := cdilib.GenerateSpecName(k.Vendor, k.Class) + ".yaml"; k.SpecFileName() != want {
+				t.Errorf("file %q, the library names it %q", k.SpecFileName(), want)
+			}
+		})
+	}
+}
+
+// A spec of another kind: its kind field and its devices' names.
+func TestBuild_Kind(t *testing.T) {
+	cfg := mustConfig(t, 1)
+	cfg.Kind = cdi.Kind{Vendor: "example.com", Class: "vgpu"}
+	spec, err := cdi.Build(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.Kind != "example.com/vgpu" || spec.Version != "0.5.0" {
+		t.Errorf("kind %q version %q, want example.com/vgpu 0.5.0", spec.Kind, spec.Version)
+	}
+	cfg.Kind = cdi.Kind{Vendor: "example.com", Class: "gpu.shared"}
+	if spec, err = cdi.Build(cfg); err != nil || spec.Version != "0.6.0" {
+		t.Errorf("class with a dot: version %q, %v; want 0.6.0, the first that allows it", spec.Version, err)
+	}
+	cfg.Kind = cdi.Kind{Vendor: "example.com", Class: "-x"}
+	if _, err := cdi.Build(cfg); !errors.Is(err, cdi.ErrInvalidKind) || !errors.Is(err, cdi.ErrInvalidConfig) {
+		t.Errorf("invalid kind: %v, want ErrInvalidKind and ErrInvalidConfig", err)
 	}
 }
 
@@ -86,7 +148,7 @@ func TestQualifiedNames(t *testing.T) {
 		{"space", []string{"fake 0"}, nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := cdi.QualifiedNames(tc.ids)
+			got, err := cdi.DefaultKind.QualifiedNames(tc.ids)
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("QualifiedNames(%q) error %v, want error %v", tc.ids, err, tc.wantErr)
 			}
@@ -118,11 +180,11 @@ func TestBuild_TwoGPUs(t *testing.T) {
 		Version: "0.5.0", // hostPath on device nodes needs 0.5.0; nothing newer
 		Kind:    "unicore.mcyou.cc/gpu",
 		Devices: []specs.Device{
-			{Name: "fake-0", ContainerEdits: specs.ContainerEdits{DeviceNodes: []*specs.DeviceNode{{Path: "/dev/nvidia0", HostPath: "/dev/null"}}}},
-			{Name: "fake-1", ContainerEdits: specs.ContainerEdits{DeviceNodes: []*specs.DeviceNode{{Path: "/dev/nvidia1", HostPath: "/dev/null"}}}},
+			{Name: "fake-0", ContainerEdits: specs.ContainerEdits{DeviceNodes: []*specs.DeviceNode{{Path: "/dev/nvidia0", HostPath: "/dev/null", Permissions: "rw"}}}},
+			{Name: "fake-1", ContainerEdits: specs.ContainerEdits{DeviceNodes: []*specs.DeviceNode{{Path: "/dev/nvidia1", HostPath: "/dev/null", Permissions: "rw"}}}},
 		},
 		ContainerEdits: specs.ContainerEdits{
-			DeviceNodes: []*specs.DeviceNode{{Path: "/dev/nvidiactl", HostPath: "/dev/null"}, {Path: "/dev/nvidia-uvm", HostPath: "/dev/null"}},
+			DeviceNodes: []*specs.DeviceNode{{Path: "/dev/nvidiactl", HostPath: "/dev/null", Permissions: "rw"}, {Path: "/dev/nvidia-uvm", HostPath: "/dev/null", Permissions: "rw"}},
 			Mounts: []*specs.Mount{
 				{HostPath: cfg.Mounts[0].HostPath, ContainerPath: smiPath, Options: []string{"ro", "nosuid", "nodev", "rbind", "rprivate"}},
 				{HostPath: cfg.Mounts[1].HostPath, ContainerPath: statusPath, Options: []string{"ro", "nosuid", "nodev", "rbind", "rprivate"}},
@@ -284,14 +346,14 @@ func FuzzBuild(f *testing.F) {
 		f.Add(s.id, s.minor)
 	}
 	dir := f.TempDir()
-	w, err := cdi.NewWriter(dir)
+	w, err := cdi.NewWriter(dir, cdi.DefaultKind, cdi.Owner{ID: "fuzz"})
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, id string, minor int) {
 		cfg := cdi.Config{GPUs: []cdi.GPU{{ID: id, Minor: minor}}, SharedNodes: cdi.DefaultSharedNodes("")}
 		spec, err := cdi.Build(cfg)
-		_, nameErr := cdi.QualifiedNames([]string{id})
+		_, nameErr := cdi.DefaultKind.QualifiedNames([]string{id})
 		if err != nil {
 			if !errors.Is(err, cdi.ErrInvalidConfig) {
 				t.Fatalf("Build(%q, %d): %v does not wrap ErrInvalidConfig", id, minor, err)

@@ -7,10 +7,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 
+	"go.yaml.in/yaml/v3"
 	cdilib "tags.cncf.io/container-device-interface/pkg/cdi"
+	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/atomicfile"
 )
@@ -24,28 +27,61 @@ const (
 	DirMode fs.FileMode = 0o755
 )
 
-// tmpPrefix starts the names of the Writer's temporary files. Their names do
-// not end in .yaml or .json, which CDI runtimes skip when they scan a spec
-// directory, so a runtime never loads a half-written spec.
-const tmpPrefix = "." + Vendor + "-" + Class + ".tmp-"
+// The owner mark: the first lines of every spec file a Writer writes, YAML
+// comments a CDI loader skips. Spec annotations would say it too, but they
+// need cdiVersion 0.6.0, which runtimes built with CDI library versions
+// before 0.6 (containerd 1.7.0, say) refuse: a comment keeps the spec at
+// the lowest version its content needs.
+const (
+	markIntro   = "# Written by virtual-gpu-device-plugin. Only its owner replaces it.\n"
+	ownerPrefix = "# owner: "
+)
 
-// Writer writes the plugin's CDI spec file, SpecFileName, into a spec
-// directory. Each write replaces the file atomically: a runtime loading it
-// sees the old spec or the new one, never a mix. It never removes the file
-// (not at shutdown either): containers whose cached Allocate answer names
-// its devices need it for as long as they may be restarted. A Writer is safe
-// for concurrent use; build one with NewWriter. It holds no open files.
-type Writer struct {
-	dir string
-	mu  sync.Mutex // serializes writes
+// Owner is the instance a Writer writes for: the owner marked in its spec
+// files, the only one that replaces them.
+type Owner struct {
+	// ID names the instance, uniquely on the host: the plugin uses its
+	// state file's path (locked while it runs, so one instance per path).
+	// Required; any string (the mark quotes it).
+	ID string
+	// Adopt reports whether an existing spec without an owner mark is the
+	// instance's own, written before specs were marked, so the Writer may
+	// replace it. It is called with the parsed spec. Nil: no unmarked spec
+	// is adopted.
+	Adopt func(*specs.Spec) bool
 }
 
-// NewWriter returns a Writer for the spec directory dir, creating it with
-// its parents if needed (the directory itself gets DirMode whatever the
-// umask); an existing directory keeps its mode (it may be shared with other
+// Writer writes the spec file of one kind, Kind.SpecFileName, into a spec
+// directory, for one Owner. Each write replaces the file atomically: a
+// runtime loading it sees the old spec or the new one, never a mix. It
+// replaces only a file its owner wrote (or adopts): a spec of another
+// owner is left alone, and the write fails with ErrForeignSpec. It never
+// removes the file (not at shutdown either): containers whose cached
+// Allocate answer names its devices need it for as long as they may be
+// restarted. A Writer is safe for concurrent use; build one with
+// NewWriter. It holds no open files.
+type Writer struct {
+	dir   string
+	kind  Kind
+	owner Owner
+	mu    sync.Mutex // serializes writes
+}
+
+// NewWriter returns a Writer of kind's spec (the zero Kind means
+// DefaultKind) for owner in the spec directory dir, creating dir with its
+// parents if needed (the directory itself gets DirMode whatever the umask);
+// an existing directory keeps its mode (it may be shared with other
 // vendors' specs). dir must be an absolute, clean path of a directory (or a
 // symbolic link to one); anything else there fails with syscall.ENOTDIR.
-func NewWriter(dir string) (*Writer, error) {
+// An invalid kind wraps ErrInvalidKind, an empty owner ID ErrInvalidConfig.
+func NewWriter(dir string, kind Kind, owner Owner) (*Writer, error) {
+	kind = kind.orDefault()
+	if err := kind.Validate(); err != nil {
+		return nil, err
+	}
+	if owner.ID == "" {
+		return nil, fmt.Errorf("cdi spec writer: no owner: %w", ErrInvalidConfig)
+	}
 	if err := checkPath(dir); err != nil {
 		return nil, fmt.Errorf("cdi spec directory: %w", err)
 	}
@@ -59,36 +95,61 @@ func NewWriter(dir string) (*Writer, error) {
 			return nil, fmt.Errorf("set mode %v on cdi spec directory %q: %w", DirMode, dir, err)
 		}
 	}
-	return &Writer{dir: dir}, nil
+	return &Writer{dir: dir, kind: kind, owner: owner}, nil
 }
 
 // Dir returns the spec directory.
 func (w *Writer) Dir() string { return w.dir }
 
-// Path returns the spec file's path, <dir>/SpecFileName.
-func (w *Writer) Path() string { return filepath.Join(w.dir, SpecFileName) }
+// Kind returns the kind of the spec the Writer writes.
+func (w *Writer) Kind() Kind { return w.kind }
+
+// Path returns the spec file's path, <dir>/<Kind.SpecFileName>.
+func (w *Writer) Path() string { return filepath.Join(w.dir, w.kind.SpecFileName()) }
+
+// tmpPrefix starts the names of the Writer's temporary files. Their names
+// do not end in .yaml or .json, which CDI runtimes skip when they scan a
+// spec directory, so a runtime never loads a half-written spec.
+func (w *Writer) tmpPrefix() string { return "." + w.kind.Vendor + "-" + w.kind.Class + ".tmp-" }
 
 // Write builds the spec of cfg (see Build; its errors are returned as they
-// are) and makes it the content of Path: unchanged if the file already holds
-// exactly these bytes, otherwise through a temporary file in the same
-// directory that is written, set to FileMode, flushed (fsync), loaded and
-// validated with the CDI library's ReadSpec (a refusal wraps
-// ErrInvalidSpec), renamed over Path, and the directory flushed. On error
-// the previous file is untouched and the temporary file removed.
+// are; cfg.Kind must be zero or the Writer's kind, and is the Writer's)
+// and makes it the content of Path, behind the owner mark: unchanged if
+// the file already holds exactly these bytes; refused with ErrForeignSpec,
+// the file untouched, if the file there is not the owner's (see Owner);
+// otherwise through a temporary file in the same directory that is
+// written, set to FileMode, flushed (fsync), loaded and validated with the
+// CDI library's ReadSpec (a refusal wraps ErrInvalidSpec), renamed over
+// Path, and the directory flushed. On error the previous file is untouched
+// and the temporary file removed. Two Writers of different owners racing
+// on one path are not excluded: the check and the rename are two steps.
 func (w *Writer) Write(cfg Config) error {
+	if cfg.Kind != (Kind{}) && cfg.Kind != w.kind {
+		return fmt.Errorf("config of CDI kind %s given to the writer of %s: %w", cfg.Kind, w.kind, ErrInvalidConfig)
+	}
+	cfg.Kind = w.kind
 	spec, err := Build(cfg)
 	if err != nil {
 		return err
 	}
-	data, err := Marshal(spec)
+	body, err := Marshal(spec)
 	if err != nil {
 		return err
 	}
+	data := append([]byte(markIntro+ownerPrefix+strconv.Quote(w.owner.ID)+"\n"), body...)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	final := w.Path()
-	if old, err := os.ReadFile(final); err == nil && bytes.Equal(old, data) {
+	old, err := os.ReadFile(final)
+	switch {
+	case err == nil && bytes.Equal(old, data):
 		return nil
+	case err == nil:
+		if err := w.checkOwner(final, old); err != nil {
+			return err
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("read cdi spec: %w", err)
 	}
 	if err := w.replace(final, data); err != nil {
 		return err
@@ -96,10 +157,53 @@ func (w *Writer) Write(cfg Config) error {
 	return w.syncDir()
 }
 
+// checkOwner returns nil if the spec file at path, whose content is old,
+// may be replaced: its mark names w's owner, or it has none and the owner
+// adopts it. Otherwise an error wrapping ErrForeignSpec names the file and
+// its owner.
+func (w *Writer) checkOwner(path string, old []byte) error {
+	owner, marked, err := ownerOf(old)
+	switch {
+	case err != nil:
+		return fmt.Errorf("cdi spec %s: unreadable owner mark (%w): %w", path, err, ErrForeignSpec)
+	case marked && owner == w.owner.ID:
+		return nil
+	case marked:
+		return fmt.Errorf("cdi spec %s is owned by %q, not by %q: %w", path, owner, w.owner.ID, ErrForeignSpec)
+	}
+	var spec specs.Spec
+	if err := yaml.Unmarshal(old, &spec); err != nil {
+		return fmt.Errorf("cdi spec %s has no owner mark and is not %q's (not a CDI spec: %w): %w", path, w.owner.ID, err, ErrForeignSpec)
+	}
+	if w.owner.Adopt == nil || !w.owner.Adopt(&spec) {
+		return fmt.Errorf("cdi spec %s has no owner mark and is not %q's (kind %q): %w", path, w.owner.ID, spec.Kind, ErrForeignSpec)
+	}
+	return nil
+}
+
+// ownerOf returns the owner marked in the spec file data: the ID, and
+// whether there is a mark. A file whose leading comment lines hold no
+// "# owner: " line has none.
+func ownerOf(data []byte) (id string, marked bool, err error) {
+	for line := range bytes.Lines(data) {
+		if !bytes.HasPrefix(line, []byte("#")) {
+			break
+		}
+		if rest, ok := bytes.CutPrefix(line, []byte(ownerPrefix)); ok {
+			id, err := strconv.Unquote(string(bytes.TrimRight(rest, "\r\n")))
+			if err != nil {
+				return "", true, fmt.Errorf("owner %s: %w", bytes.TrimSpace(rest), err)
+			}
+			return id, true, nil
+		}
+	}
+	return "", false, nil
+}
+
 // replace writes data into a temporary file, validates it with the CDI
 // library and renames it over final; w.mu is held.
 func (w *Writer) replace(final string, data []byte) error {
-	err := atomicfile.Replace(final, atomicfile.Options{Prefix: tmpPrefix, Mode: FileMode, Check: func(tmp string) error {
+	err := atomicfile.Replace(final, atomicfile.Options{Prefix: w.tmpPrefix(), Mode: FileMode, Check: func(tmp string) error {
 		if _, err := cdilib.ReadSpec(tmp, 0); err != nil {
 			return fmt.Errorf("load with the cdi library: %w: %w", ErrInvalidSpec, err)
 		}
@@ -119,8 +223,9 @@ func (w *Writer) syncDir() error {
 	return nil
 }
 
-// RemoveTemporaryFiles removes temporary files a crashed Writer left in the
-// spec directory (never the spec itself). The plugin may call it at start.
+// RemoveTemporaryFiles removes temporary files a crashed Writer of the same
+// kind left in the spec directory (never a spec). The plugin calls it once
+// its first Write succeeded: the kind is then its own.
 func (w *Writer) RemoveTemporaryFiles() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -130,7 +235,7 @@ func (w *Writer) RemoveTemporaryFiles() error {
 	}
 	var errs []error
 	for _, e := range entries {
-		if !strings.HasPrefix(e.Name(), tmpPrefix) {
+		if !strings.HasPrefix(e.Name(), w.tmpPrefix()) {
 			continue
 		}
 		if err := os.Remove(filepath.Join(w.dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {

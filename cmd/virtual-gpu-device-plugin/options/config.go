@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/cdi"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/faults"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
@@ -66,7 +67,9 @@ type Config struct {
 	DeviceNodes bool
 	// DeviceNodeSource is the host device node behind every container
 	// device node, absolute and clean (default /dev/null); with
-	// DeviceNodes or the cdi-cri strategy, a character or block device.
+	// DeviceNodes or the cdi-cri strategy, one of the harmless character
+	// devices (HarmlessDeviceNodes), or with -allow-unsafe-device-node-source
+	// another character device; never a block device.
 	DeviceNodeSource string
 	// ToolsDir is the host directory nvidia-smi is installed into,
 	// absolute and clean (default bin next to StatePath).
@@ -77,6 +80,11 @@ type Config struct {
 	// CDISpecDir is the CDI spec directory, absolute and clean (default
 	// /var/run/cdi); written only with the cdi-cri strategy.
 	CDISpecDir string
+	// CDIKind is the CDI kind of the spec and of the device names in the
+	// Allocate answer with the cdi-cri strategy: ResourceName's (cdi.KindOf;
+	// cdi.DefaultKind for the default resource), whatever the sharing
+	// renames. The zero Kind without cdi-cri.
+	CDIKind cdi.Kind
 
 	// StatePath is the bbolt state file, clean (default
 	// /var/lib/virtual-gpu/state.db).
@@ -134,6 +142,10 @@ type Config struct {
 	// Ignored lists the fields of the file, known from NVIDIA's device
 	// plugin, that have no effect here. The caller logs them once.
 	Ignored []Note
+	// Warnings are what the configuration allows that is unsafe, one
+	// sentence each (an acknowledged -device-node-source). The caller logs
+	// each once, at warn.
+	Warnings []string
 	// Overridden lists the fields of the file whose value the command
 	// line or the environment replaced, e.g. "flags.devices
 	// (a100.yaml:3) by -devices". The caller may log them.

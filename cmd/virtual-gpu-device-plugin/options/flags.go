@@ -140,6 +140,10 @@ type Settings struct {
 	// DeviceNodeSource is the host device behind those device nodes
 	// (-device-node-source, default /dev/null).
 	DeviceNodeSource string
+	// AllowUnsafeDeviceNodeSource accepts a DeviceNodeSource that is a
+	// character device other than the harmless memory devices
+	// (-allow-unsafe-device-node-source, default false).
+	AllowUnsafeDeviceNodeSource bool
 	// ToolsDir is where nvidia-smi is installed; "" is bin next to State
 	// (-tools-dir, default "").
 	ToolsDir string
@@ -257,7 +261,8 @@ func newFlagSet(s *Settings, b *bootstrap) *flag.FlagSet {
 	fs.BoolVar(&s.NvidiaSMI, "nvidia-smi", true, "mount the plugin's own nvidia-smi read-only at /usr/bin/nvidia-smi in containers that get GPUs; it shows exactly their GPUs")
 	fs.BoolVar(&s.VisibleDevicesEnv, "visible-devices-env", false, "also set NVIDIA_VISIBLE_DEVICES to the containers' GPU UUIDs (off by default: on a node that runs NVIDIA's container runtime, its hook would act on it)")
 	fs.BoolVar(&s.DeviceNodes, "device-nodes", false, "give containers /dev/nvidia<minor> per GPU, /dev/nvidiactl and /dev/nvidia-uvm, backed by -device-node-source, so existence checks pass")
-	fs.StringVar(&s.DeviceNodeSource, "device-node-source", DefaultDeviceNodeSource, "the host character `device` behind the containers' GPU device nodes (-device-nodes, CDI)")
+	fs.StringVar(&s.DeviceNodeSource, "device-node-source", DefaultDeviceNodeSource, "the host character `device` behind the containers' GPU device nodes (-device-nodes, CDI): /dev/null, /dev/zero, /dev/full, /dev/random or /dev/urandom (by device number), never a block device")
+	fs.BoolVar(&s.AllowUnsafeDeviceNodeSource, "allow-unsafe-device-node-source", false, "accept another character device as -device-node-source (every GPU container gets it read-write as its GPU device nodes); warned at start")
 	fs.StringVar(&s.ToolsDir, "tools-dir", "", "host `directory` the plugin installs its nvidia-smi into, mounted into containers from there (default: bin next to -state)")
 	fs.StringVar(&s.CDISpecDir, "cdi-spec-dir", DefaultCDISpecDir, "host `directory` the CDI spec is written into with -device-list-strategy=cdi-cri (the container runtime's spec directory)")
 	fs.StringVar(&s.State, "state", DefaultStatePath, "bbolt state `file`: device health and allocation history")

@@ -61,6 +61,7 @@ type flagsSpec struct {
 	DevicePluginPath              *string     `yaml:"devicePluginPath" flag:"device-plugin-path" profile:"path"`
 	SocketName                    *string     `yaml:"socketName" flag:"socket-name" profile:"path"`
 	DeviceNodeSource              *string     `yaml:"deviceNodeSource" flag:"device-node-source" profile:"path"`
+	AllowUnsafeDeviceNodeSource   *bool       `yaml:"allowUnsafeDeviceNodeSource" flag:"allow-unsafe-device-node-source" profile:"process"`
 	ToolsDir                      *string     `yaml:"toolsDir" flag:"tools-dir" profile:"path"`
 	CDISpecDir                    *string     `yaml:"cdiSpecDir" flag:"cdi-spec-dir" profile:"path"`
 	State                         *string     `yaml:"state" flag:"state" profile:"path"`

@@ -11,9 +11,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/cdi"
@@ -202,6 +204,9 @@ func (s Settings) Validate() (*Config, error) {
 	if err := s.validateTelemetry(c); err != nil {
 		return nil, err
 	}
+	if err := s.validateDirs(c); err != nil {
+		return nil, err
+	}
 	if s.AbandonAfter < s.ReconcileInterval {
 		return nil, s.bad("abandon-after", s.AbandonAfter, "must be at least -reconcile-interval (%s)", s.ReconcileInterval)
 	}
@@ -221,6 +226,11 @@ func (s Settings) Validate() (*Config, error) {
 	ids := make([]string, c.Machine.Len())
 	for i := range ids {
 		ids[i] = c.Machine.ID(i)
+	}
+	if c.Uses(DeviceListCDICRI) {
+		if c.CDIKind, err = cdi.KindOf(c.ResourceName); err != nil {
+			return nil, s.bad("resource-name", s.ResourceName, "must make a valid CDI kind with the cdi-cri strategy (%s): %w", s.name("device-list-strategy"), err)
+		}
 	}
 	if c.Uses(DeviceListCDICRI) && c.Machine.Len() > cdi.MaxMinor+1 {
 		return nil, s.bad("device-list-strategy", s.DeviceListStrategy, "cdi-cri gives each GPU its device node /dev/nvidia<minor>, minors 0–%d: at most %d GPUs, the machine has %d",
@@ -350,16 +360,59 @@ func (s *Settings) validateContainerView(c *Config) error {
 	}
 	c.DeviceNodeSource = filepath.Clean(s.DeviceNodeSource)
 	if c.DeviceNodes || c.Uses(DeviceListCDICRI) {
-		// Lstat, as the runtime does: it reads the node's type and numbers
-		// from the host node itself.
-		fi, err := os.Lstat(c.DeviceNodeSource)
-		switch {
-		case err != nil:
-			return s.bad("device-node-source", s.DeviceNodeSource, "device nodes (-device-nodes or the cdi-cri strategy) need it: %w", err)
-		case fi.Mode()&os.ModeDevice == 0:
-			return s.bad("device-node-source", s.DeviceNodeSource, "is not a character or block device (-device-nodes and the cdi-cri strategy need one)")
-		}
+		return s.validateDeviceNodeSource(c)
 	}
+	return nil
+}
+
+// harmlessNodes are the character devices -device-node-source may be
+// without -allow-unsafe-device-node-source, by device number, so that a
+// renamed or bind-mounted /dev/null is one and a node named /dev/null with
+// other numbers is not: the kernel's memory devices (major 1) that reach
+// no memory, disk, port or log. Reads give nothing, zeros or random bytes;
+// writes go nowhere (/dev/full refuses them; one to /dev/random mixes into
+// the pool, as any user may).
+var harmlessNodes = []struct {
+	name         string
+	major, minor uint32
+}{{"/dev/null", 1, 3}, {"/dev/zero", 1, 5}, {"/dev/full", 1, 7}, {"/dev/random", 1, 8}, {"/dev/urandom", 1, 9}}
+
+// validateDeviceNodeSource checks the host node behind the containers'
+// device nodes, which every GPU container gets read-write as
+// /dev/nvidia<minor>, /dev/nvidiactl and /dev/nvidia-uvm: a harmless
+// memory device; another character device only with
+// -allow-unsafe-device-node-source (and a warning in c.Warnings); a block
+// device never. It looks at the node itself (Lstat), as the runtime does,
+// so a symlink is refused.
+func (s *Settings) validateDeviceNodeSource(c *Config) error {
+	fi, err := os.Lstat(c.DeviceNodeSource)
+	switch {
+	case err != nil:
+		return s.bad("device-node-source", s.DeviceNodeSource, "device nodes (-device-nodes or the cdi-cri strategy) need it: %w", err)
+	case fi.Mode()&os.ModeDevice == 0:
+		return s.bad("device-node-source", s.DeviceNodeSource, "is not a character device (-device-nodes and the cdi-cri strategy need one, such as /dev/null)")
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return s.bad("device-node-source", s.DeviceNodeSource, "its device number cannot be read")
+	}
+	major, minor := unix.Major(uint64(st.Rdev)), unix.Minor(uint64(st.Rdev))
+	if fi.Mode()&os.ModeCharDevice == 0 {
+		return s.bad("device-node-source", s.DeviceNodeSource, "is block device %d:%d: every GPU container would get it read-write as its GPU device nodes; a block device is never accepted, use a character device such as /dev/null", major, minor)
+	}
+	names := make([]string, len(harmlessNodes))
+	for i, h := range harmlessNodes {
+		if h.major == major && h.minor == minor {
+			return nil
+		}
+		names[i] = fmt.Sprintf("%s %d:%d", h.name, h.major, h.minor)
+	}
+	if !s.AllowUnsafeDeviceNodeSource {
+		return s.bad("device-node-source", s.DeviceNodeSource, "is character device %d:%d, not one of the harmless ones (%s): every GPU container would get it read-write as its GPU device nodes; %s accepts it anyway",
+			major, minor, strings.Join(names, ", "), s.name("allow-unsafe-device-node-source"))
+	}
+	c.Warnings = append(c.Warnings, fmt.Sprintf("%s %s is character device %d:%d, not a harmless one (%s); accepted by %s: every GPU container gets it read-write as /dev/nvidia<minor>, /dev/nvidiactl and /dev/nvidia-uvm",
+		s.name("device-node-source"), c.DeviceNodeSource, major, minor, strings.Join(names, ", "), s.name("allow-unsafe-device-node-source")))
 	return nil
 }
 
@@ -416,17 +469,122 @@ func checkKind(path string, want os.FileMode) error {
 	return fmt.Errorf("%s is not a regular file", path)
 }
 
-// sameDir reports whether a and b name the same directory: the same path,
-// or, where both exist, the same directory after following symlinks (a
-// symlink must not smuggle the admin socket into the device-plugin
-// directory).
-func sameDir(a, b string) bool {
-	if a == b {
+// dirRef is one of the plugin's directories, as errors name it.
+type dirRef struct {
+	what string // e.g. `-tools-dir="/x"` or "the status directory /x (next to -state)"
+	path string
+}
+
+// flagDir names the directory of the flag flagName: its value, or, when it
+// is derived (the flag unset), its default next to -state.
+func (s *Settings) flagDir(flagName, path string, derived bool) dirRef {
+	if derived {
+		return dirRef{fmt.Sprintf("-%s (default %s, next to %s)", flagName, path, s.name("state")), path}
+	}
+	return dirRef{fmt.Sprintf("%s=%q", s.name(flagName), path), path}
+}
+
+// validateDirs refuses the plugin's directories where one would break
+// another (c's paths, after resolving symlinks and bind mounts):
+//
+//   - the status directory and the load socket directory (next to -state)
+//     are mounted into containers (the status directory into every GPU
+//     container, an allocation's load socket directory into its own) and
+//     the plugin removes stale entries from them: the device-plugin
+//     directory, -tools-dir, -cdi-spec-dir (with cdi-cri) and the admin
+//     socket's directory must be neither of them nor inside them;
+//   - the device-plugin directory is the kubelet's, for sockets: -tools-dir
+//     and -cdi-spec-dir must not be it (directories below it are left
+//     alone: the kubelet removes the sockets in it, not in its
+//     subdirectories);
+//   - -cdi-spec-dir is read by container runtimes: it must not be
+//     -tools-dir, which holds the installed nvidia-smi.
+//
+// Other nestings (-tools-dir the state file's directory, say) are allowed:
+// no directory's cleanup or mount reaches the other's files. It needs c's
+// paths.
+func (s *Settings) validateDirs(c *Config) error {
+	dp := s.flagDir("device-plugin-path", c.DevicePluginPath, false)
+	tools := s.flagDir("tools-dir", c.ToolsDir, s.ToolsDir == "")
+	admin := dirRef{"the directory of " + s.flagDir("admin-socket", c.AdminSocket, s.AdminSocket == "").what, filepath.Dir(c.AdminSocket)}
+	dirs := []dirRef{dp, tools, admin}
+	cdiDir := s.flagDir("cdi-spec-dir", c.CDISpecDir, false)
+	useCDI := c.Uses(DeviceListCDICRI)
+	if useCDI {
+		dirs = append(dirs, cdiDir)
+	}
+	for _, m := range []struct {
+		dir dirRef
+		why string
+	}{
+		{dirRef{fmt.Sprintf("the status directory %s (next to %s)", c.StatusDir, s.name("state")), c.StatusDir},
+			"every GPU container gets it mounted, and the plugin removes stale status files from it"},
+		{dirRef{fmt.Sprintf("the load socket directory %s (next to %s)", c.LoadSocketDir, s.name("state")), c.LoadSocketDir},
+			"the plugin mounts its allocations' directories into containers and removes them when the allocations end"},
+	} {
+		for _, d := range dirs {
+			if within(d.path, m.dir.path) {
+				return invalidf("invalid %s: must be neither %s nor inside it: %s", d.what, m.dir.what, m.why)
+			}
+		}
+	}
+	if sameDir(c.ToolsDir, c.DevicePluginPath) {
+		return invalidf("invalid %s: must not be %s: the kubelet's directory holds sockets, the tools directory the plugin's nvidia-smi", tools.what, dp.what)
+	}
+	if useCDI && sameDir(c.CDISpecDir, c.DevicePluginPath) {
+		return invalidf("invalid %s: must not be %s: the kubelet's directory holds sockets, the spec directory CDI specs", cdiDir.what, dp.what)
+	}
+	if useCDI && sameDir(c.CDISpecDir, c.ToolsDir) {
+		return invalidf("invalid %s: must not be %s: container runtimes read the spec directory, and the plugin installs its nvidia-smi into the tools directory", cdiDir.what, tools.what)
+	}
+	return nil
+}
+
+// within reports whether directory a is b or inside it: by path, after
+// resolving the symlinks in the part of each path that exists, or, where
+// b exists, because a or one of its ancestors is the directory b (a bind
+// mount of it, say). It only stats, so it cannot block.
+func within(a, b string) bool {
+	ra, rb := resolvePath(a), resolvePath(b)
+	if ra == rb || strings.HasPrefix(ra, strings.TrimSuffix(rb, "/")+"/") {
 		return true
 	}
-	ra, errA := filepath.EvalSymlinks(a)
-	rb, errB := filepath.EvalSymlinks(b)
-	if errA == nil && errB == nil && ra == rb {
+	fb, err := os.Stat(b)
+	if err != nil {
+		return false
+	}
+	for p := ra; ; p = filepath.Dir(p) {
+		if fp, err := os.Stat(p); err == nil && os.SameFile(fp, fb) {
+			return true
+		}
+		if p == filepath.Dir(p) {
+			return false
+		}
+	}
+}
+
+// resolvePath returns the absolute, clean path p with the symlinks in its
+// longest existing prefix resolved; the rest, which does not exist yet, as
+// it is.
+func resolvePath(p string) string {
+	rest := ""
+	for q := p; ; q = filepath.Dir(q) {
+		if r, err := filepath.EvalSymlinks(q); err == nil {
+			return filepath.Join(r, rest)
+		}
+		if q == filepath.Dir(q) {
+			return p
+		}
+		rest = filepath.Join(filepath.Base(q), rest)
+	}
+}
+
+// sameDir reports whether a and b name the same directory: the same path
+// after following the symlinks in the parts of both that exist, or, where
+// both exist, the same directory (a bind mount): a symlink must not smuggle
+// the admin socket into the device-plugin directory.
+func sameDir(a, b string) bool {
+	if a == b || resolvePath(a) == resolvePath(b) {
 		return true
 	}
 	fa, errA := os.Stat(a)

@@ -1,11 +1,17 @@
 package options_test
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/cdi"
 )
 
 // TestLoad_ContainerView_Defaults: nvidia-smi on, the rest off; the tools
@@ -86,8 +92,10 @@ func TestLoad_ContainerView_BadInput(t *testing.T) {
 		{"cdi spec dir is a file", []string{"-cdi-spec-dir=" + file}, "is not a directory"},
 		{"relative node source", []string{"-device-node-source=null"}, `invalid -device-node-source="null": must be an absolute path`},
 		{"missing node source with device nodes", []string{"-device-nodes", "-device-node-source=/no/such/dev"}, `invalid -device-node-source="/no/such/dev": device nodes (-device-nodes or the cdi-cri strategy) need it`},
-		{"regular file as node source with cdi", []string{"-device-list-strategy=cdi-cri", "-device-node-source=" + file}, "is not a character or block device"},
+		{"regular file as node source with cdi", []string{"-device-list-strategy=cdi-cri", "-device-node-source=" + file}, "is not a character device"},
 		{"cdi with more GPUs than minor numbers", []string{"-device-list-strategy=cdi-cri", "-devices=256"}, `invalid -device-list-strategy="cdi-cri": cdi-cri gives each GPU its device node /dev/nvidia<minor>, minors 0–254: at most 255 GPUs, the machine has 256`},
+		{"resource name that makes no CDI kind, with cdi", []string{"-device-list-strategy=cdi-cri", "-resource-name=example.com/2gpu"},
+			`invalid -resource-name="example.com/2gpu": must make a valid CDI kind with the cdi-cri strategy (-device-list-strategy): invalid CDI kind "example.com/2gpu": class "2gpu"`},
 		{"bool flag with a value it cannot read", []string{"-nvidia-smi=maybe"}, `invalid boolean value "maybe" for -nvidia-smi`},
 	}
 	for _, tt := range tests {
@@ -96,9 +104,35 @@ func TestLoad_ContainerView_BadInput(t *testing.T) {
 			checkInvalid(t, err, tt.want)
 		})
 	}
+	// Without cdi-cri the resource name need not make a CDI kind.
+	if c, err := load([]string{"-resource-name=example.com/2gpu"}, nil); err != nil || c.CDIKind != (cdi.Kind{}) {
+		t.Errorf("resource name without cdi-cri: %v; want accepted, no CDI kind", err)
+	}
 	// Not used: not checked (a missing /dev node on a build host is fine).
 	if _, err := load([]string{"-device-node-source=/no/such/dev"}, nil); err != nil {
 		t.Errorf("device node source unused but checked: %v", err)
+	}
+}
+
+// TestLoad_CDIKind: with cdi-cri the CDI kind is the resource name's; the
+// default resource keeps the kind (and the file) it always had; sharing's
+// rename does not change it.
+func TestLoad_CDIKind(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want cdi.Kind
+	}{
+		{[]string{"-device-list-strategy=cdi-cri"}, cdi.DefaultKind},
+		{[]string{"-device-list-strategy=envvar,cdi-cri", "-resource-name=example.com/vgpu"}, cdi.Kind{Vendor: "example.com", Class: "vgpu"}},
+		{[]string{"-device-list-strategy=envvar"}, cdi.Kind{}},
+	} {
+		if c := mustLoad(t, tc.args, nil); c.CDIKind != tc.want {
+			t.Errorf("%q: CDI kind %+v, want %+v", tc.args, c.CDIKind, tc.want)
+		}
+	}
+	p := writeFile(t, t.TempDir(), "c.yaml", "version: v1\nflags:\n  deviceListStrategy: cdi-cri\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n      - name: unicore.mcyou.cc/gpu\n        replicas: 2\n")
+	if c := mustLoad(t, []string{"-config=" + p}, nil); c.CDIKind != cdi.DefaultKind || c.Sharing.ResourceName != "unicore.mcyou.cc/gpu.shared" {
+		t.Errorf("renamed by sharing: CDI kind %+v (shared as %s), want the resource name's", c.CDIKind, c.Sharing.ResourceName)
 	}
 }
 
@@ -128,5 +162,102 @@ func TestLoadProfiles_ContainerView(t *testing.T) {
 			key, _, _ := strings.Cut(line, ":")
 			checkInvalid(t, err, p+":3: flags."+key+": a profile may not set a path or address")
 		})
+	}
+}
+
+// mknod makes a device node of type mode (syscall.S_IFCHR or S_IFBLK) and
+// numbers major:minor at path, or skips the test where it may not (not
+// root).
+func mknod(t *testing.T, path string, mode uint32, major, minor uint32) {
+	t.Helper()
+	if err := syscall.Mknod(path, mode|0o600, int(unix.Mkdev(major, minor))); err != nil {
+		t.Skipf("mknod %s: %v (needs root)", path, err)
+	}
+}
+
+// TestLoad_DeviceNodeSource: every GPU container gets the source read-write
+// as its GPU device nodes. The harmless memory devices are accepted, known
+// by their numbers, whatever their name; another character device only with
+// -allow-unsafe-device-node-source, and then with a warning; a block
+// device, or anything but a device node, never.
+func TestLoad_DeviceNodeSource(t *testing.T) {
+	const refusedChar = "not one of the harmless ones (/dev/null 1:3, /dev/zero 1:5, /dev/full 1:7, /dev/random 1:8, /dev/urandom 1:9): every GPU container would get it read-write as its GPU device nodes; -allow-unsafe-device-node-source accepts it anyway"
+	dir := t.TempDir()
+	node := func(name string, mode, major, minor uint32) func(t *testing.T) string {
+		return func(t *testing.T) string {
+			p := filepath.Join(t.TempDir(), name)
+			mknod(t, p, mode, major, minor)
+			return p
+		}
+	}
+	host := func(p string) func(t *testing.T) string {
+		return func(t *testing.T) string {
+			if _, err := os.Lstat(p); err != nil {
+				t.Skipf("%s: %v", p, err)
+			}
+			return p
+		}
+	}
+	link := filepath.Join(dir, "null")
+	if err := os.Symlink("/dev/kmsg", link); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		source func(t *testing.T) string
+		allow  bool
+		want   string // "" accepted without a warning; "warn: …" accepted with one
+	}{
+		{"/dev/null", host("/dev/null"), false, ""},
+		{"/dev/zero", host("/dev/zero"), false, ""},
+		{"/dev/full", host("/dev/full"), false, ""},
+		{"/dev/random", host("/dev/random"), false, ""},
+		{"/dev/urandom", host("/dev/urandom"), false, ""},
+		{"/dev/null renamed", node("gpu-backing", syscall.S_IFCHR, 1, 3), false, ""},
+		{"/dev/null acknowledged needlessly", host("/dev/null"), true, ""},
+		{"/dev/kmsg", host("/dev/kmsg"), false, "is character device 1:11, " + refusedChar},
+		{"/dev/kmsg acknowledged", host("/dev/kmsg"), true, "warn: is character device 1:11, not a harmless one"},
+		{"/dev/mem under the name null", node("null", syscall.S_IFCHR, 1, 1), false, "is character device 1:1, " + refusedChar},
+		{"a symlink named null", func(*testing.T) string { return link }, true, "is not a character device"},
+		{"a block device", node("vda", syscall.S_IFBLK, 254, 0), false, "is block device 254:0: every GPU container would get it read-write as its GPU device nodes; a block device is never accepted"},
+		{"a block device acknowledged", node("loop0", syscall.S_IFBLK, 7, 0), true, "is block device 7:0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := tc.source(t)
+			args := []string{"-device-nodes", "-device-node-source=" + src}
+			if tc.allow {
+				args = append(args, "-allow-unsafe-device-node-source")
+			}
+			c, err := load(args, nil)
+			switch {
+			case tc.want == "":
+				if err != nil || len(c.Warnings) != 0 {
+					t.Fatalf("%s: %v, warnings %q; want accepted without a warning", src, err, c.Warnings)
+				}
+			case strings.HasPrefix(tc.want, "warn: "):
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0], src) || !strings.Contains(c.Warnings[0], strings.TrimPrefix(tc.want, "warn: ")) {
+					t.Errorf("warnings %q, want one naming %s", c.Warnings, src)
+				}
+			default:
+				checkInvalid(t, err, `invalid -device-node-source="`+src+`": `+tc.want)
+			}
+		})
+	}
+	// The acknowledgement is a setting of the process: a variable or a
+	// file may give it, a profile may not.
+	profiles := t.TempDir()
+	bad := writeFile(t, profiles, "p.yaml", "version: v1\nflags:\n  allowUnsafeDeviceNodeSource: true\n")
+	_, err := options.LoadProfiles(profiles)
+	checkInvalid(t, err, bad+":3: flags.allowUnsafeDeviceNodeSource:")
+	kmsg := host("/dev/kmsg")(t)
+	if c, err := load([]string{"-device-nodes", "-device-node-source=" + kmsg}, map[string]string{"VGPU_ALLOW_UNSAFE_DEVICE_NODE_SOURCE": "true"}); err != nil || len(c.Warnings) != 1 {
+		t.Errorf("acknowledged by the variable: %v", err)
+	}
+	p := writeFile(t, dir, "c.yaml", "version: v1\nflags:\n  deviceNodes: true\n  deviceNodeSource: "+kmsg+"\n  allowUnsafeDeviceNodeSource: true\n")
+	if c, err := load([]string{"-config=" + p}, nil); err != nil || len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0], "flags.allowUnsafeDeviceNodeSource") {
+		t.Errorf("acknowledged by the file: %v", err)
 	}
 }
