@@ -24,6 +24,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/lifecycle"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/metrics"
 	nodeapi "github.com/unicore/virtual-gpu-device-plugin/plugin/node"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 )
 
@@ -57,6 +58,9 @@ type serveEnv struct {
 	// environ lists the environment, for the VGPU_* variables no flag
 	// reads (default os.Environ; nil: not looked at).
 	environ func() []string
+	// clock is the GPU telemetry's clock (default the wall clock): the
+	// load model's values are a function of its second.
+	clock telemetry.Clock
 }
 
 // defaultServeEnv is the process's serveEnv.
@@ -302,7 +306,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	}
 	var telem *gpuTelemetry
 	if cfg.TelemetryAddress != "" {
-		telem = newGPUTelemetry(st, active, srv, view, nodeName, tracker.Notify, nil, log)
+		telem = newGPUTelemetry(st, active, srv, view, nodeName, tracker.Notify, env.clock, log)
 		telemetryRef.Store(telem)
 		if err := telem.follow(set); err != nil {
 			log.Error().Err(err).Msg("GPU telemetry unavailable: its listener answers 503")
