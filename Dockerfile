@@ -16,7 +16,7 @@ FROM --platform=$BUILDPLATFORM golang:1.26.8-bookworm AS build
 ARG TARGETOS
 ARG TARGETARCH
 # VERSION: without a build argument, the VERSION file's content (kept equal by
-# cmd/virtual-gpu-device-plugin/deploy_test.go). REVISION: the commit; .git is not in the build
+# e2e/deploy TestDockerfile_PinsAndLabels). REVISION: the commit; .git is not in the build
 # context, so without a build argument it is "unknown".
 ARG VERSION=v0.1.0
 ARG REVISION=unknown

@@ -2,10 +2,10 @@
 // and no binaries: the Helm chart in deploy/helm/virtual-gpu-device-plugin as `helm template`
 // does (Helm's chart loader, values coalescing and schema validation, template engine and
 // manifest sorter), and the kustomizations under deploy/ as `kubectl kustomize` does
-// (kustomize's krusty). Its tests (helm lint, the chart against the kustomize base, the
-// renders the main module's deploy tests read) start no cluster and run as any user; the
-// end-to-end scenarios apply what it renders to a real API server. Its functions keep no state
-// and are safe for concurrent use.
+// (kustomize's krusty). Its tests (helm lint, the chart against the kustomize base, the chart's
+// metadata and values schema, the renders package deploy's tests read) start no cluster and run
+// as any user; the end-to-end scenarios apply what it renders to a real API server. Its
+// functions keep no state and are safe for concurrent use.
 package chart
 
 import (
@@ -161,7 +161,7 @@ func ReadValues(file string) (map[string]any, error) {
 }
 
 // Digest is the SHA-256 of the chart's directory, hex: every regular file's path (relative,
-// with slashes) and content, in path order. The renders kept for the main module's tests carry
+// with slashes) and content, in path order. The renders kept for package deploy's tests carry
 // it, so those tests see when the chart changed after them.
 func Digest(dir string) (string, error) {
 	var files []string

@@ -2,10 +2,12 @@ package chart_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -21,7 +23,9 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/e2e/chart"
 )
 
-var update = flag.Bool("update", false, "write the renders under cmd/virtual-gpu-device-plugin/testdata/chart")
+var update = flag.Bool("update", false, "write the renders under e2e/deploy/testdata/chart")
+
+var updateChartSchema = flag.Bool("update-chart-schema", false, "write the profile schema into the chart's values.schema.json")
 
 // repo is the repository, two levels above this package.
 const repo = "../.."
@@ -623,12 +627,160 @@ func TestChart_ProfilesOwnTheirFlags(t *testing.T) {
 	}
 }
 
-// TestChart_Testdata: the renders the main module's deploy tests check
-// (cmd/virtual-gpu-device-plugin/testdata/chart/<case>.yaml, for the default values and each
+// ---------------------------------------------------------------------------------------------
+// The chart's own files: Chart.yaml, values.schema.json, and the README's values table.
+
+// TestChart_Metadata: the chart's appVersion is the VERSION file's, and its default image tag
+// the one `make image` builds (e2e/deploy's TestDeploy_ImageIsTheOneMakeBuilds checks the renders).
+func TestChart_Metadata(t *testing.T) {
+	var meta struct {
+		APIVersion string `json:"apiVersion"`
+		Name       string `json:"name"`
+		Version    string `json:"version"`
+		AppVersion string `json:"appVersion"`
+	}
+	if err := yaml.Unmarshal(mustRead(t, filepath.Join(chartDir, "Chart.yaml")), &meta); err != nil {
+		t.Fatal(err)
+	}
+	if meta.APIVersion != "v2" || meta.Name != filepath.Base(chartDir) || !regexp.MustCompile(`^\d+\.\d+\.\d+$`).MatchString(meta.Version) {
+		t.Errorf("Chart.yaml %+v: want apiVersion v2, the directory's name and a semantic version", meta)
+	}
+	if v := strings.TrimSpace(string(mustRead(t, filepath.Join(repo, "VERSION")))); meta.AppVersion != v {
+		t.Errorf("Chart.yaml appVersion %q, want the VERSION file's %q", meta.AppVersion, v)
+	}
+}
+
+// profileSchema is the schema of one profile in the chart's values.schema.json: the
+// configuration file's (options.Schema) without its $id and $schema and without the fields a
+// profile may not set (their description says "not in a profile"), so that helm refuses them
+// by name (additional properties are not allowed).
+func profileSchema(t *testing.T) map[string]any {
+	t.Helper()
+	b, err := options.Schema()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	delete(doc, "$id")
+	delete(doc, "$schema")
+	doc["title"] = "a profile"
+	doc["description"] = "One profile of the -config directory (a key of the chart's profiles), in the shape of the configuration file without what a profile may not set: " +
+		"paths, addresses and what holds for the whole process."
+	var prune func(any)
+	prune = func(n any) {
+		switch n := n.(type) {
+		case map[string]any:
+			if props, ok := n["properties"].(map[string]any); ok {
+				for k, v := range props {
+					if d, _ := v.(map[string]any)["description"].(string); strings.Contains(d, "not in a profile") {
+						delete(props, k)
+					}
+				}
+			}
+			for _, v := range n {
+				prune(v)
+			}
+		case []any:
+			for _, v := range n {
+				prune(v)
+			}
+		}
+	}
+	prune(doc)
+	return doc
+}
+
+// TestChart_ValuesSchemaHasTheProfileSchema: values.schema.json checks each profile against
+// the configuration file's schema, as generated from the Go types the binary parses
+// (cd e2e && go test ./chart -run TestChart_ValuesSchema -update-chart-schema writes it). The file is kept in the
+// encoding this test writes: sorted keys, two-space indent.
+func TestChart_ValuesSchemaHasTheProfileSchema(t *testing.T) {
+	file := filepath.Join(chartDir, "values.schema.json")
+	got := mustRead(t, file)
+	var doc map[string]any
+	if err := json.Unmarshal(got, &doc); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	defs, _ := doc["$defs"].(map[string]any)
+	if defs == nil {
+		t.Fatalf("%s: no $defs", file)
+	}
+	defs["profile"] = profileSchema(t)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(doc); err != nil {
+		t.Fatal(err)
+	}
+	if *updateChartSchema {
+		if err := os.WriteFile(file, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		got = buf.Bytes()
+	}
+	if !bytes.Equal(got, buf.Bytes()) {
+		t.Errorf("%s: $defs.profile is not the profile schema the Go types generate, or the file is not in its encoding: cd e2e && go test ./chart -run TestChart_ValuesSchema -update-chart-schema", file)
+	}
+	profiles, _ := doc["properties"].(map[string]any)["profiles"].(map[string]any)
+	if each, _ := profiles["additionalProperties"].(map[string]any); each["$ref"] != "#/$defs/profile" {
+		t.Errorf("%s: each of the profiles is not checked against #/$defs/profile: %v", file, profiles)
+	}
+}
+
+// valuePaths lists the values of values.yaml as dotted paths, not descending into the maps
+// and lists whose keys are the user's (profiles, resources, selectors, labels …).
+func valuePaths(t *testing.T) []string {
+	t.Helper()
+	var v map[string]any
+	if err := yaml.Unmarshal(mustRead(t, filepath.Join(chartDir, "values.yaml")), &v); err != nil {
+		t.Fatal(err)
+	}
+	userMaps := map[string]bool{"profiles": true, "resources": true, "nodeSelector": true, "affinity": true, "podAnnotations": true,
+		"podLabels": true, "updateStrategy": true, "serviceAccount.annotations": true, "metrics.serviceMonitor.labels": true}
+	var out []string
+	var walk func(prefix string, m map[string]any)
+	walk = func(prefix string, m map[string]any) {
+		for k, val := range m {
+			p := prefix + k
+			if sub, ok := val.(map[string]any); ok && !userMaps[p] {
+				walk(p+".", sub)
+				continue
+			}
+			out = append(out, p)
+		}
+	}
+	walk("", v)
+	sort.Strings(out)
+	return out
+}
+
+// TestChart_ReadmeListsEveryValue: the README's values table has a row for every value of
+// values.yaml, and the README's Helm commands name the chart and the README's release.
+func TestChart_ReadmeListsEveryValue(t *testing.T) {
+	readme := string(mustRead(t, filepath.Join(repo, "README.md")))
+	for _, p := range valuePaths(t) {
+		if !strings.Contains(readme, "| `"+p+"` |") {
+			t.Errorf("README: no row for the chart value `%s` in the values table", p)
+		}
+	}
+	if cmd := "helm install virtual-gpu-device-plugin deploy/helm/virtual-gpu-device-plugin -n kube-system"; !strings.Contains(readme, cmd) {
+		t.Errorf("README does not say %q", cmd)
+	}
+	if !strings.Contains(readme, options.ProfileLabel+"=") {
+		t.Errorf("README does not show the profile label %s=<name>", options.ProfileLabel)
+	}
+}
+
+// TestChart_Testdata: the renders the deploy tests check
+// (e2e/deploy/testdata/chart/<case>.yaml, for the default values and each
 // ci/<case>-values.yaml) are the chart's current output; -update writes them. Each carries the
 // chart's digest, which those tests compare with the chart's files.
 func TestChart_Testdata(t *testing.T) {
-	dir := filepath.Join(repo, "cmd", "virtual-gpu-device-plugin", "testdata", "chart")
+	dir := filepath.Join(repo, "e2e", "deploy", "testdata", "chart")
 	digest, err := chart.Digest(chartDir)
 	if err != nil {
 		t.Fatal(err)

@@ -1,23 +1,4 @@
-package main
-
-// Tests of what ships next to the binary: the manifests under deploy/ (the kustomize base, one
-// overlay per cluster whose kubelet root directory differs, the examples, the Helm chart), the
-// Dockerfile and .dockerignore, and the README's deploy commands. They check invariants —
-// every hostPath is the value of the flag that uses it, the args are flags the binary accepts,
-// profiles parse as the binary reads them, the security settings are there, a service account
-// token only where the plugin uses the API, the Dockerfile builds with `make build` from the
-// build context Docker would send — rather than numbers and tags.
-//
-// kustomize is not a dependency of this module, so the manifests are rendered here the simple
-// way (render below): resources, namespace, images, JSON 6902 patches and ConfigMap
-// generators, the only kustomize features deploy/ uses; a kustomization using anything else
-// fails the test. Where kubectl is installed, TestDeploy_RenderMatchesKubectlKustomize checks
-// that render agrees with `kubectl kustomize` on every kustomization.
-//
-// Helm is not a dependency either: the e2e module renders the chart with Helm's Go API into
-// testdata/chart/<case>.yaml (`cd e2e && go test ./chart -run TestChart_Testdata -update`), and
-// these tests check those renders like the kustomizations. Each render carries the digest of
-// the chart's files, so a chart changed since is a failure here, not a stale pass.
+package deploy_test
 
 import (
 	"bytes"
@@ -26,7 +7,6 @@ import (
 	"debug/elf"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io/fs"
 	"maps"
@@ -50,6 +30,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
+	"github.com/unicore/virtual-gpu-device-plugin/e2e/chart"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
@@ -540,40 +521,14 @@ func mustRender(t *testing.T, dir string) []object {
 	return objs
 }
 
-// chartDir is the Helm chart; chartTestdata holds its renders (see the top of this file).
+// chartDir is the Helm chart; chartTestdata holds its renders (see the package documentation).
 var (
-	chartDir      = filepath.Join(repoRoot, "deploy", "helm", "virtual-gpu-device-plugin")
+	chartDir      = chart.Dir(repoRoot)
 	chartTestdata = filepath.Join("testdata", "chart")
 )
 
 // chartRenderCommand regenerates the renders of the chart.
 const chartRenderCommand = "cd e2e && go test ./chart -run TestChart_Testdata -update"
-
-// chartDigest is the SHA-256 of the chart's directory, hex, as e2e/chart's Digest computes it:
-// every regular file's path (relative, with slashes), a NUL, its content, a NUL, in path order.
-func chartDigest(t *testing.T) string {
-	t.Helper()
-	var files []string
-	err := filepath.WalkDir(chartDir, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			rel, _ := filepath.Rel(chartDir, p)
-			files = append(files, filepath.ToSlash(rel))
-		}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sort.Strings(files)
-	h := sha256.New()
-	for _, f := range files {
-		h.Write([]byte(path.Clean(f)))
-		h.Write([]byte{0})
-		h.Write(mustRead(t, filepath.Join(chartDir, filepath.FromSlash(f))))
-		h.Write([]byte{0})
-	}
-	return fmt.Sprintf("%x", h.Sum(nil))
-}
 
 // chartRenders reads the chart's renders, testdata/chart/<case>.yaml, by case name, and fails
 // unless each was rendered from the chart as it is now.
@@ -583,7 +538,10 @@ func chartRenders(t *testing.T) map[string][]object {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no renders of the chart in %s (%v): %s", chartTestdata, err, chartRenderCommand)
 	}
-	digest := chartDigest(t)
+	digest, err := chart.Digest(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	re := regexp.MustCompile(`\(chart digest sha256:([0-9a-f]{64})\)`)
 	out := map[string][]object{}
 	for _, f := range files {
@@ -1475,13 +1433,13 @@ func TestDeploy_RenderMatchesKubectlKustomize(t *testing.T) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The Helm chart (its renders are checked with the kustomizations above).
-
-var updateChartSchema = flag.Bool("update-chart-schema", false, "write the profile schema into the chart's values.schema.json")
+// The Helm chart's renders (e2e/chart tests the chart itself).
 
 // TestChart_DefaultsRenderTheBase: with its default values the chart renders the objects of
-// deploy/base, but for Helm's own labels on each object's metadata. (e2e/chart checks the same
-// with kustomize and Helm themselves.)
+// deploy/base, but for Helm's own labels on each object's metadata, as the tests here see them:
+// the render of the default values in testdata/chart against the base as render builds it.
+// (e2e/chart's TestChart_DefaultsRenderTheKustomizeBase checks the same with kustomize and Helm
+// themselves.)
 func TestChart_DefaultsRenderTheBase(t *testing.T) {
 	key := func(o object) string {
 		meta, _ := o["metadata"].(map[string]any)
@@ -1511,151 +1469,6 @@ func TestChart_DefaultsRenderTheBase(t *testing.T) {
 			b, _ := json.MarshalIndent(helm[k], "", " ")
 			t.Errorf("%s: the chart's differs from the base's:\nbase:\n%s\nchart:\n%s", k, a, b)
 		}
-	}
-}
-
-// TestChart_Metadata: the chart's appVersion is the VERSION file's, and its default image tag
-// the one `make image` builds (TestDeploy_ImageIsTheOneMakeBuilds checks the renders).
-func TestChart_Metadata(t *testing.T) {
-	var meta struct {
-		APIVersion string `json:"apiVersion"`
-		Name       string `json:"name"`
-		Version    string `json:"version"`
-		AppVersion string `json:"appVersion"`
-	}
-	if err := yaml.Unmarshal(mustRead(t, filepath.Join(chartDir, "Chart.yaml")), &meta); err != nil {
-		t.Fatal(err)
-	}
-	if meta.APIVersion != "v2" || meta.Name != filepath.Base(chartDir) || !regexp.MustCompile(`^\d+\.\d+\.\d+$`).MatchString(meta.Version) {
-		t.Errorf("Chart.yaml %+v: want apiVersion v2, the directory's name and a semantic version", meta)
-	}
-	if v := strings.TrimSpace(string(mustRead(t, filepath.Join(repoRoot, "VERSION")))); meta.AppVersion != v {
-		t.Errorf("Chart.yaml appVersion %q, want the VERSION file's %q", meta.AppVersion, v)
-	}
-}
-
-// profileSchema is the schema of one profile in the chart's values.schema.json: the
-// configuration file's (options.Schema) without its $id and $schema and without the fields a
-// profile may not set (their description says "not in a profile"), so that helm refuses them
-// by name (additional properties are not allowed).
-func profileSchema(t *testing.T) map[string]any {
-	t.Helper()
-	b, err := options.Schema()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc map[string]any
-	if err := json.Unmarshal(b, &doc); err != nil {
-		t.Fatal(err)
-	}
-	delete(doc, "$id")
-	delete(doc, "$schema")
-	doc["title"] = "a profile"
-	doc["description"] = "One profile of the -config directory (a key of the chart's profiles), in the shape of the configuration file without what a profile may not set: " +
-		"paths, addresses and what holds for the whole process."
-	var prune func(any)
-	prune = func(n any) {
-		switch n := n.(type) {
-		case map[string]any:
-			if props, ok := n["properties"].(map[string]any); ok {
-				for k, v := range props {
-					if d, _ := v.(map[string]any)["description"].(string); strings.Contains(d, "not in a profile") {
-						delete(props, k)
-					}
-				}
-			}
-			for _, v := range n {
-				prune(v)
-			}
-		case []any:
-			for _, v := range n {
-				prune(v)
-			}
-		}
-	}
-	prune(doc)
-	return doc
-}
-
-// TestChart_ValuesSchemaHasTheProfileSchema: values.schema.json checks each profile against
-// the configuration file's schema, as generated from the Go types the binary parses
-// (go test -run TestChart_ValuesSchema -update-chart-schema writes it). The file is kept in the
-// encoding this test writes: sorted keys, two-space indent.
-func TestChart_ValuesSchemaHasTheProfileSchema(t *testing.T) {
-	file := filepath.Join(chartDir, "values.schema.json")
-	got := mustRead(t, file)
-	var doc map[string]any
-	if err := json.Unmarshal(got, &doc); err != nil {
-		t.Fatalf("%s: %v", file, err)
-	}
-	defs, _ := doc["$defs"].(map[string]any)
-	if defs == nil {
-		t.Fatalf("%s: no $defs", file)
-	}
-	defs["profile"] = profileSchema(t)
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(doc); err != nil {
-		t.Fatal(err)
-	}
-	if *updateChartSchema {
-		if err := os.WriteFile(file, buf.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		got = buf.Bytes()
-	}
-	if !bytes.Equal(got, buf.Bytes()) {
-		t.Errorf("%s: $defs.profile is not the profile schema the Go types generate, or the file is not in its encoding: go test ./cmd/virtual-gpu-device-plugin -run TestChart_ValuesSchema -update-chart-schema", file)
-	}
-	profiles, _ := doc["properties"].(map[string]any)["profiles"].(map[string]any)
-	if each, _ := profiles["additionalProperties"].(map[string]any); each["$ref"] != "#/$defs/profile" {
-		t.Errorf("%s: each of the profiles is not checked against #/$defs/profile: %v", file, profiles)
-	}
-}
-
-// valuePaths lists the values of values.yaml as dotted paths, not descending into the maps
-// and lists whose keys are the user's (profiles, resources, selectors, labels …).
-func valuePaths(t *testing.T) []string {
-	t.Helper()
-	var v map[string]any
-	if err := yaml.Unmarshal(mustRead(t, filepath.Join(chartDir, "values.yaml")), &v); err != nil {
-		t.Fatal(err)
-	}
-	userMaps := map[string]bool{"profiles": true, "resources": true, "nodeSelector": true, "affinity": true, "podAnnotations": true,
-		"podLabels": true, "updateStrategy": true, "serviceAccount.annotations": true, "metrics.serviceMonitor.labels": true}
-	var out []string
-	var walk func(prefix string, m map[string]any)
-	walk = func(prefix string, m map[string]any) {
-		for k, val := range m {
-			p := prefix + k
-			if sub, ok := val.(map[string]any); ok && !userMaps[p] {
-				walk(p+".", sub)
-				continue
-			}
-			out = append(out, p)
-		}
-	}
-	walk("", v)
-	sort.Strings(out)
-	return out
-}
-
-// TestChart_ReadmeListsEveryValue: the README's values table has a row for every value of
-// values.yaml, and the README's Helm commands name the chart and the README's release.
-func TestChart_ReadmeListsEveryValue(t *testing.T) {
-	readme := string(mustRead(t, filepath.Join(repoRoot, "README.md")))
-	for _, p := range valuePaths(t) {
-		if !strings.Contains(readme, "| `"+p+"` |") {
-			t.Errorf("README: no row for the chart value `%s` in the values table", p)
-		}
-	}
-	if cmd := "helm install virtual-gpu-device-plugin deploy/helm/virtual-gpu-device-plugin -n kube-system"; !strings.Contains(readme, cmd) {
-		t.Errorf("README does not say %q", cmd)
-	}
-	if !strings.Contains(readme, options.ProfileLabel+"=") {
-		t.Errorf("README does not show the profile label %s=<name>", options.ProfileLabel)
 	}
 }
 
@@ -1867,15 +1680,11 @@ func TestDockerfile_PinsAndLabels(t *testing.T) {
 	}
 }
 
-// stampedVariables are the variables `make build` sets with -ldflags -X main.version=… -X
-// main.revision=…: this fails to compile if either is renamed or stops being a string variable.
-var _ = []*string{&version, &revision}
-
 // TestDockerfile_BuildsWithMake runs the builder stage's `make build` the way Docker would: in a
 // copy of the build context (the repository less .dockerignore, so without .git), with its
 // TARGETOS/TARGETARCH and build arguments substituted. It builds for this machine's platform and
 // for another one, and checks each binary: static, trimmed, for the right platform, at the path
-// the runtime stage copies, with the version and revision stamped.
+// the runtime stage copies, with the version and revision stamped (its -version prints both).
 func TestDockerfile_BuildsWithMake(t *testing.T) {
 	if _, err := exec.LookPath("make"); err != nil {
 		t.Skip("make not installed")
@@ -1953,16 +1762,20 @@ func TestDockerfile_BuildsWithMake(t *testing.T) {
 		}
 	}
 
-	// Build arguments reach the stamped version (-X on a variable that does not exist is
-	// silently ignored, so look for the value in -version; stampedVariables keeps the names).
+	// Build arguments reach the stamped version and revision. -X on a variable that does not
+	// exist is silently ignored, so look for both values in what -version prints: a renamed
+	// main.version or main.revision (or one that stops being a string variable) shows here.
 	stampVersion := fmt.Sprintf("v0.0.0-stamp.%d", os.Getpid())
-	runIn(t, ctx, "make", makeArgs("linux", runtime.GOARCH, map[string]string{"VERSION": stampVersion, "REVISION": "0123abcd"})...)
+	const stampRevision = "0123abcd"
+	runIn(t, ctx, "make", makeArgs("linux", runtime.GOARCH, map[string]string{"VERSION": stampVersion, "REVISION": stampRevision})...)
 	bin := filepath.Join(ctx, binRel)
 	checkBinary(t, bin, "linux", runtime.GOARCH)
 	if runtime.GOOS == "linux" {
 		out, err := exec.Command(bin, "-version").Output()
-		if err != nil || !strings.Contains(string(out), stampVersion) {
-			t.Errorf("-version = %q, %v: want %s in it", out, err, stampVersion)
+		for what, want := range map[string]string{"version": stampVersion, "revision": stampRevision} {
+			if err != nil || !strings.Contains(string(out), want) {
+				t.Errorf("-version = %q, %v: want the stamped %s %s in it", out, err, what, want)
+			}
 		}
 	}
 
