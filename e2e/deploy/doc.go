@@ -20,7 +20,7 @@
 // like the kustomizations. Each render carries the digest of the chart's files, so a chart
 // changed since is a failure here, not a stale pass.
 //
-// The tests need neither root nor a cluster (`cd e2e && go test ./deploy`). They live in the e2e
-// module, a test module, because they read the plugin's options package under cmd/, which no
-// package of the product imports.
+// The tests need neither root nor a cluster (`cd e2e && go test ./deploy`; `make unit` runs
+// them, e2e/run.sh leaves them out). They live in the e2e module, a test module, because they
+// read the plugin's options package under cmd/, which no package of the product imports.
 package deploy
