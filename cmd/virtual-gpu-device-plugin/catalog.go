@@ -9,7 +9,7 @@ import (
 
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
-	nodeapi "github.com/unicore/virtual-gpu-device-plugin/plugin/node"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/kube"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
@@ -42,7 +42,7 @@ type deviceSet struct {
 	// numa is the NUMA node each GPU reports, and what to log about it.
 	numa topology.ReportedNUMA
 	// labels describe the machine for the node's GPU labels.
-	labels nodeapi.LabelSpec
+	labels kube.LabelSpec
 	// event describes the configuration for the history; the caller adds
 	// why, when and what the reconcile did.
 	event store.ConfigEvent
@@ -73,7 +73,7 @@ func newDeviceSet(cfg *options.Config, identity string) (*deviceSet, error) {
 	for i := range s.faultIDs {
 		s.faultIDs[i] = m.ID(i)
 	}
-	s.labels = nodeapi.LabelSpec{Machine: m, Topology: cfg.Topology, Profile: cfg.Profile}
+	s.labels = kube.LabelSpec{Machine: m, Topology: cfg.Topology, Profile: cfg.Profile}
 	s.event = store.ConfigEvent{Profile: cfg.Profile, ResourceName: s.resource, Machine: m.Name(), Devices: len(s.slots)}
 	if sh := cfg.Sharing; sh.Enabled() {
 		s.resource, s.event.ResourceName = sh.ResourceName, sh.ResourceName

@@ -25,7 +25,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/cdi"
-	nodeapi "github.com/unicore/virtual-gpu-device-plugin/plugin/node"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/kube"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/status"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
@@ -492,7 +492,7 @@ func readStatus(t *testing.T, dir, uuid string) *status.GPU {
 func TestServe_ContainerView_LiveChange(t *testing.T) {
 	n := newLiveNode(t)
 	cdiDir := filepath.Join(n.dir, "cdi")
-	api := newFakeAPI(map[string]string{nodeapi.ConfigLabel: "big"})
+	api := newFakeAPI(map[string]string{kube.ConfigLabel: "big"})
 	reg := n.start(t, api, "-device-list-strategy=cdi-cri", "-cdi-spec-dir="+cdiDir)
 	plugintest.NextList(t, reg, 10*time.Second)
 	statusDir := filepath.Join(filepath.Dir(n.state), "status")
@@ -524,7 +524,7 @@ func TestServe_ContainerView_LiveChange(t *testing.T) {
 		t.Errorf("status of fake-6: %+v", g)
 	}
 
-	api.setLabel(nodeapi.ConfigLabel, "small")
+	api.setLabel(kube.ConfigLabel, "small")
 	if got := ids(plugintest.NextList(t, reg, 10*time.Second)); !slices.Equal(got, fakeIDs(4)) {
 		t.Fatalf("after the change: %v", got)
 	}
@@ -599,7 +599,7 @@ func TestServe_CDI_ResourceNameChange(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	api.setLabel(nodeapi.ConfigLabel, "renamed")
+	api.setLabel(kube.ConfigLabel, "renamed")
 	again := n.kubelet.WaitRegistration(30 * time.Second)
 	if again.Request.ResourceName != renamedRes {
 		t.Fatalf("registered again as %q", again.Request.ResourceName)
@@ -616,7 +616,7 @@ func TestServe_CDI_ResourceNameChange(t *testing.T) {
 		t.Errorf("the old name's spec changed or went (%v): the answers given under it name it", err)
 	}
 
-	api.setLabel(nodeapi.ConfigLabel, "")
+	api.setLabel(kube.ConfigLabel, "")
 	back := n.kubelet.WaitRegistration(30 * time.Second)
 	plugintest.NextList(t, back, 10*time.Second)
 	if got := allocate(back, "fake-3"); !slices.Equal(got, []string{"unicore.mcyou.cc/gpu=fake-3"}) {

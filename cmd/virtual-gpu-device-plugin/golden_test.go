@@ -20,7 +20,7 @@ import (
 
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/admin"
-	nodeapi "github.com/unicore/virtual-gpu-device-plugin/plugin/node"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/kube"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 )
@@ -237,7 +237,7 @@ func TestGolden_TelemetryScrape(t *testing.T) {
 	}
 	logs := &plugintest.LogBuffer{}
 	env := defaultServeEnv()
-	env.newAPI = func(nodeapi.Options) (nodeapi.API, error) { return nil, fmt.Errorf("test: %w", nodeapi.ErrNoAPIAccess) }
+	env.newAPI = func(kube.Options) (kube.API, error) { return nil, fmt.Errorf("test: %w", kube.ErrNoAPIAccess) }
 	env.environ = nil
 	env.clock = plugintest.NewClock(t, time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC))
 	ctx, cancel := context.WithCancel(context.Background())

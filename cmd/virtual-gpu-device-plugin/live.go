@@ -14,8 +14,8 @@ import (
 
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/kube"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/lifecycle"
-	nodeapi "github.com/unicore/virtual-gpu-device-plugin/plugin/node"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
@@ -27,7 +27,7 @@ import (
 const defaultLabelWait = 10 * time.Second
 
 // selector decides which configuration is in force and applies a new one
-// live: it follows the Node's profile label (nodeapi.API.WatchNode), the
+// live: it follows the Node's profile label (kube.API.WatchNode), the
 // profiles directory (dirWatch) and keeps the Node's GPU labels
 // (-label-node). A change of either is resolved with the command line and
 // the environment (options.Options.Select, Resolve); one that cannot be
@@ -48,7 +48,7 @@ const defaultLabelWait = 10 * time.Second
 type selector struct {
 	o         *options.Options
 	log       zerolog.Logger
-	api       nodeapi.API // nil without API access
+	api       kube.API // nil without API access
 	nodeName  string
 	labelNode bool
 	identity  string // GPU UUIDs are derived from it; "" derives none
@@ -91,7 +91,7 @@ type liveParts struct {
 
 // newSelector returns a selector for the profiles (nil: -config is not a
 // directory of profiles). api is nil without API access.
-func newSelector(o *options.Options, profiles *options.Profiles, api nodeapi.API, identity string, log zerolog.Logger) *selector {
+func newSelector(o *options.Options, profiles *options.Profiles, api kube.API, identity string, log zerolog.Logger) *selector {
 	return &selector{
 		o:         o,
 		log:       log,
@@ -149,7 +149,7 @@ func (s *selector) initial(fallback *options.Config) (cfg *options.Config, why, 
 	if s.profiles == nil || !s.haveNode {
 		return fallback, why, detail
 	}
-	s.label, _ = nodeapi.SelectedProfile(s.labels)
+	s.label, _ = kube.SelectedProfile(s.labels)
 	cfg, why, detail, err := s.resolve()
 	if err != nil {
 		s.logErr(err, fallback.Profile)
@@ -179,11 +179,11 @@ func (s *selector) resolve() (cfg *options.Config, why, detail string, err error
 	}
 	switch {
 	case s.label != "":
-		why, detail = store.WhyNodeLabel, nodeapi.ConfigLabel+"="+s.label
+		why, detail = store.WhyNodeLabel, kube.ConfigLabel+"="+s.label
 	case f != nil:
-		why, detail = store.WhyDefault, "-config-default="+f.Profile+" (no "+nodeapi.ConfigLabel+" label)"
+		why, detail = store.WhyDefault, "-config-default="+f.Profile+" (no "+kube.ConfigLabel+" label)"
 	default:
-		why, detail = store.WhyFlags, "no "+nodeapi.ConfigLabel+" label and no -config-default"
+		why, detail = store.WhyFlags, "no "+kube.ConfigLabel+" label and no -config-default"
 	}
 	cfg, err = s.o.Resolve(f)
 	return cfg, why, detail, err
@@ -200,7 +200,7 @@ func (s *selector) start(ctx context.Context, parts liveParts, set *deviceSet, r
 	s.current.Store(set)
 	s.logUUIDConflicts(report)
 	if s.profiles != nil && s.haveNode {
-		if label, _ := nodeapi.SelectedProfile(s.labels); label != s.label {
+		if label, _ := kube.SelectedProfile(s.labels); label != s.label {
 			s.label = label
 			if err := s.changeLocked(ctx, ""); err != nil {
 				s.log.Error().Err(err).Msg("applying the profile the node's label names failed; retrying with the node's next change")
@@ -213,7 +213,7 @@ func (s *selector) start(ctx context.Context, parts liveParts, set *deviceSet, r
 }
 
 // onLabels takes the Node's labels, at start and whenever they change
-// (nodeapi.API.WatchNode calls it): a new profile label selects another
+// (kube.API.WatchNode calls it): a new profile label selects another
 // profile, and our GPU labels are put back if someone changed them. An
 // error asks WatchNode to call again with the same labels after a backoff:
 // only for what retrying may fix (the state file, the API server), never
@@ -227,7 +227,7 @@ func (s *selector) onLabels(ctx context.Context, labels map[string]string) error
 		return nil
 	}
 	if s.profiles != nil {
-		if label, _ := nodeapi.SelectedProfile(labels); label != s.label || s.retry {
+		if label, _ := kube.SelectedProfile(labels); label != s.label || s.retry {
 			s.label = label
 			if err := s.changeLocked(ctx, ""); err != nil {
 				return err
@@ -494,25 +494,25 @@ func (s *selector) logUUIDConflicts(report store.ReconcileReport) {
 	}
 }
 
-// syncLabels brings the Node's GPU labels (nodeapi.LabelPrefix) in line with
+// syncLabels brings the Node's GPU labels (kube.LabelPrefix) in line with
 // the device set in force, with -label-node: one patch naming only the
 // labels to set or remove, and none when they match. The caller holds mu.
 func (s *selector) syncLabels(ctx context.Context) error {
 	if !s.labelNode || s.api == nil || !s.haveNode {
 		return nil
 	}
-	desired, err := nodeapi.GPULabels(s.set.labels)
+	desired, err := kube.GPULabels(s.set.labels)
 	if err != nil {
 		return err
 	}
-	set, remove, err := nodeapi.LabelChanges(s.labels, desired)
+	set, remove, err := kube.LabelChanges(s.labels, desired)
 	if err != nil {
 		return err
 	}
 	if len(set) == 0 && len(remove) == 0 {
 		return nil
 	}
-	if _, err := nodeapi.SyncLabels(ctx, s.api, s.nodeName, s.labels, desired); err != nil {
+	if _, err := kube.SyncLabels(ctx, s.api, s.nodeName, s.labels, desired); err != nil {
 		return err
 	}
 	s.log.Info().Strs("set", slices.Sorted(maps.Keys(set))).Strs("removed", remove).Msg("GPU labels of the node updated")

@@ -16,7 +16,7 @@ import (
 
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/admin"
-	nodeapi "github.com/unicore/virtual-gpu-device-plugin/plugin/node"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/kube"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/status"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
@@ -60,7 +60,7 @@ type fakePatch struct {
 	remove []string
 }
 
-var _ nodeapi.API = (*fakeAPI)(nil)
+var _ kube.API = (*fakeAPI)(nil)
 
 func newFakeAPI(labels map[string]string) *fakeAPI {
 	f := &fakeAPI{labels: map[string]string{}, changed: make(chan struct{})}
@@ -70,7 +70,7 @@ func newFakeAPI(labels map[string]string) *fakeAPI {
 
 func (f *fakeAPI) WatchNode(ctx context.Context, name string, fn func(map[string]string) error) error {
 	if name != testNode {
-		return fmt.Errorf("watch node %q: %w", name, nodeapi.ErrNodeNotFound)
+		return fmt.Errorf("watch node %q: %w", name, kube.ErrNodeNotFound)
 	}
 	if f.watchErr != nil {
 		return f.watchErr
@@ -103,7 +103,7 @@ func (f *fakeAPI) WatchNode(ctx context.Context, name string, fn func(map[string
 
 func (f *fakeAPI) PatchNodeLabels(_ context.Context, name string, set map[string]string, remove []string) error {
 	if name != testNode {
-		return fmt.Errorf("patch node %q: %w", name, nodeapi.ErrNodeNotFound)
+		return fmt.Errorf("patch node %q: %w", name, kube.ErrNodeNotFound)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -235,9 +235,9 @@ func (n *liveNode) start(t *testing.T, api *fakeAPI, extra ...string) *plugintes
 		t.Fatal(err)
 	}
 	env := serveEnv{
-		newAPI: func(nodeapi.Options) (nodeapi.API, error) {
+		newAPI: func(kube.Options) (kube.API, error) {
 			if api == nil {
-				return nil, fmt.Errorf("test: %w", nodeapi.ErrNoAPIAccess)
+				return nil, fmt.Errorf("test: %w", kube.ErrNoAPIAccess)
 			}
 			return api, nil
 		},
@@ -348,13 +348,13 @@ func TestServe_Label_AppliesProfileLive(t *testing.T) {
 		t.Fatalf("first list = %v, want the default profile's 4 GPUs", got)
 	}
 
-	api.setLabel(nodeapi.ConfigLabel, "big")
+	api.setLabel(kube.ConfigLabel, "big")
 	if got := ids(plugintest.NextList(t, reg, 30*time.Second)); !slices.Equal(got, fakeIDs(8)) {
 		t.Fatalf("after the label: list = %v, want big's 8 GPUs on the same stream", got)
 	}
 	n.noMoreRegistrations(t)
 
-	api.setLabel(nodeapi.ConfigLabel, "")
+	api.setLabel(kube.ConfigLabel, "")
 	if got := ids(plugintest.NextList(t, reg, 30*time.Second)); !slices.Equal(got, fakeIDs(4)) {
 		t.Fatalf("label removed: list = %v, want the default's 4 GPUs", got)
 	}
@@ -364,7 +364,7 @@ func TestServe_Label_AppliesProfileLive(t *testing.T) {
 	if got, want := configEvents(s), []string{"default:small", "node-label:big", "default:small"}; !slices.Equal(got, want) {
 		t.Errorf("config events = %v, want %v", got, want)
 	}
-	if e := s.ConfigEvents[1]; e.Detail != nodeapi.ConfigLabel+"=big" || e.PreviousProfile != "small" || e.Devices != 8 ||
+	if e := s.ConfigEvents[1]; e.Detail != kube.ConfigLabel+"=big" || e.PreviousProfile != "small" || e.Devices != 8 ||
 		!slices.Equal(e.Added, fakeIDs(8)[4:]) {
 		t.Errorf("the label's event = %+v", e)
 	}
@@ -386,7 +386,7 @@ func TestServe_Label_AppliesProfileLive(t *testing.T) {
 // profile from the first registration on; the default is never served.
 func TestServe_LabelAtStart(t *testing.T) {
 	n := newLiveNode(t)
-	api := newFakeAPI(map[string]string{nodeapi.ConfigLabel: "big"})
+	api := newFakeAPI(map[string]string{kube.ConfigLabel: "big"})
 	reg := n.start(t, api)
 	if got := ids(plugintest.NextList(t, reg, 30*time.Second)); !slices.Equal(got, fakeIDs(8)) {
 		t.Fatalf("first list = %v, want big's 8 GPUs", got)
@@ -405,7 +405,7 @@ func TestServe_Label_OtherResourceName_RegistersAgain(t *testing.T) {
 	}
 	plugintest.NextList(t, reg, 30*time.Second)
 
-	api.setLabel(nodeapi.ConfigLabel, "renamed")
+	api.setLabel(kube.ConfigLabel, "renamed")
 	again := n.kubelet.WaitRegistration(30 * time.Second)
 	if again.Request.ResourceName != renamedRes || again.Request.Endpoint != options.DefaultSocketName {
 		t.Fatalf("registered again with %v, want %s on the same socket", again.Request, renamedRes)
@@ -427,7 +427,7 @@ func TestServe_Label_OtherResourceName_RegistersAgain(t *testing.T) {
 		t.Errorf("the rename's event = %+v", e)
 	}
 
-	api.setLabel(nodeapi.ConfigLabel, "")
+	api.setLabel(kube.ConfigLabel, "")
 	back := n.kubelet.WaitRegistration(30 * time.Second)
 	if back.Request.ResourceName != options.DefaultResourceName {
 		t.Errorf("back to the default: registered %q", back.Request.ResourceName)
@@ -440,10 +440,10 @@ func TestServe_UnknownProfileLabel_OneErrorProfileKept(t *testing.T) {
 	api := newFakeAPI(nil)
 	reg := n.start(t, api)
 	plugintest.NextList(t, reg, 30*time.Second)
-	api.setLabelAndWait(t, nodeapi.ConfigLabel, "big")
+	api.setLabelAndWait(t, kube.ConfigLabel, "big")
 	plugintest.NextList(t, reg, 30*time.Second)
 
-	api.setLabelAndWait(t, nodeapi.ConfigLabel, "nope")
+	api.setLabelAndWait(t, kube.ConfigLabel, "nope")
 	const notApplied = `"message":"configuration not applied: the configuration in force stays"`
 	n.waitLog(t, notApplied, 1)
 	api.setLabelAndWait(t, "example.com/unrelated", "x") // the Node changes again; the label still names no profile
@@ -561,12 +561,12 @@ func TestServe_GPULabels_PatchedOnlyOnChange(t *testing.T) {
 	n := newLiveNode(t)
 	foreign := map[string]string{"kubernetes.io/hostname": testNode, "example.com/team": "ml"}
 	start := maps.Clone(foreign)
-	start[nodeapi.LabelPrefix+"stale"] = "x" // ours, from an older version: removed
+	start[kube.LabelPrefix+"stale"] = "x" // ours, from an older version: removed
 	api := newFakeAPI(start)
 	reg := n.start(t, api, "-label-node")
 	plugintest.NextList(t, reg, 30*time.Second)
 	plugintest.WaitFor(t, 30*time.Second, "the first label patch", func() bool { return len(api.patchList()) == 1 })
-	want, err := nodeapi.GPULabels(nodeapi.LabelSpec{Machine: mustPreset(t, "workstation-4gpu"), Topology: "workstation-4gpu", Profile: "small"})
+	want, err := kube.GPULabels(kube.LabelSpec{Machine: mustPreset(t, "workstation-4gpu"), Topology: "workstation-4gpu", Profile: "small"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -588,7 +588,7 @@ func TestServe_GPULabels_PatchedOnlyOnChange(t *testing.T) {
 		})
 	}
 	checkLabels("the GPU labels of small", want)
-	if p := api.patchList()[0]; !slices.Equal(p.remove, []string{nodeapi.LabelPrefix + "stale"}) || !maps.Equal(p.set, want) {
+	if p := api.patchList()[0]; !slices.Equal(p.remove, []string{kube.LabelPrefix + "stale"}) || !maps.Equal(p.set, want) {
 		t.Errorf("first patch = %+v", p)
 	}
 
@@ -596,30 +596,30 @@ func TestServe_GPULabels_PatchedOnlyOnChange(t *testing.T) {
 	api.setLabelAndWait(t, "example.com/team", "infra")
 	foreign["example.com/team"] = "infra"
 	// Someone edits one of ours: it is put back, alone.
-	api.setLabelAndWait(t, nodeapi.LabelProduct, "edited")
+	api.setLabelAndWait(t, kube.LabelProduct, "edited")
 	checkLabels("the product label put back", want)
 	patches := api.patchList()
-	if len(patches) != 2 || !maps.Equal(patches[1].set, map[string]string{nodeapi.LabelProduct: want[nodeapi.LabelProduct]}) || len(patches[1].remove) != 0 {
+	if len(patches) != 2 || !maps.Equal(patches[1].set, map[string]string{kube.LabelProduct: want[kube.LabelProduct]}) || len(patches[1].remove) != 0 {
 		t.Fatalf("patches = %+v, want the first and one putting the product back", patches)
 	}
 
 	// Another profile: its labels.
-	api.setLabel(nodeapi.ConfigLabel, "big")
+	api.setLabel(kube.ConfigLabel, "big")
 	plugintest.NextList(t, reg, 30*time.Second)
-	big, err := nodeapi.GPULabels(nodeapi.LabelSpec{Machine: mustPreset(t, "dgx-a100"), Topology: "dgx-a100", Profile: "big"})
+	big, err := kube.GPULabels(kube.LabelSpec{Machine: mustPreset(t, "dgx-a100"), Topology: "dgx-a100", Profile: "big"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	foreign[nodeapi.ConfigLabel] = "big"
+	foreign[kube.ConfigLabel] = "big"
 	checkLabels("the GPU labels of big", big)
 	for _, p := range api.patchList() {
 		for k := range p.set {
-			if !strings.HasPrefix(k, nodeapi.LabelPrefix) {
+			if !strings.HasPrefix(k, kube.LabelPrefix) {
 				t.Errorf("patched %s, not one of ours", k)
 			}
 		}
 		for _, k := range p.remove {
-			if !strings.HasPrefix(k, nodeapi.LabelPrefix) {
+			if !strings.HasPrefix(k, kube.LabelPrefix) {
 				t.Errorf("removed %s, not one of ours", k)
 			}
 		}
@@ -648,7 +648,7 @@ func TestServe_NoAPIAccess_DefaultSaidOnce(t *testing.T) {
 func TestServe_NodeNotFound(t *testing.T) {
 	n := newLiveNode(t)
 	api := newFakeAPI(nil)
-	api.watchErr = fmt.Errorf("watch node: %w", nodeapi.ErrNodeNotFound)
+	api.watchErr = fmt.Errorf("watch node: %w", kube.ErrNodeNotFound)
 	reg := n.start(t, api)
 	if got := ids(plugintest.NextList(t, reg, 30*time.Second)); !slices.Equal(got, fakeIDs(4)) {
 		t.Fatalf("list = %v, want the default's", got)
@@ -665,7 +665,7 @@ func TestServe_NodeNotFound(t *testing.T) {
 // holder.
 func TestServe_HealthAndHistoryKept(t *testing.T) {
 	n := newLiveNode(t)
-	api := newFakeAPI(map[string]string{nodeapi.ConfigLabel: "big"})
+	api := newFakeAPI(map[string]string{kube.ConfigLabel: "big"})
 	reg := n.start(t, api)
 	plugintest.NextList(t, reg, 30*time.Second)
 	if _, err := n.admin.SetHealth(context.Background(), "fake-1", false, "ECC errors"); err != nil {
@@ -682,7 +682,7 @@ func TestServe_HealthAndHistoryKept(t *testing.T) {
 	plugintest.WaitFor(t, 30*time.Second, "the allocation held", func() bool { return held(n.snapshot(t)) })
 
 	// To 4 GPUs under another resource name: fake-6 goes, its pod keeps it.
-	api.setLabel(nodeapi.ConfigLabel, "renamed")
+	api.setLabel(kube.ConfigLabel, "renamed")
 	renamed := n.kubelet.WaitRegistration(30 * time.Second)
 	if got := ids(plugintest.NextList(t, renamed, 30*time.Second)); !slices.Equal(got, []string{"fake-0", "fake-1(Unhealthy)", "fake-2", "fake-3"}) {
 		t.Fatalf("after the change: %v", got)
@@ -701,7 +701,7 @@ func TestServe_HealthAndHistoryKept(t *testing.T) {
 	}
 
 	// Back: the removed devices return, fake-1 still unhealthy.
-	api.setLabel(nodeapi.ConfigLabel, "big")
+	api.setLabel(kube.ConfigLabel, "big")
 	back := n.kubelet.WaitRegistration(30 * time.Second)
 	got := ids(plugintest.NextList(t, back, 30*time.Second))
 	if len(got) != 8 || got[1] != "fake-1(Unhealthy)" || got[6] != "fake-6" {
@@ -727,7 +727,7 @@ func TestServe_HealthAndHistoryKept(t *testing.T) {
 // another configuration records it, with the previous profile.
 func TestServe_StartAgain_SameConfigNotRecorded(t *testing.T) {
 	n := newLiveNode(t)
-	api := newFakeAPI(map[string]string{nodeapi.ConfigLabel: "big"})
+	api := newFakeAPI(map[string]string{kube.ConfigLabel: "big"})
 	plugintest.NextList(t, n.start(t, api), 30*time.Second)
 	n.stop(t)
 	plugintest.NextList(t, n.start(t, api), 30*time.Second)
@@ -735,7 +735,7 @@ func TestServe_StartAgain_SameConfigNotRecorded(t *testing.T) {
 		t.Fatalf("after a restart: config events = %v", got)
 	}
 	n.stop(t)
-	api.setLabel(nodeapi.ConfigLabel, "")
+	api.setLabel(kube.ConfigLabel, "")
 	plugintest.NextList(t, n.start(t, api), 30*time.Second)
 	s := n.snapshot(t)
 	if got := configEvents(s); !slices.Equal(got, []string{"node-label:big", "default:small"}) || s.ConfigEvents[0].PreviousProfile != "big" {

@@ -21,9 +21,9 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/admin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/kube"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/lifecycle"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/metrics"
-	nodeapi "github.com/unicore/virtual-gpu-device-plugin/plugin/node"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 )
@@ -40,9 +40,9 @@ func newLogger(cfg *options.Config, w io.Writer) zerolog.Logger {
 // reaches the API server, the host's machine id, and how patiently it
 // watches. defaultServeEnv is the process's; tests replace parts of it.
 type serveEnv struct {
-	// newAPI connects to the API server (nodeapi.NewClient); an error
-	// wrapping nodeapi.ErrNoAPIAccess means there is no way to reach one.
-	newAPI func(nodeapi.Options) (nodeapi.API, error)
+	// newAPI connects to the API server (kube.NewClient); an error
+	// wrapping kube.ErrNoAPIAccess means there is no way to reach one.
+	newAPI func(kube.Options) (kube.API, error)
 	// machineIDPath is read for the GPU UUIDs' node identity when
 	// -node-name is not set (default /etc/machine-id).
 	machineIDPath string
@@ -66,8 +66,8 @@ type serveEnv struct {
 // defaultServeEnv is the process's serveEnv.
 func defaultServeEnv() serveEnv {
 	return serveEnv{
-		newAPI: func(o nodeapi.Options) (nodeapi.API, error) {
-			c, err := nodeapi.NewClient(o)
+		newAPI: func(o kube.Options) (kube.API, error) {
+			c, err := kube.NewClient(o)
 			if err != nil {
 				return nil, err
 			}
@@ -413,7 +413,7 @@ func readMachineID(path string) string {
 // (-node-name set, and a profiles directory or -label-node), nil when it
 // does not or has no API access; then it says once what the plugin does
 // without. Only an explicit -kubeconfig that cannot be used is an error.
-func connectAPI(o *options.Options, profiles *options.Profiles, env serveEnv, log zerolog.Logger) (nodeapi.API, error) {
+func connectAPI(o *options.Options, profiles *options.Profiles, env serveEnv, log zerolog.Logger) (kube.API, error) {
 	switch {
 	case profiles == nil && !o.LabelNode:
 		return nil, nil
@@ -422,7 +422,7 @@ func connectAPI(o *options.Options, profiles *options.Profiles, env serveEnv, lo
 			Msg("no -node-name (nor NODE_NAME): the node's profile label is not read; serving the -config-default profile")
 		return nil, nil
 	}
-	api, err := env.newAPI(nodeapi.Options{Kubeconfig: o.Kubeconfig, Version: version, Logger: log})
+	api, err := env.newAPI(kube.Options{Kubeconfig: o.Kubeconfig, Version: version, Logger: log})
 	switch {
 	case err == nil:
 		return api, nil

@@ -17,7 +17,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
-	nodeapi "github.com/unicore/virtual-gpu-device-plugin/plugin/node"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/kube"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
@@ -427,7 +427,7 @@ func TestServe_SharingLive(t *testing.T) {
 	reg := n.start(t, api, "-label-node")
 	plugintest.NextList(t, reg, 10*time.Second)
 
-	api.setLabel(nodeapi.ConfigLabel, "shared")
+	api.setLabel(kube.ConfigLabel, "shared")
 	again := n.kubelet.WaitRegistration(10 * time.Second)
 	if again.Request.ResourceName != options.DefaultResourceName+".shared" {
 		t.Fatalf("registered again as %q, want the .shared name", again.Request.ResourceName)
@@ -441,11 +441,11 @@ func TestServe_SharingLive(t *testing.T) {
 	}
 	plugintest.WaitFor(t, 10*time.Second, "the GPU labels of sharing", func() bool {
 		l := api.nodeLabels()
-		return l[nodeapi.LabelReplicas] == "2" && l[nodeapi.LabelSharingStrategy] == nodeapi.SharingTimeSlicing &&
-			!strings.HasSuffix(l[nodeapi.LabelProduct], "-SHARED") // renamed: GFD's rule keeps the product
+		return l[kube.LabelReplicas] == "2" && l[kube.LabelSharingStrategy] == kube.SharingTimeSlicing &&
+			!strings.HasSuffix(l[kube.LabelProduct], "-SHARED") // renamed: GFD's rule keeps the product
 	})
 
-	api.setLabel(nodeapi.ConfigLabel, "")
+	api.setLabel(kube.ConfigLabel, "")
 	back := n.kubelet.WaitRegistration(10 * time.Second)
 	if got := ids(plugintest.NextList(t, back, 10*time.Second)); back.Request.ResourceName != options.DefaultResourceName || !slices.Equal(got, fakeIDs(4)) {
 		t.Errorf("back: %s %v", back.Request.ResourceName, got)
@@ -455,7 +455,7 @@ func TestServe_SharingLive(t *testing.T) {
 		t.Errorf("back to whole GPUs: event %+v, want the 8 replicas removed", e)
 	}
 	plugintest.WaitFor(t, 10*time.Second, "the GPU labels of whole GPUs", func() bool {
-		return api.nodeLabels()[nodeapi.LabelReplicas] == "1"
+		return api.nodeLabels()[kube.LabelReplicas] == "1"
 	})
 }
 

@@ -26,7 +26,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/nvidiasmi"
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
-	nodeapi "github.com/unicore/virtual-gpu-device-plugin/plugin/node"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/kube"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/status"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
@@ -507,7 +507,7 @@ func httpGet(t *testing.T, url string) string {
 // serves its 4 GPUs. The plugin's own /metrics stays promlint-clean.
 func TestServe_Telemetry(t *testing.T) {
 	n := newLiveNode(t)
-	api := newFakeAPI(map[string]string{nodeapi.ConfigLabel: "big"})
+	api := newFakeAPI(map[string]string{kube.ConfigLabel: "big"})
 	reg := n.start(t, api, "-telemetry-address=127.0.0.1:0", "-telemetry-writable", "-metrics-address=127.0.0.1:0")
 	plugintest.NextList(t, reg, 10*time.Second)
 	url := "http://" + listenAddress(t, n.logs, "serving GPU telemetry") + "/metrics"
@@ -634,7 +634,7 @@ func TestServe_Telemetry(t *testing.T) {
 		return os.IsNotExist(err)
 	})
 
-	api.setLabel(nodeapi.ConfigLabel, "small")
+	api.setLabel(kube.ConfigLabel, "small")
 	plugintest.WaitFor(t, 10*time.Second, "the telemetry of workstation-4gpu", func() bool {
 		u := utilOf(scrape())
 		return len(u) == 4 && u["0"].labels["modelName"] == "NVIDIA RTX A6000"

@@ -11,14 +11,14 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/node"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/kube"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 // ProfileLabel is the Node label that names a node's profile, as
 // nvidia.com/device-plugin.config names the configuration of NVIDIA's
-// device plugin. It is plugin/node's, the package that reads it.
-const ProfileLabel = node.ConfigLabel
+// device plugin. It is plugin/kube's, the package that reads it.
+const ProfileLabel = kube.ConfigLabel
 
 // profileSuffixes end the names of profile files; a name without a dot
 // is a profile too, as NVIDIA's ConfigMaps name their keys (any, tesla-t4).

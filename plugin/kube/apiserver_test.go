@@ -1,4 +1,4 @@
-package node
+package kube
 
 // A fake Kubernetes API server for the Node endpoints this package uses, over
 // real HTTP, so that tests exercise the whole client-go stack (kubeconfig,

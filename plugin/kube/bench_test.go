@@ -1,4 +1,4 @@
-package node
+package kube
 
 import (
 	"bufio"
@@ -20,7 +20,7 @@ import (
 // reports its live heap after GC and its RSS; the benchmark reports both,
 // their differences (what the watch adds) and ratios (watch / idle).
 //
-//	go test -run '^$' -bench WatchNode_Memory -benchtime 3x ./plugin/node
+//	go test -run '^$' -bench WatchNode_Memory -benchtime 3x ./plugin/kube
 
 const (
 	memChildEnv     = "VGPU_NODE_MEM_CHILD"      // "idle" or "watch"

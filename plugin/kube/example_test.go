@@ -1,11 +1,11 @@
-package node_test
+package kube_test
 
 import (
 	"fmt"
 	"maps"
 	"slices"
 
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/node"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/kube"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
@@ -15,7 +15,7 @@ func ExampleGPULabels() {
 		fmt.Println(err)
 		return
 	}
-	labels, err := node.GPULabels(node.LabelSpec{Machine: m, Topology: "dgx-a100", Replicas: 4, Profile: "a100-shared"})
+	labels, err := kube.GPULabels(kube.LabelSpec{Machine: m, Topology: "dgx-a100", Replicas: 4, Profile: "a100-shared"})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -40,11 +40,11 @@ func ExampleGPULabels() {
 
 func ExampleSelectedProfile() {
 	for _, labels := range []map[string]string{
-		{node.ConfigLabel: "a100-shared"},
-		{node.ConfigLabel: ""},
+		{kube.ConfigLabel: "a100-shared"},
+		{kube.ConfigLabel: ""},
 		{},
 	} {
-		name, ok := node.SelectedProfile(labels)
+		name, ok := kube.SelectedProfile(labels)
 		fmt.Printf("%q %v\n", name, ok)
 	}
 	// Output:

@@ -1,4 +1,4 @@
-// Package node is the plugin's only contact with the Kubernetes API server:
+// Package kube is the plugin's only contact with the Kubernetes API server:
 // it watches the plugin's own Node for its labels (the profile label picks
 // the per-node profile) and keeps the Node's GPU labels up to date. Nothing
 // else in the project imports client-go; the rest uses the small [API]
@@ -45,4 +45,4 @@
 //
 // The plugin's service account needs get, list and watch on nodes; patch on
 // nodes only when it labels its Node (deploy/base/rbac.yaml).
-package node
+package kube
