@@ -15,7 +15,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/kube"
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/lifecycle"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/podresources"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
@@ -83,7 +83,7 @@ type liveParts struct {
 	st        *store.Store
 	srv       *plugin.Server
 	reg       *registrar
-	tracker   *lifecycle.Tracker
+	tracker   *podresources.Tracker
 	faults    *faultRunner
 	view      *viewFiles
 	telemetry *gpuTelemetry

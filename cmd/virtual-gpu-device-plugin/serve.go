@@ -22,8 +22,8 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/admin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/kube"
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/lifecycle"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/metrics"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/podresources"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 )
@@ -240,7 +240,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 		log.Error().Err(err).Msg("load sockets of active allocations not all created again; retrying")
 	}
 	// The tracker first: the recorder tells it about each allocation.
-	tracker, err := lifecycle.New(lifecycle.Config{
+	tracker, err := podresources.New(podresources.Config{
 		Socket:       cfg.PodResourcesSocket,
 		ResourceName: set.resource,
 		Store:        st,
@@ -437,7 +437,7 @@ func connectAPI(o *options.Options, profiles *options.Profiles, env serveEnv, lo
 // followEarlierNames makes tracker follow the resource names of the
 // configuration history too (containers may hold devices under a name of
 // an earlier configuration).
-func followEarlierNames(st *store.Store, tracker *lifecycle.Tracker) error {
+func followEarlierNames(st *store.Store, tracker *podresources.Tracker) error {
 	const lookBack = 100
 	events, err := st.ConfigEvents(store.ConfigFilter{Limit: lookBack})
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/cdi"
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/lifecycle"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/podresources"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
@@ -273,9 +273,9 @@ func newFlagSet(s *Settings, b *bootstrap) *flag.FlagSet {
 	fs.Var(&s.HistoryMaxBytes, "history-max-bytes", "keep the allocation records and health events together at most this `size`, encoded (bytes, or with Ki, Mi, Gi); 0: no byte limit")
 	fs.StringVar(&s.AdminSocket, "admin-socket", "", "local admin API socket `path`, used by dump and health; not in -device-plugin-path (default: admin.sock next to -state)")
 	fs.StringVar(&s.Faults, "faults", "", "fault-injection `plan`, e.g. \"down:fake-1:after=30s;flap:fake-2:period=10s;random:mtbf=1h:repair=5m\"")
-	fs.StringVar(&s.PodResourcesSocket, "pod-resources-socket", lifecycle.DefaultSocket, "the kubelet's PodResources API `socket`, to follow allocations to pods")
-	fs.DurationVar(&s.ReconcileInterval, "reconcile-interval", lifecycle.DefaultInterval, "how often to ask the PodResources API who holds which devices")
-	fs.DurationVar(&s.AbandonAfter, "abandon-after", lifecycle.DefaultAbandonAfter, "mark an allocation abandoned when no pod claimed it this long")
+	fs.StringVar(&s.PodResourcesSocket, "pod-resources-socket", podresources.DefaultSocket, "the kubelet's PodResources API `socket`, to follow allocations to pods")
+	fs.DurationVar(&s.ReconcileInterval, "reconcile-interval", podresources.DefaultInterval, "how often to ask the PodResources API who holds which devices")
+	fs.DurationVar(&s.AbandonAfter, "abandon-after", podresources.DefaultAbandonAfter, "mark an allocation abandoned when no pod claimed it this long")
 	fs.StringVar(&s.MetricsAddress, "metrics-address", "", "serve /metrics, /healthz and /readyz on this `host:port` (e.g. :9400 or 127.0.0.1:9400); empty: off")
 	fs.StringVar(&s.TelemetryAddress, "telemetry-address", "", "serve dcgm-exporter-compatible GPU telemetry (DCGM_FI_DEV_* series) on /metrics at this `host:port` (dcgm-exporter's is :9400); empty: off")
 	fs.StringVar(&s.TelemetryModel, "telemetry-model", string(telemetry.ModelSteady), "the load a container puts on the GPUs it holds (`model`): "+strings.Join(modelNames(), ", "))

@@ -1,4 +1,4 @@
-package lifecycle_test
+package podresources_test
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/lifecycle"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/podresources"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
 )
@@ -27,14 +27,14 @@ const (
 	abandon = time.Minute
 )
 
-var _ lifecycle.Clock = (*plugintest.Clock)(nil)
+var _ podresources.Clock = (*plugintest.Clock)(nil)
 
 // fixture is a real store, a scripted PodResources socket, a Tracker on a
 // fake clock, and a client for Sync.
 type fixture struct {
 	st     *store.Store
 	pr     *plugintest.PodResources
-	tr     *lifecycle.Tracker
+	tr     *podresources.Tracker
 	clock  *plugintest.Clock
 	client podresourcesapi.PodResourcesListerClient
 }
@@ -61,9 +61,9 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
-func mustTracker(t *testing.T, st lifecycle.Store, sock string, clock lifecycle.Clock, log zerolog.Logger) *lifecycle.Tracker {
+func mustTracker(t *testing.T, st podresources.Store, sock string, clock podresources.Clock, log zerolog.Logger) *podresources.Tracker {
 	t.Helper()
-	tr, err := lifecycle.New(lifecycle.Config{Socket: sock, ResourceName: res, Store: st, Interval: slow, FastInterval: fast,
+	tr, err := podresources.New(podresources.Config{Socket: sock, ResourceName: res, Store: st, Interval: slow, FastInterval: fast,
 		FastAfterRelease: linger, AbandonAfter: abandon, Clock: clock, Logger: log})
 	if err != nil {
 		t.Fatal(err)
@@ -442,12 +442,12 @@ func TestTracker_Run_ListFails_ChangesNothing(t *testing.T) {
 
 func TestNew_BadConfig(t *testing.T) {
 	st := storetest.MustOpen(t, store.Options{})
-	for _, cfg := range []lifecycle.Config{
+	for _, cfg := range []podresources.Config{
 		{Socket: "relative.sock", ResourceName: res, Store: st},
 		{Socket: "/x.sock", Store: st},
 		{Socket: "/x.sock", ResourceName: res},
 	} {
-		if _, err := lifecycle.New(cfg); err == nil {
+		if _, err := podresources.New(cfg); err == nil {
 			t.Errorf("New(%+v) accepted", cfg)
 		}
 	}

@@ -1,4 +1,4 @@
-// Package lifecycle follows every allocation to the pod that holds it and to
+// Package podresources follows every allocation to the pod that holds it and to
 // its release, through the kubelet's PodResources API: the device plugin API
 // never says who got the devices or when they came back.
 //
@@ -35,7 +35,7 @@
 // them, so their records stay held until those containers end. If the socket
 // never answers, the Tracker says so once and keeps trying quietly: the
 // plugin works without it.
-package lifecycle
+package podresources
 
 import (
 	"context"
