@@ -15,7 +15,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/unicore/virtual-gpu-device-plugin/e2e/cluster"
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/cdi"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/cdi"
 )
 
 // cdiResource is the test resource whose Allocate answers carry CDI device names.
@@ -32,7 +32,7 @@ if touch /run/virtual-gpu/new 2>/dev/null; then echo "status dir writable"; else
 `
 
 // TestCDIContainerd2 adds a node that runs containerd 2 (CDI on, spec dir /var/run/cdi of the node's
-// mount namespace), shows it runs pods, writes the CDI spec of 3 GPUs with plugin/cdi into the node's
+// mount namespace), shows it runs pods, writes the CDI spec of 3 GPUs with plugin/view/cdi into the node's
 // CDISpecDir, and serves a test resource whose Allocate answers name CDI devices
 // (unicore.mcyou.cc/gpu=fake-N): the pods' device nodes and mounts come from the spec, injected by
 // containerd.

@@ -20,12 +20,12 @@ import (
 	"github.com/rs/zerolog"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
-	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/loadsock"
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/atomicfile"
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/cdi"
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/status"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/cdi"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/loadsock"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )

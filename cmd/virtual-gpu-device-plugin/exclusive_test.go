@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/status"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
 )
 
 // TestBinary_SecondInstance_LeavesTheFilesAlone: a second plugin that

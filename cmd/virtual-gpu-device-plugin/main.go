@@ -33,8 +33,8 @@ import (
 
 	"github.com/mattn/go-isatty"
 
-	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/nvidiasmi"
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/nvidiasmi"
 )
 
 // version and revision are stamped at build time by `make build`:

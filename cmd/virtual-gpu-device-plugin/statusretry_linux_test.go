@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/status"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
 )
 
 // mountSmallFS mounts a tmpfs of size bytes on dir (made if missing) for

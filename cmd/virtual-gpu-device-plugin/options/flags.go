@@ -15,9 +15,9 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/cdi"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/podresources"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/cdi"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
@@ -52,7 +52,7 @@ const (
 	// nvidia-smi into.
 	ToolsDirName = "bin"
 	// StatusDirName is the status directory's name next to the state file:
-	// the GPU status files containers read (plugin/status).
+	// the GPU status files containers read (plugin/view/status).
 	StatusDirName = "status"
 	// LoadSocketDirName is the directory next to the state file that holds
 	// the per-allocation load sockets of -telemetry-writable:

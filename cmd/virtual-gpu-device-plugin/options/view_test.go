@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/cdi"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/cdi"
 )
 
 // TestLoad_ContainerView_Defaults: nvidia-smi on, the rest off; the tools

@@ -8,9 +8,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/loadsock"
-	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/nvidiasmi"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/loadsock"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/nvidiasmi"
 )
 
 // loadHandler records the requests the plugin's side of the load socket

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/nvidiasmi"
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/status"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/nvidiasmi"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
 )
 
 // benchFixture is a container with the 8 GPUs of hgx-h100.

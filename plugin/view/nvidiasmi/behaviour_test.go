@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/nvidiasmi"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/status"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/nvidiasmi"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
 )
 
 func TestEnvIDs_IsThePluginsVariable(t *testing.T) {

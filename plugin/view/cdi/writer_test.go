@@ -16,7 +16,7 @@ import (
 	cdilib "tags.cncf.io/container-device-interface/pkg/cdi"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/cdi"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/cdi"
 )
 
 func mustWriter(t testing.TB, dir string) *cdi.Writer {

@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/nvidiasmi"
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/status"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/nvidiasmi"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
 )
 
 // commonFields are the fields monitoring tools ask for in one call

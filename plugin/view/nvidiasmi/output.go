@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/status"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
 )
 
 // writeList writes `nvidia-smi -L`: "GPU <index>: <name> (UUID: <uuid>)",

@@ -16,7 +16,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/parser"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/cdi"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/cdi"
 )
 
 // Container paths the plugin uses for the shared mounts.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/loadsock"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/loadsock"
 )
 
 // Exit codes, as the real nvidia-smi documents them (nvidia-smi(1), RETURN

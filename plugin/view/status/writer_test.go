@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/status"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
 )
 
 func mustWriter(t *testing.T, dir string) *status.Writer {

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/status"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
 )
 
 func ExampleDeriveUUID() {

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/status"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
 )
 
 // A field is one property of --query-gpu: its name (what the CSV header

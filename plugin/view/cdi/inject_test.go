@@ -8,7 +8,7 @@ import (
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	cdilib "tags.cncf.io/container-device-interface/pkg/cdi"
 
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/cdi"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/cdi"
 )
 
 // newOCISpec is the part of an OCI runtime spec a runtime has filled in

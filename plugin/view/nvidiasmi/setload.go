@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/loadsock"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/loadsock"
 )
 
 // ExitNotSupported: the requested operation is not available (nvidia-smi's

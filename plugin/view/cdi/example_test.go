@@ -3,7 +3,7 @@ package cdi_test
 import (
 	"fmt"
 
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/cdi"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/cdi"
 )
 
 // The spec of two GPUs of the default kind backed by /dev/null, read-write
