@@ -6,26 +6,9 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-)
 
-// Device is one device the Server advertises.
-type Device struct {
-	// ID is the device id the kubelet sees, e.g. "fake-0", or "fake-0::1"
-	// for a replica of a shared GPU.
-	ID string
-	// Index orders devices: ListAndWatch, VIRTUAL_GPU_IDS, GetPreferred-
-	// Allocation's answer and the device lists handed to the catalog's
-	// functions are sorted by it. What it means beyond the order is the
-	// catalog's business (a GPU index; a replica's position).
-	Index int
-	// NUMA is the NUMA node reported in ListAndWatch; a negative value
-	// reports no topology for the device.
-	NUMA int
-	// Healthy devices are reported "Healthy"; the others "Unhealthy".
-	Healthy bool
-	// Reason says why a device is unhealthy (empty when healthy).
-	Reason string
-}
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
+)
 
 // PreferFunc chooses size devices from available, including every device
 // of mustInclude, and returns their ids in any order. The Server has
@@ -37,7 +20,7 @@ type Device struct {
 // broken answer is codes.Internal) because the kubelet does not. An error
 // reaches the kubelet as codes.InvalidArgument. It must be safe for
 // concurrent use.
-type PreferFunc func(available, mustInclude []Device, size int) ([]string, error)
+type PreferFunc func(available, mustInclude []gpuset.Device, size int) ([]string, error)
 
 // PreferByIndex adapts a policy over device indices (an allocator.Policy
 // bound to its machine, where a device's Index is its GPU index) to a
@@ -45,7 +28,7 @@ type PreferFunc func(available, mustInclude []Device, size int) ([]string, error
 // mapped back to ids. An index f returns that is not one of available's is
 // an error wrapping ErrInvalidChoice.
 func PreferByIndex(f func(available, mustInclude []int, size int) ([]int, error)) PreferFunc {
-	return func(available, mustInclude []Device, size int) ([]string, error) {
+	return func(available, mustInclude []gpuset.Device, size int) ([]string, error) {
 		chosen, err := f(Indices(available), Indices(mustInclude), size)
 		if err != nil {
 			return nil, err
@@ -53,7 +36,7 @@ func PreferByIndex(f func(available, mustInclude []int, size int) ([]int, error)
 		ids := make([]string, len(chosen))
 		for i, idx := range chosen {
 			// available is sorted by Index.
-			pos, found := slices.BinarySearchFunc(available, idx, func(d Device, idx int) int { return d.Index - idx })
+			pos, found := slices.BinarySearchFunc(available, idx, func(d gpuset.Device, idx int) int { return d.Index - idx })
 			if !found {
 				return nil, fmt.Errorf("index %d is not an available device: %w", idx, ErrInvalidChoice)
 			}
@@ -69,17 +52,17 @@ func PreferByIndex(f func(available, mustInclude []int, size int) ([]int, error)
 // replaces the device ids Allocate would put there (a catalog of GPU
 // replicas lists their physical GPUs); it must be deterministic in the
 // devices and safe for concurrent use.
-type EnvFunc func(devs []Device) map[string]string
+type EnvFunc func(devs []gpuset.Device) map[string]string
 
 // EnvByIndex adapts a function of device indices (such as
 // topology.Machine.ContainerEnv, where a device's Index is its GPU index)
 // to an EnvFunc.
 func EnvByIndex(f func(indices []int) map[string]string) EnvFunc {
-	return func(devs []Device) map[string]string { return f(Indices(devs)) }
+	return func(devs []gpuset.Device) map[string]string { return f(Indices(devs)) }
 }
 
 // Indices returns the Index of each device, in order.
-func Indices(devs []Device) []int {
+func Indices(devs []gpuset.Device) []int {
 	out := make([]int, len(devs))
 	for i, d := range devs {
 		out[i] = d.Index
@@ -112,7 +95,7 @@ type Limit struct {
 type Catalog struct {
 	// Devices are the advertised devices; ids must be non-empty and unique,
 	// indices unique. Their Healthy and Reason are the initial health.
-	Devices []Device
+	Devices []gpuset.Device
 	// Prefer chooses preferred allocations: [PreferByIndex] over an
 	// allocator.Policy, or a policy over replicas (allocator.SharedPolicy)
 	// that maps the devices' ids to replicas itself.
@@ -130,8 +113,8 @@ type Catalog struct {
 // catalogState is an immutable, validated Catalog with its index. The
 // Server replaces it whole; a health change makes a new one sharing byID.
 type catalogState struct {
-	devices []Device       // sorted by Index; never modified once published
-	byID    map[string]int // id -> position in devices; shared by health changes
+	devices []gpuset.Device // sorted by Index; never modified once published
+	byID    map[string]int  // id -> position in devices; shared by health changes
 	prefer  PreferFunc
 	env     EnvFunc
 	respond RespondFunc
@@ -149,7 +132,7 @@ func newCatalogState(c Catalog) (*catalogState, error) {
 		return nil, fmt.Errorf("limit of %d devices per container: %w", c.Limit.Max, ErrInvalidLimit)
 	}
 	devices := slices.Clone(c.Devices)
-	slices.SortFunc(devices, func(a, b Device) int { return a.Index - b.Index })
+	slices.SortFunc(devices, func(a, b gpuset.Device) int { return a.Index - b.Index })
 	byID := make(map[string]int, len(devices))
 	for i, d := range devices {
 		if d.ID == "" {

@@ -17,28 +17,29 @@ import (
 
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 // devicesNamed returns healthy devices with these ids, indices 0, 1, ….
-func devicesNamed(ids ...string) []plugin.Device {
-	devs := make([]plugin.Device, len(ids))
+func devicesNamed(ids ...string) []gpuset.Device {
+	devs := make([]gpuset.Device, len(ids))
 	for i, id := range ids {
-		devs[i] = plugin.Device{ID: id, Index: i, NUMA: -1, Healthy: true}
+		devs[i] = gpuset.Device{ID: id, Index: i, NUMA: -1, Healthy: true}
 	}
 	return devs
 }
 
 // taggedCatalog is a catalog over devs whose Env and Respond both name tag,
 // so an answer shows which catalog built each part of it.
-func taggedCatalog(t testing.TB, tag string, devs []plugin.Device) plugin.Catalog {
+func taggedCatalog(t testing.TB, tag string, devs []gpuset.Device) plugin.Catalog {
 	return plugin.Catalog{
 		Devices: devs,
 		Prefer:  lowestIndex(t, 64),
-		Env:     func([]plugin.Device) map[string]string { return map[string]string{"CATALOG": tag} },
-		Respond: func(plugin.Record, []plugin.Device) (plugin.ContainerSpec, error) {
+		Env:     func([]gpuset.Device) map[string]string { return map[string]string{"CATALOG": tag} },
+		Respond: func(plugin.Record, []gpuset.Device) (plugin.ContainerSpec, error) {
 			return plugin.ContainerSpec{Annotations: map[string]string{"catalog": tag}}, nil
 		},
 	}
@@ -114,7 +115,7 @@ func TestServer_SetCatalog_Invalid_KeepsCurrent(t *testing.T) {
 		{"no policy", plugin.Catalog{Devices: fakeDevices(2, false)}, plugin.ErrNoPreferFunc},
 		{"empty id", plugin.Catalog{Devices: devicesNamed("a", ""), Prefer: prefer}, plugin.ErrEmptyID},
 		{"duplicate id", plugin.Catalog{Devices: devicesNamed("a", "a"), Prefer: prefer}, plugin.ErrDuplicateDevice},
-		{"duplicate index", plugin.Catalog{Devices: []plugin.Device{{ID: "a", Index: 3}, {ID: "b", Index: 3}}, Prefer: prefer}, plugin.ErrDuplicateDevice},
+		{"duplicate index", plugin.Catalog{Devices: []gpuset.Device{{ID: "a", Index: 3}, {ID: "b", Index: 3}}, Prefer: prefer}, plugin.ErrDuplicateDevice},
 		{"negative limit", plugin.Catalog{Devices: devicesNamed("a"), Prefer: prefer, Limit: plugin.Limit{Max: -1}}, plugin.ErrInvalidLimit},
 	}
 	for _, tt := range tests {
@@ -157,7 +158,7 @@ func TestServer_UpdateCatalog_HealthFromStore(t *testing.T) {
 		c := plugin.Catalog{Prefer: lowestIndex(t, 8)}
 		for _, d := range stored {
 			if !d.Removed {
-				c.Devices = append(c.Devices, plugin.Device{ID: d.ID, Index: d.Index, NUMA: d.NUMA, Healthy: d.Healthy, Reason: d.Reason})
+				c.Devices = append(c.Devices, gpuset.Device{ID: d.ID, Index: d.Index, NUMA: d.NUMA, Healthy: d.Healthy, Reason: d.Reason})
 			}
 		}
 		return c, nil
@@ -170,7 +171,7 @@ func TestServer_UpdateCatalog_HealthFromStore(t *testing.T) {
 	if _, err := srv.SetHealth("fake-1", false, "XID 48", "test"); err != nil {
 		t.Fatal(err)
 	}
-	var seen []plugin.Device
+	var seen []gpuset.Device
 	err = srv.UpdateCatalog(func(cur plugin.Catalog) (plugin.Catalog, error) {
 		seen = cur.Devices
 		return fromStore("fake-0", "fake-1", "fake-3")
@@ -182,7 +183,7 @@ func TestServer_UpdateCatalog_HealthFromStore(t *testing.T) {
 		t.Errorf("the builder saw %+v, want fake-1 unhealthy", seen)
 	}
 	got := srv.Devices()
-	want := []plugin.Device{
+	want := []gpuset.Device{
 		{ID: "fake-0", Index: 0, NUMA: -1, Healthy: true},
 		{ID: "fake-1", Index: 1, NUMA: -1, Reason: "XID 48"},
 		{ID: "fake-3", Index: 2, NUMA: -1, Healthy: true},
@@ -258,7 +259,7 @@ func TestServer_SetCatalog_InFlightUsesOneCatalog(t *testing.T) {
 		entered, release := make(chan struct{}), make(chan struct{})
 		c := taggedCatalog(t, "old", fakeDevices(4, false))
 		inner := c.Prefer
-		c.Prefer = func(a, m []plugin.Device, n int) ([]string, error) {
+		c.Prefer = func(a, m []gpuset.Device, n int) ([]string, error) {
 			entered <- struct{}{}
 			<-release
 			return inner(a, m, n)
@@ -355,7 +356,7 @@ func TestServer_SetCatalog_Concurrent(t *testing.T) {
 // the fake nvidia-smi, the status directory, a per-allocation socket named
 // by the record's sequence number, one device node per device, CDI names
 // and more variables.
-func respondFixture(rec plugin.Record, devs []plugin.Device) (plugin.ContainerSpec, error) {
+func respondFixture(rec plugin.Record, devs []gpuset.Device) (plugin.ContainerSpec, error) {
 	spec := plugin.ContainerSpec{
 		Envs: map[string]string{"NVIDIA_VISIBLE_DEVICES": rec.Envs[plugin.EnvIDs]},
 		Mounts: []plugin.Mount{
@@ -384,7 +385,7 @@ func TestServer_Allocate_Respond_FromStoredRecord(t *testing.T) {
 	c := plugin.Catalog{
 		Devices: fakeDevices(3, false),
 		Prefer:  lowestIndex(t, 3),
-		Env: func(devs []plugin.Device) map[string]string {
+		Env: func(devs []gpuset.Device) map[string]string {
 			return map[string]string{"VIRTUAL_GPU_COUNT": strconv.Itoa(len(devs))}
 		},
 		Respond: respondFixture,
@@ -407,7 +408,7 @@ func TestServer_Allocate_Respond_FromStoredRecord(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		spec, _ := respondFixture(plugin.Record{Seq: stored.Seq, IDs: stored.DeviceIDs, Envs: stored.Envs}, []plugin.Device{c.Devices[0], c.Devices[2]})
+		spec, _ := respondFixture(plugin.Record{Seq: stored.Seq, IDs: stored.DeviceIDs, Envs: stored.Envs}, []gpuset.Device{c.Devices[0], c.Devices[2]})
 		want := &pluginapi.ContainerAllocateResponse{
 			Envs: map[string]string{"VIRTUAL_GPU_IDS": "fake-0,fake-2", "VIRTUAL_GPU_COUNT": "2", "NVIDIA_VISIBLE_DEVICES": "fake-0,fake-2"},
 			Mounts: []*pluginapi.Mount{
@@ -462,7 +463,7 @@ func TestServer_Allocate_Respond_Invalid(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := &flakyRecorder{}
 			c := plugin.Catalog{Devices: fakeDevices(4, false), Prefer: lowestIndex(t, 4),
-				Respond: func(plugin.Record, []plugin.Device) (plugin.ContainerSpec, error) { return tt.spec, tt.err }}
+				Respond: func(plugin.Record, []gpuset.Device) (plugin.ContainerSpec, error) { return tt.spec, tt.err }}
 			srv := mustServer(t, plugin.ServerConfig{Catalog: c, Recorder: rec})
 			obs := &recordingObserver{}
 			srv.SetObserver(obs)
@@ -481,7 +482,7 @@ func TestServer_Allocate_Respond_Invalid(t *testing.T) {
 // An env the hook repeats with the stored value is fine.
 func TestServer_Allocate_Respond_SameEnvValue(t *testing.T) {
 	c := plugin.Catalog{Devices: fakeDevices(2, false), Prefer: lowestIndex(t, 2),
-		Respond: func(rec plugin.Record, _ []plugin.Device) (plugin.ContainerSpec, error) {
+		Respond: func(rec plugin.Record, _ []gpuset.Device) (plugin.ContainerSpec, error) {
 			return plugin.ContainerSpec{Envs: map[string]string{plugin.EnvIDs: rec.Envs[plugin.EnvIDs], "MORE": "1"}}, nil
 		}}
 	resp, err := dial(t, mustServer(t, plugin.ServerConfig{Catalog: c})).Allocate(context.Background(), allocReq([]string{"fake-1"}))
@@ -549,12 +550,12 @@ func TestServer_SharedCatalog(t *testing.T) {
 		t.Fatal(err)
 	}
 	const perGPU = 2
-	var devs []plugin.Device
+	var devs []gpuset.Device
 	for i, id := range m.ReplicaIDs(perGPU) {
-		devs = append(devs, plugin.Device{ID: id, Index: i, NUMA: m.NUMA(i / perGPU), Healthy: true})
+		devs = append(devs, gpuset.Device{ID: id, Index: i, NUMA: m.NUMA(i / perGPU), Healthy: true})
 	}
-	gpuOf := func(d plugin.Device) int { return d.Index / perGPU }
-	replicas := func(ds []plugin.Device) []allocator.Replica {
+	gpuOf := func(d gpuset.Device) int { return d.Index / perGPU }
+	replicas := func(ds []gpuset.Device) []allocator.Replica {
 		out := make([]allocator.Replica, len(ds))
 		for i, d := range ds {
 			out[i] = allocator.Replica{GPU: gpuOf(d), Index: d.Index % perGPU}
@@ -563,7 +564,7 @@ func TestServer_SharedCatalog(t *testing.T) {
 	}
 	c := plugin.Catalog{
 		Devices: devs,
-		Prefer: func(available, mustInclude []plugin.Device, size int) ([]string, error) {
+		Prefer: func(available, mustInclude []gpuset.Device, size int) ([]string, error) {
 			chosen, err := allocator.Distributed(m, perGPU, replicas(available), replicas(mustInclude), size)
 			if err != nil {
 				return nil, err
@@ -574,7 +575,7 @@ func TestServer_SharedCatalog(t *testing.T) {
 			}
 			return ids, nil
 		},
-		Env: func(ds []plugin.Device) map[string]string {
+		Env: func(ds []gpuset.Device) map[string]string {
 			gpus := make([]int, len(ds))
 			for i, d := range ds {
 				gpus[i] = gpuOf(d)
@@ -728,7 +729,7 @@ func TestServer_SetHealthOf_OneChange(t *testing.T) {
 // catalog of replicas lists their GPUs); the record keeps the device ids.
 func TestServer_Allocate_EnvSetsIDs(t *testing.T) {
 	devs := devicesNamed("fake-0::0", "fake-0::1", "fake-1::0")
-	srv := mustServer(t, plugin.ServerConfig{Catalog: plugin.Catalog{Devices: devs, Env: func(ds []plugin.Device) map[string]string {
+	srv := mustServer(t, plugin.ServerConfig{Catalog: plugin.Catalog{Devices: devs, Env: func(ds []gpuset.Device) map[string]string {
 		return map[string]string{plugin.EnvIDs: "fake-0,fake-1"}
 	}}})
 	resp, err := dial(t, srv).Allocate(t.Context(), allocReq([]string{"fake-1::0", "fake-0::1"}))

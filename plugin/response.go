@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 )
 
 // Record is one allocation as the Recorder stored it: what a container's
@@ -41,7 +43,7 @@ type Recorder interface {
 // socket) is derived from rec.Seq. An error, or an answer that breaks the
 // rules of [ContainerSpec], fails the call with codes.Internal; the record
 // stays, as an allocation the kubelet never got.
-type RespondFunc func(rec Record, devs []Device) (ContainerSpec, error)
+type RespondFunc func(rec Record, devs []gpuset.Device) (ContainerSpec, error)
 
 // ContainerSpec is what a RespondFunc adds to a container's Allocate answer,
 // besides the stored environment. The Server turns it into the kubelet's

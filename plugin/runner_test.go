@@ -15,6 +15,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 )
 
@@ -538,7 +539,7 @@ func TestRunner_CatalogSwap_NoReregister(t *testing.T) {
 		t.Fatalf("list after SetHealth = %s", got)
 	}
 	err := r.srv.UpdateCatalog(func(cur plugin.Catalog) (plugin.Catalog, error) {
-		cur.Devices = append(cur.Devices[:2], plugin.Device{ID: "fake-5", Index: 5, NUMA: -1, Healthy: true})
+		cur.Devices = append(cur.Devices[:2], gpuset.Device{ID: "fake-5", Index: 5, NUMA: -1, Healthy: true})
 		return cur, nil
 	})
 	if err != nil {

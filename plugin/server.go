@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 )
 
@@ -175,7 +176,7 @@ func (s *Server) Close() {
 }
 
 // Devices returns a copy of the current catalog's devices, sorted by index.
-func (s *Server) Devices() []Device { return slices.Clone(s.state.Load().devices) }
+func (s *Server) Devices() []gpuset.Device { return slices.Clone(s.state.Load().devices) }
 
 // Catalog returns the current catalog, with a copy of its devices as they
 // are now (health included).
@@ -362,7 +363,7 @@ func (s *Server) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 	}
 	cat := s.state.Load()
 	obs := s.obs()
-	sets := make([][]Device, len(crs))
+	sets := make([][]gpuset.Device, len(crs))
 	took := make([]time.Duration, len(crs))
 	var owner map[string]int // device id -> container request, when several
 	if len(crs) > 1 {
@@ -400,7 +401,7 @@ func (s *Server) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 // allocateOne records the allocation of devs (checked, sorted by Index)
 // and builds its answer from the stored record. It returns the ids and a
 // gRPC status error.
-func (s *Server) allocateOne(ctx context.Context, cat *catalogState, devs []Device) (*pluginapi.ContainerAllocateResponse, []string, error) {
+func (s *Server) allocateOne(ctx context.Context, cat *catalogState, devs []gpuset.Device) (*pluginapi.ContainerAllocateResponse, []string, error) {
 	ids := make([]string, len(devs))
 	for j, d := range devs {
 		ids[j] = d.ID
@@ -441,7 +442,7 @@ func (s *Server) allocateOne(ctx context.Context, cat *catalogState, devs []Devi
 // claimDevices records in owner that container request i asks for devs, and
 // refuses a device another container request of the same call asked for:
 // one device must not go to two containers.
-func claimDevices(owner map[string]int, devs []Device, i int) error {
+func claimDevices(owner map[string]int, devs []gpuset.Device, i int) error {
 	for _, d := range devs {
 		if j, taken := owner[d.ID]; taken {
 			return status.Errorf(codes.InvalidArgument, "device %s is also in container request %d: one device cannot go to two containers", quoteID(d.ID), j)
@@ -455,11 +456,11 @@ func claimDevices(owner map[string]int, devs []Device, i int) error {
 // an empty list, unknown and duplicate ids (InvalidArgument) and, if
 // requireHealthy, unhealthy devices (FailedPrecondition). The error is a
 // gRPC status.
-func (c *catalogState) lookup(ids []string, requireHealthy bool) ([]Device, error) {
+func (c *catalogState) lookup(ids []string, requireHealthy bool) ([]gpuset.Device, error) {
 	if len(ids) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "no device ids")
 	}
-	devs := make([]Device, 0, len(ids))
+	devs := make([]gpuset.Device, 0, len(ids))
 	seen := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		if seen[id] {
@@ -476,7 +477,7 @@ func (c *catalogState) lookup(ids []string, requireHealthy bool) ([]Device, erro
 		}
 		devs = append(devs, d)
 	}
-	slices.SortFunc(devs, func(a, b Device) int { return a.Index - b.Index })
+	slices.SortFunc(devs, func(a, b gpuset.Device) int { return a.Index - b.Index })
 	return devs, nil
 }
 
@@ -521,7 +522,7 @@ func (s *Server) preferOne(cat *catalogState, cr *pluginapi.ContainerPreferredAl
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "available devices: %s", status.Convert(err).Message())
 	}
-	var mustDevs []Device
+	var mustDevs []gpuset.Device
 	if len(must) > 0 {
 		if mustDevs, err = cat.lookup(must, false); err != nil {
 			return nil, status.Errorf(codes.InvalidArgument, "must-include devices: %s", status.Convert(err).Message())
@@ -537,7 +538,7 @@ func (s *Server) preferOne(cat *catalogState, cr *pluginapi.ContainerPreferredAl
 	took := time.Since(start)
 	if err == nil {
 		// The kubelet does not check the answer; we do.
-		var devs []Device
+		var devs []gpuset.Device
 		if devs, err = checkChoice(cat, chosen, availDevs, mustDevs, size); err == nil {
 			s.obs().Preferred(Indices(devs), ResultOK, took)
 			ids := make([]string, len(devs))
@@ -557,7 +558,7 @@ func (s *Server) preferOne(cat *catalogState, cr *pluginapi.ContainerPreferredAl
 // checkChoice verifies a PreferFunc answer: size distinct ids, all of
 // available, every must-include among them. It returns the chosen devices
 // sorted by index.
-func checkChoice(cat *catalogState, chosen []string, available, must []Device, size int) ([]Device, error) {
+func checkChoice(cat *catalogState, chosen []string, available, must []gpuset.Device, size int) ([]gpuset.Device, error) {
 	if len(chosen) != size {
 		return nil, fmt.Errorf("%d devices chosen, want %d: %w", len(chosen), size, ErrInvalidChoice)
 	}
@@ -566,7 +567,7 @@ func checkChoice(cat *catalogState, chosen []string, available, must []Device, s
 		isAvail[d.ID] = true
 	}
 	seen := make(map[string]bool, len(chosen))
-	devs := make([]Device, 0, len(chosen))
+	devs := make([]gpuset.Device, 0, len(chosen))
 	for _, id := range chosen {
 		if !isAvail[id] || seen[id] {
 			return nil, fmt.Errorf("device %s unavailable or repeated: %w", quoteID(id), ErrInvalidChoice)
@@ -579,7 +580,7 @@ func checkChoice(cat *catalogState, chosen []string, available, must []Device, s
 			return nil, fmt.Errorf("must-include device %s missing: %w", quoteID(d.ID), ErrInvalidChoice)
 		}
 	}
-	slices.SortFunc(devs, func(a, b Device) int { return a.Index - b.Index })
+	slices.SortFunc(devs, func(a, b gpuset.Device) int { return a.Index - b.Index })
 	return devs, nil
 }
 

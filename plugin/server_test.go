@@ -22,6 +22,7 @@ import (
 
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
@@ -29,10 +30,10 @@ import (
 
 // fakeDevices returns n healthy devices fake-0 … fake-n-1 on NUMA node i/2%2
 // (negative numa reports none).
-func fakeDevices(n int, numa bool) []plugin.Device {
-	devs := make([]plugin.Device, n)
+func fakeDevices(n int, numa bool) []gpuset.Device {
+	devs := make([]gpuset.Device, n)
 	for i := range devs {
-		devs[i] = plugin.Device{ID: fmt.Sprintf("fake-%d", i), Index: i, NUMA: -1, Healthy: true}
+		devs[i] = gpuset.Device{ID: fmt.Sprintf("fake-%d", i), Index: i, NUMA: -1, Healthy: true}
 		if numa {
 			devs[i].NUMA = i / 2 % 2
 		}
@@ -108,7 +109,7 @@ func allocReq(sets ...[]string) *pluginapi.AllocateRequest {
 }
 
 func TestServer_Allocate_Env(t *testing.T) {
-	extra := func(devs []plugin.Device) map[string]string {
+	extra := func(devs []gpuset.Device) map[string]string {
 		return map[string]string{"VIRTUAL_GPU_COUNT": fmt.Sprint(len(devs))}
 	}
 	client := dial(t, mustServer(t, plugin.ServerConfig{Catalog: plugin.Catalog{Env: extra}}))
@@ -259,7 +260,7 @@ func TestServer_Preferred_BadInput(t *testing.T) {
 }
 
 func TestServer_Preferred_PolicyAnswerChecked(t *testing.T) {
-	bad := func(avail, must []plugin.Device, size int) ([]string, error) { return []string{avail[0].ID}, nil }
+	bad := func(avail, must []gpuset.Device, size int) ([]string, error) { return []string{avail[0].ID}, nil }
 	client := dial(t, mustServer(t, plugin.ServerConfig{Catalog: plugin.Catalog{Prefer: bad}}))
 	_, err := client.GetPreferredAllocation(context.Background(), prefReq([]string{"fake-0", "fake-1"}, nil, 2))
 	assertStatus(t, err, codes.Internal, "1 devices chosen, want 2")
@@ -381,18 +382,18 @@ func TestServer_SetHealth_UnknownDevice(t *testing.T) {
 func TestNewServer_BadDevices(t *testing.T) {
 	tests := []struct {
 		name    string
-		devices []plugin.Device
+		devices []gpuset.Device
 		want    error
 	}{
 		{"none", nil, plugin.ErrNoDevices},
 		{"no policy", fakeDevices(1, false), plugin.ErrNoPreferFunc},
-		{"empty id", []plugin.Device{{ID: "", Index: 0}}, plugin.ErrEmptyID},
-		{"duplicate id", []plugin.Device{{ID: "a", Index: 0}, {ID: "a", Index: 1}}, plugin.ErrDuplicateDevice},
-		{"duplicate index", []plugin.Device{{ID: "a", Index: 1}, {ID: "b", Index: 1}}, plugin.ErrDuplicateDevice},
+		{"empty id", []gpuset.Device{{ID: "", Index: 0}}, plugin.ErrEmptyID},
+		{"duplicate id", []gpuset.Device{{ID: "a", Index: 0}, {ID: "a", Index: 1}}, plugin.ErrDuplicateDevice},
+		{"duplicate index", []gpuset.Device{{ID: "a", Index: 1}, {ID: "b", Index: 1}}, plugin.ErrDuplicateDevice},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			prefer := func([]plugin.Device, []plugin.Device, int) ([]string, error) { return nil, nil }
+			prefer := func([]gpuset.Device, []gpuset.Device, int) ([]string, error) { return nil, nil }
 			if tt.want == plugin.ErrNoPreferFunc {
 				prefer = nil
 			}
@@ -591,7 +592,7 @@ func (r slowRecorder) RecordAllocation(_ context.Context, ids []string, envs map
 
 func TestServer_Observer_Results(t *testing.T) {
 	const commit = 20 * time.Millisecond
-	bad := func(avail, must []plugin.Device, size int) ([]string, error) { return []string{avail[0].ID}, nil }
+	bad := func(avail, must []gpuset.Device, size int) ([]string, error) { return []string{avail[0].ID}, nil }
 	tests := []struct {
 		name string
 		cfg  plugin.ServerConfig

@@ -17,6 +17,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/admin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
@@ -64,9 +65,9 @@ func BenchmarkAllocate_Store(b *testing.B) {
 				}
 				rec = recorder{st: st, kick: func() {}}
 			}
-			var devices []plugin.Device
+			var devices []gpuset.Device
 			for i := range machine.Len() {
-				devices = append(devices, plugin.Device{ID: machine.ID(i), Index: i, NUMA: -1, Healthy: true})
+				devices = append(devices, gpuset.Device{ID: machine.ID(i), Index: i, NUMA: -1, Healthy: true})
 			}
 			srv, err := plugin.NewServer(plugin.ServerConfig{
 				Catalog: plugin.Catalog{
@@ -137,7 +138,7 @@ func BenchmarkHealthSet_ToListAndWatch(b *testing.B) {
 	}
 	srv, err := plugin.NewServer(plugin.ServerConfig{
 		Catalog: plugin.Catalog{
-			Devices: []plugin.Device{{ID: "fake-0", Index: 0, NUMA: -1, Healthy: true}, {ID: "fake-1", Index: 1, NUMA: -1, Healthy: true}},
+			Devices: []gpuset.Device{{ID: "fake-0", Index: 0, NUMA: -1, Healthy: true}, {ID: "fake-1", Index: 1, NUMA: -1, Healthy: true}},
 			Prefer:  plugin.PreferByIndex(func(a, m []int, n int) ([]int, error) { return a[:n], nil }),
 		},
 		Health: healthRecorder{st},

@@ -9,6 +9,7 @@ import (
 
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/kube"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
@@ -92,7 +93,7 @@ func (s *deviceSet) score(chosen []int) int { return s.layout.score(chosen) }
 func (s *deviceSet) members(id string) ([]string, error) { return s.layout.members(id) }
 
 // gpuOf returns the GPU index of an advertised device of this set.
-func (s *deviceSet) gpuOf(d plugin.Device) int { return s.layout.gpu(d.Index) }
+func (s *deviceSet) gpuOf(d gpuset.Device) int { return s.layout.gpu(d.Index) }
 
 // build returns the Server's catalog for the devices as the store has them
 // after reconciling it with s.specs: the advertised ones, with their
@@ -101,13 +102,13 @@ func (s *deviceSet) gpuOf(d plugin.Device) int { return s.layout.gpu(d.Index) }
 // replicas) are left out.
 func (s *deviceSet) build(stored []store.Device) (plugin.Catalog, error) {
 	m, policy := s.cfg.Machine, s.cfg.Policy
-	devices := make([]plugin.Device, 0, len(s.slots))
+	devices := make([]gpuset.Device, 0, len(s.slots))
 	for _, d := range stored {
 		sl, ok := s.slots[d.ID]
 		if !ok || d.Removed {
 			continue
 		}
-		devices = append(devices, plugin.Device{ID: d.ID, Index: sl.index, NUMA: s.numa.Node(sl.gpu), Healthy: d.Healthy, Reason: d.Reason})
+		devices = append(devices, gpuset.Device{ID: d.ID, Index: sl.index, NUMA: s.numa.Node(sl.gpu), Healthy: d.Healthy, Reason: d.Reason})
 	}
 	if len(devices) != len(s.slots) {
 		return plugin.Catalog{}, fmt.Errorf("device set: %d of %d configured devices are in the state file: %w", len(devices), len(s.slots), store.ErrUnknownDevice)

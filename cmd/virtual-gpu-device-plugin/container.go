@@ -23,6 +23,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/atomicfile"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/cdi"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/loadsock"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
@@ -118,7 +119,7 @@ func (s *deviceSet) catalog(stored []store.Device) (plugin.Catalog, error) {
 // mounts it; the load sockets follow the records that have it), whatever
 // the configuration in force later.
 func withLoadSocket(env plugin.EnvFunc) plugin.EnvFunc {
-	return func(devs []plugin.Device) map[string]string {
+	return func(devs []gpuset.Device) map[string]string {
 		out := map[string]string{}
 		if env != nil {
 			maps.Copy(out, env(devs))
@@ -132,7 +133,7 @@ func withLoadSocket(env plugin.EnvFunc) plugin.EnvFunc {
 // once, ascending: the GPUs whose UUIDs, device nodes and CDI devices the
 // container gets. gpuOf maps a device to its GPU (deviceSet.gpuOf: a
 // replica to the GPU it shares).
-func physicalGPUs(devs []plugin.Device, gpuOf func(plugin.Device) int) []int {
+func physicalGPUs(devs []gpuset.Device, gpuOf func(gpuset.Device) int) []int {
 	gpus := make([]int, 0, len(devs))
 	for _, d := range devs {
 		gpus = append(gpus, gpuOf(d))
@@ -163,8 +164,8 @@ func physicalGPUs(devs []plugin.Device, gpuOf func(plugin.Device) int) []int {
 //     allocation's socket directory read-only at loadsock.ContainerDir.
 //     The answer then differs per allocation (rec.Seq names the
 //     directory).
-func (v containerView) respond(m *topology.Machine, uuids map[int]string, gpuOf func(plugin.Device) int) plugin.RespondFunc {
-	return func(rec plugin.Record, devs []plugin.Device) (plugin.ContainerSpec, error) {
+func (v containerView) respond(m *topology.Machine, uuids map[int]string, gpuOf func(gpuset.Device) int) plugin.RespondFunc {
+	return func(rec plugin.Record, devs []gpuset.Device) (plugin.ContainerSpec, error) {
 		gpus := physicalGPUs(devs, gpuOf)
 		var spec plugin.ContainerSpec
 		if list, ok := joinUUIDs(gpus, uuids); ok {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/kube"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/cdi"
@@ -68,7 +69,7 @@ func respondFor(t *testing.T, set *deviceSet, stored []store.Device, ids ...stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	var devs []plugin.Device
+	var devs []gpuset.Device
 	for _, d := range cat.Devices {
 		if slices.Contains(ids, d.ID) {
 			devs = append(devs, d)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 )
 
@@ -17,8 +18,8 @@ func TestRegistrar_Switch(t *testing.T) {
 	dir := plugintest.ShortTempDir(t)
 	k := plugintest.StartKubelet(t, dir)
 	srv, err := plugin.NewServer(plugin.ServerConfig{Catalog: plugin.Catalog{
-		Devices: []plugin.Device{{ID: "fake-0", Healthy: true}},
-		Prefer:  func([]plugin.Device, []plugin.Device, int) ([]string, error) { return []string{"fake-0"}, nil },
+		Devices: []gpuset.Device{{ID: "fake-0", Healthy: true}},
+		Prefer:  func([]gpuset.Device, []gpuset.Device, int) ([]string, error) { return []string{"fake-0"}, nil },
 	}})
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/admin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/kube"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/metrics"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/podresources"
@@ -149,7 +150,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	// device-plugin socket.
 	var srv *plugin.Server // set below, before anything serves the admin API
 	adminSrv := admin.NewServer(admin.ServerConfig{Socket: cfg.AdminSocket, Source: stateSource{st}, Logger: log,
-		Reported: func() []plugin.Device { return srv.Devices() },
+		Reported: func() []gpuset.Device { return srv.Devices() },
 		Health: func(id string, healthy bool, reason string) error {
 			return sel.setHealth(srv, id, healthy, reason, store.CauseAdmin)
 		}})

@@ -7,6 +7,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
@@ -25,7 +26,7 @@ const failRequestsRule = "sharing.timeSlicing.failRequestsGreaterThanOne"
 
 // slot is where an advertised device sits: its catalog Index and its GPU.
 type slot struct {
-	index int // plugin.Device.Index
+	index int // gpuset.Device.Index
 	gpu   int // the GPU's index on the machine
 }
 
@@ -88,7 +89,7 @@ func (l layout) specs(identity string) ([]store.DeviceSpec, map[string]slot) {
 }
 
 // gpus returns the distinct GPU indices of devs (sorted by Index), in order.
-func (l layout) gpus(devs []plugin.Device) []int {
+func (l layout) gpus(devs []gpuset.Device) []int {
 	out := make([]int, 0, len(devs))
 	for _, d := range devs {
 		if g := l.gpu(d.Index); len(out) == 0 || out[len(out)-1] != g {
@@ -141,7 +142,7 @@ func (l layout) score(chosen []int) int {
 // and Limit. cfg.Sharing must be enabled.
 func (l layout) sharedCatalog(cat *plugin.Catalog, cfg *options.Config) {
 	shared, whole := cfg.Sharing.Policy, cfg.Policy
-	cat.Prefer = func(available, mustInclude []plugin.Device, size int) ([]string, error) {
+	cat.Prefer = func(available, mustInclude []gpuset.Device, size int) ([]string, error) {
 		return l.prefer(shared, whole, available, mustInclude, size)
 	}
 	cat.Env = l.env
@@ -156,7 +157,7 @@ func (l layout) sharedCatalog(cat *plugin.Catalog, cfg *options.Config) {
 // request cannot say which kind it wants; whole GPUs are the scarce ones,
 // which the configuration keeps apart from sharing (NVIDIA's packed policy
 // also takes a free whole GPU last).
-func (l layout) prefer(shared allocator.SharedPolicy, whole allocator.Policy, available, mustInclude []plugin.Device, size int) ([]string, error) {
+func (l layout) prefer(shared allocator.SharedPolicy, whole allocator.Policy, available, mustInclude []gpuset.Device, size int) ([]string, error) {
 	availR, availW := l.split(available)
 	mustR, mustW := l.split(mustInclude)
 	nR := min(size-len(mustW), len(availR)) // at least len(mustR): the Server checked the request
@@ -183,7 +184,7 @@ func (l layout) prefer(shared allocator.SharedPolicy, whole allocator.Policy, av
 }
 
 // split returns the replicas of devs and the GPU indices of its whole GPUs.
-func (l layout) split(devs []plugin.Device) ([]allocator.Replica, []int) {
+func (l layout) split(devs []gpuset.Device) ([]allocator.Replica, []int) {
 	var replicas []allocator.Replica
 	var whole []int
 	for _, d := range devs {
@@ -200,7 +201,7 @@ func (l layout) split(devs []plugin.Device) ([]allocator.Replica, []int) {
 // env is the environment of a container of devs: plugin.EnvIDs lists the
 // physical GPUs (each once, in device order), EnvReplicas the devices, and
 // the topology variables describe the GPUs.
-func (l layout) env(devs []plugin.Device) map[string]string {
+func (l layout) env(devs []gpuset.Device) map[string]string {
 	gpus := l.gpus(devs)
 	env := l.m.ContainerEnv(gpus)
 	ids := make([]string, len(gpus))

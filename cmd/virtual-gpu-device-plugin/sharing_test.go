@@ -17,6 +17,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/kube"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
@@ -75,7 +76,7 @@ sharing:
       replicas: 2
 `
 
-func deviceIDs(devs []plugin.Device) []string {
+func deviceIDs(devs []gpuset.Device) []string {
 	out := make([]string, len(devs))
 	for i, d := range devs {
 		out[i] = d.ID
@@ -163,13 +164,13 @@ func seq(n int) []int {
 }
 
 // without returns devs less those with the given ids.
-func without(devs []plugin.Device, ids ...string) []plugin.Device {
-	return slices.DeleteFunc(slices.Clone(devs), func(d plugin.Device) bool { return slices.Contains(ids, d.ID) })
+func without(devs []gpuset.Device, ids ...string) []gpuset.Device {
+	return slices.DeleteFunc(slices.Clone(devs), func(d gpuset.Device) bool { return slices.Contains(ids, d.ID) })
 }
 
 // byID returns the devices of devs with these ids, in devs' order.
-func byID(devs []plugin.Device, ids ...string) []plugin.Device {
-	return slices.DeleteFunc(slices.Clone(devs), func(d plugin.Device) bool { return !slices.Contains(ids, d.ID) })
+func byID(devs []gpuset.Device, ids ...string) []gpuset.Device {
+	return slices.DeleteFunc(slices.Clone(devs), func(d gpuset.Device) bool { return !slices.Contains(ids, d.ID) })
 }
 
 // TestSharedPrefer_Policies: three one-replica containers on 2 GPUs × 4
@@ -210,7 +211,7 @@ func TestSharedPrefer_Mixed(t *testing.T) {
 	all := cat.Devices
 	for _, tc := range []struct {
 		name  string
-		avail []plugin.Device
+		avail []gpuset.Device
 		must  []string
 		size  int
 		want  []string

@@ -24,6 +24,7 @@ import (
 
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/kube"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
@@ -37,10 +38,10 @@ import (
 // staticDevices is the Server's device list as the exporter reads it.
 type staticDevices struct {
 	mu   sync.Mutex
-	devs []plugin.Device
+	devs []gpuset.Device
 }
 
-func (d *staticDevices) Devices() []plugin.Device {
+func (d *staticDevices) Devices() []gpuset.Device {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return slices.Clone(d.devs)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/admin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
@@ -94,8 +95,8 @@ func fixture(t *testing.T) *store.Store {
 	return st
 }
 
-func reportedFixture() []plugin.Device {
-	return []plugin.Device{{ID: "fake-0", NUMA: 0}, {ID: "fake-1", Index: 1, NUMA: -1}}
+func reportedFixture() []gpuset.Device {
+	return []gpuset.Device{{ID: "fake-0", NUMA: 0}, {ID: "fake-1", Index: 1, NUMA: -1}}
 }
 
 // storeHealth changes health in st, as the plugin's HealthFunc does.
@@ -206,7 +207,7 @@ func TestClient_Snapshot_ReportedNUMANode(t *testing.T) {
 	st := fixture(t)
 	tests := []struct {
 		name     string
-		reported func() []plugin.Device
+		reported func() []gpuset.Device
 		want     []*int // per device; nil: unknown
 	}{
 		{"plugin knows", reportedFixture, []*int{ptr(0), ptr(-1)}},

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/admin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
 )
@@ -43,8 +43,8 @@ func sharedFixture(t *testing.T) *store.Store {
 // node the kubelet was told of its replicas; allocations list their GPUs.
 func TestClient_Snapshot_Replicas(t *testing.T) {
 	st := sharedFixture(t)
-	reported := func() []plugin.Device {
-		return []plugin.Device{{ID: "fake-0::0", NUMA: 0}, {ID: "fake-0::1", Index: 1, NUMA: 0}, {ID: "fake-0::2", Index: 2, NUMA: 0}, {ID: "fake-1", Index: 3, NUMA: 1}}
+	reported := func() []gpuset.Device {
+		return []gpuset.Device{{ID: "fake-0::0", NUMA: 0}, {ID: "fake-0::1", Index: 1, NUMA: 0}, {ID: "fake-0::2", Index: 2, NUMA: 0}, {ID: "fake-1", Index: 3, NUMA: 1}}
 	}
 	c := run(t, admin.ServerConfig{Source: source{Store: st}, Reported: reported})
 	snap, err := c.Snapshot(context.Background(), admin.Query{})

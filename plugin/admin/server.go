@@ -24,6 +24,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 )
 
@@ -39,7 +40,7 @@ type ServerConfig struct {
 	Health HealthFunc
 	// Reported returns the devices as the kubelet was last told them; only
 	// their NUMA nodes are used. Nil: the reported NUMA nodes are unknown.
-	Reported func() []plugin.Device
+	Reported func() []gpuset.Device
 	// ProbeTimeout bounds Listen's connect to an existing socket (default
 	// plugin.DefaultSocketProbeTimeout; see plugin.ClaimSocket).
 	ProbeTimeout time.Duration

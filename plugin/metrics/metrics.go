@@ -50,6 +50,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
@@ -58,7 +59,7 @@ const namespace = "virtual_gpu"
 
 // Devices lists the advertised devices; *plugin.Server implements it.
 type Devices interface {
-	Devices() []plugin.Device
+	Devices() []gpuset.Device
 }
 
 // Registration reports the registration with the kubelet; *plugin.Runner
@@ -338,7 +339,7 @@ type newestIndex struct {
 
 // states returns the state of each device's newest record ("" for none),
 // by device id. On error the index is left as it was.
-func (x *newestIndex) states(devs []plugin.Device) (map[string]string, error) {
+func (x *newestIndex) states(devs []gpuset.Device) (map[string]string, error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	primed := x.primed
@@ -397,7 +398,7 @@ func (x *newestIndex) states(devs []plugin.Device) (map[string]string, error) {
 
 // since returns the records newer than lastSeq, newest first. Unless
 // primed, it stops early once it has a record of every device in devs.
-func (x *newestIndex) since(lastSeq uint64, devs []plugin.Device, primed bool) ([]store.Allocation, error) {
+func (x *newestIndex) since(lastSeq uint64, devs []gpuset.Device, primed bool) ([]store.Allocation, error) {
 	for _, limit := range pages {
 		recs, err := x.allocs.Allocations(store.AllocationFilter{Limit: limit})
 		switch {
@@ -429,7 +430,7 @@ func newerThan(recs []store.Allocation, seq uint64) []store.Allocation {
 }
 
 // coversAll reports whether recs include every device of devs.
-func coversAll(recs []store.Allocation, devs []plugin.Device) bool {
+func coversAll(recs []store.Allocation, devs []gpuset.Device) bool {
 	seen := make(map[string]bool, len(devs))
 	for _, r := range recs {
 		for _, id := range r.DeviceIDs {

@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/metrics"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
@@ -35,17 +36,17 @@ func get(t *testing.T, h http.Handler, path string) (int, string) {
 
 // deviceList is a Devices whose list the test changes.
 type deviceList struct {
-	list atomic.Pointer[[]plugin.Device]
+	list atomic.Pointer[[]gpuset.Device]
 }
 
-func newDeviceList(devs ...plugin.Device) *deviceList {
+func newDeviceList(devs ...gpuset.Device) *deviceList {
 	d := &deviceList{}
 	d.set(devs)
 	return d
 }
 
-func (d *deviceList) set(devs []plugin.Device) { d.list.Store(&devs) }
-func (d *deviceList) Devices() []plugin.Device { return *d.list.Load() }
+func (d *deviceList) set(devs []gpuset.Device) { d.list.Store(&devs) }
+func (d *deviceList) Devices() []gpuset.Device { return *d.list.Load() }
 
 // registration is a Registration the test moves.
 type registration struct {
@@ -57,16 +58,16 @@ func (r *registration) Registered() bool      { return r.registered.Load() }
 func (r *registration) Registrations() uint64 { return r.count.Load() }
 
 // fakeDevices returns healthy devices fake-0 … fake-n-1.
-func fakeDevices(n int) []plugin.Device {
-	devs := make([]plugin.Device, n)
+func fakeDevices(n int) []gpuset.Device {
+	devs := make([]gpuset.Device, n)
 	for i := range devs {
-		devs[i] = plugin.Device{ID: fmt.Sprintf("fake-%d", i), Index: i, NUMA: -1, Healthy: true}
+		devs[i] = gpuset.Device{ID: fmt.Sprintf("fake-%d", i), Index: i, NUMA: -1, Healthy: true}
 	}
 	return devs
 }
 
 // mustStore opens a real store in a temp dir that knows devs.
-func mustStore(t *testing.T, devs []plugin.Device) *store.Store {
+func mustStore(t *testing.T, devs []gpuset.Device) *store.Store {
 	t.Helper()
 	st := storetest.MustOpen(t, store.Options{})
 	specs := make([]store.DeviceSpec, len(devs))
@@ -104,7 +105,7 @@ func assertContains(t *testing.T, what, body string, want ...string) {
 }
 
 func TestMetrics_NumbersMove(t *testing.T) {
-	devices := newDeviceList(plugin.Device{ID: "fake-0", Healthy: true}, plugin.Device{ID: "fake-1", Healthy: true}, plugin.Device{ID: "fake-2"})
+	devices := newDeviceList(gpuset.Device{ID: "fake-0", Healthy: true}, gpuset.Device{ID: "fake-1", Healthy: true}, gpuset.Device{ID: "fake-2"})
 	reg := &registration{}
 	m := metrics.New(metrics.Config{Devices: devices, Registration: reg, Score: func(set []int) int { return 100 * len(set) }})
 	h := m.Handler(func() error { return nil }, func() error { return nil })
@@ -129,7 +130,7 @@ func TestMetrics_NumbersMove(t *testing.T) {
 	m.HealthChanged("fake-2", false, store.CauseAdmin)
 	reg.count.Store(2)
 	reg.registered.Store(true)
-	devices.set([]plugin.Device{{ID: "fake-0", Healthy: true}, {ID: "fake-1", Healthy: true}, {ID: "fake-2", Healthy: true}})
+	devices.set([]gpuset.Device{{ID: "fake-0", Healthy: true}, {ID: "fake-1", Healthy: true}, {ID: "fake-2", Healthy: true}})
 
 	_, after := get(t, h, "/metrics")
 	assertContains(t, "after", after,
@@ -400,9 +401,9 @@ func BenchmarkScrape_LongHistory(b *testing.B) {
 // themselves.
 func TestMetrics_GPUsOfReplicas(t *testing.T) {
 	devices := newDeviceList(
-		plugin.Device{ID: "fake-0::0", Index: 0, Healthy: true}, plugin.Device{ID: "fake-0::1", Index: 1, Healthy: true},
-		plugin.Device{ID: "fake-1", Index: 2, Healthy: true},
-		plugin.Device{ID: "fake-2::0", Index: 4}, plugin.Device{ID: "fake-2::1", Index: 5},
+		gpuset.Device{ID: "fake-0::0", Index: 0, Healthy: true}, gpuset.Device{ID: "fake-0::1", Index: 1, Healthy: true},
+		gpuset.Device{ID: "fake-1", Index: 2, Healthy: true},
+		gpuset.Device{ID: "fake-2::0", Index: 4}, gpuset.Device{ID: "fake-2::1", Index: 5},
 	)
 	h := metrics.New(metrics.Config{Devices: devices}).Handler(func() error { return nil }, func() error { return nil })
 	_, body := get(t, h, "/metrics")

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unicore/virtual-gpu-device-plugin/plugin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
@@ -45,23 +45,23 @@ func (h *holdings) Fail(err error) {
 // devices is a Devices whose health the test sets.
 type devices struct {
 	mu   sync.Mutex
-	list []plugin.Device
+	list []gpuset.Device
 }
 
 func newDevices(gpus []telemetry.GPU) *devices {
 	d := &devices{}
 	for _, g := range gpus {
 		for _, id := range g.DeviceIDs {
-			d.list = append(d.list, plugin.Device{ID: id, Index: len(d.list), NUMA: -1, Healthy: true})
+			d.list = append(d.list, gpuset.Device{ID: id, Index: len(d.list), NUMA: -1, Healthy: true})
 		}
 	}
 	return d
 }
 
-func (d *devices) Devices() []plugin.Device {
+func (d *devices) Devices() []gpuset.Device {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return append([]plugin.Device(nil), d.list...)
+	return append([]gpuset.Device(nil), d.list...)
 }
 
 // SetHealth sets the health of every device id of GPU gpu ("fake-<gpu>"

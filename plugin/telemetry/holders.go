@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 )
 
@@ -42,7 +43,7 @@ type HolderSource interface {
 // Devices lists the advertised devices with their health; *plugin.Server
 // implements it.
 type Devices interface {
-	Devices() []plugin.Device
+	Devices() []gpuset.Device
 }
 
 // Allocations reads allocation records; *store.Store implements it.
