@@ -18,6 +18,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/metrics"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
@@ -469,7 +470,7 @@ func TestServer_Allocate_Respond_Invalid(t *testing.T) {
 			srv.SetObserver(obs)
 			_, err := dial(t, srv).Allocate(context.Background(), allocReq([]string{"fake-0"}))
 			assertStatus(t, err, codes.Internal, "allocate fake-0: container response: "+strings.TrimPrefix(tt.msg, "container response: "))
-			if got := obs.take(); len(got) != 1 || got[0].result != plugin.ResultFailed {
+			if got := obs.take(); len(got) != 1 || got[0].result != metrics.ResultFailed {
 				t.Errorf("observed %+v, want one failed allocation", got)
 			}
 			if got := rec.recorded(); len(got) != 1 {
@@ -512,7 +513,7 @@ func TestServer_Limit(t *testing.T) {
 	if got := rec.recorded(); len(got) != 0 {
 		t.Errorf("recorded %v for a refused request", got)
 	}
-	if got := obs.take(); len(got) != 1 || got[0].result != plugin.ResultRejected {
+	if got := obs.take(); len(got) != 1 || got[0].result != metrics.ResultRejected {
 		t.Errorf("observed %+v, want one rejected request", got)
 	}
 	_, err = client.GetPreferredAllocation(ctx, prefReq([]string{"fake-0", "fake-1", "fake-2"}, nil, 2))

@@ -22,10 +22,10 @@
 //     kubelet (UnexpectedAdmissionError), and its message reaches the pod's
 //     status and events.
 //   - [Runner] owns the kubelet plumbing for any [DevicePlugin] (a Server)
-//     under one resource name: it claims its socket path ([ClaimSocket]: a
+//     under one resource name: it claims its socket path ([unixsock.Claim]: a
 //     stale socket, one nobody listens on, is removed; one another process
 //     listens on, answering or not, is never touched and Run fails with
-//     [ErrSocketInUse]), listens, serves, checks
+//     [unixsock.ErrInUse]), listens, serves, checks
 //     that the server answers, registers with the kubelet (waiting for
 //     kubelet.sock, retrying with capped exponential backoff), and watches the
 //     device-plugin directory. When the kubelet restarts (its socket is

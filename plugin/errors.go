@@ -25,14 +25,6 @@ var (
 	// permissions or CDI name, a variable that contradicts the stored
 	// record); Allocate returns it as Internal.
 	ErrInvalidResponse = errors.New("invalid container response")
-	// ErrNotSocket means the plugin's socket path exists and is not a unix
-	// socket, so the Runner refuses to remove it.
-	ErrNotSocket = errors.New("exists and is not a unix socket")
-	// ErrSocketInUse means a process listens on a socket path the plugin
-	// was asked to listen on, whether it answers or not: another plugin,
-	// the kubelet, or any other program, running, hung or stopped. The
-	// plugin never removes such a socket.
-	ErrSocketInUse = errors.New("another process is listening on it")
 	// ErrServerNotAnswering means the freshly started gRPC server did not
 	// answer the Runner's own GetDevicePluginOptions call.
 	ErrServerNotAnswering = errors.New("device plugin server does not answer")

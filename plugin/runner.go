@@ -21,6 +21,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/unixsock"
 )
 
 // KubeletSocketName is the kubelet's registration socket, in the
@@ -138,7 +140,7 @@ func (r *Runner) Registrations() uint64 { return r.registrations.Load() }
 // devices unhealthy), removes its socket and returns nil. It does not close
 // the DevicePlugin. It returns an error only for what retrying cannot fix:
 // the socket path is taken by something that is not a socket
-// (ErrNotSocket) or by a socket another process listens on (ErrSocketInUse:
+// (unixsock.ErrNotSocket) or by a socket another process listens on (unixsock.ErrInUse:
 // a second plugin on the same path, which Run never removes), or the
 // directory cannot be watched. A failure to serve (the kubelet removing the
 // socket mid-start, a failed listen) is logged and retried with backoff.
@@ -172,9 +174,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	for {
 		g, err := r.serve()
 		switch {
-		case errors.Is(err, ErrNotSocket):
+		case errors.Is(err, unixsock.ErrNotSocket):
 			return err
-		case errors.Is(err, ErrSocketInUse):
+		case errors.Is(err, unixsock.ErrInUse):
 			return fmt.Errorf("%w; stop that process, or give this plugin another socket name", err)
 		case err != nil:
 			// A starting kubelet deletes every socket in the directory,
@@ -457,7 +459,7 @@ func absentReason(path string, err error) string {
 		return "its socket does not exist yet"
 	}
 	if fi, lerr := os.Lstat(path); lerr == nil && fi.Mode().Type() != fs.ModeSocket {
-		return "its socket is " + kindOf(fi.Mode()) + ", not a socket"
+		return "its socket is " + unixsock.Kind(fi.Mode()) + ", not a socket"
 	}
 	return err.Error()
 }
@@ -508,11 +510,11 @@ type generation struct {
 	streams int
 }
 
-// serve claims the socket path (ClaimSocket: a socket nobody listens on is
+// serve claims the socket path (unixsock.Claim: a socket nobody listens on is
 // removed, one somebody listens on refused), listens, serves the
 // DevicePlugin and checks that it answers.
 func (r *Runner) serve() (*generation, error) {
-	if err := ClaimSocket(r.socketPath, 0); err != nil {
+	if err := unixsock.Claim(r.socketPath, 0); err != nil {
 		return nil, err
 	}
 	lis, err := net.Listen("unix", r.socketPath)
@@ -631,7 +633,7 @@ func statSocket(path string) (fileID, error) {
 		return fileID{}, err
 	}
 	if fi.Mode().Type() != fs.ModeSocket {
-		return fileID{}, fmt.Errorf("%s: %w", path, ErrNotSocket)
+		return fileID{}, fmt.Errorf("%s: %w", path, unixsock.ErrNotSocket)
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {

@@ -17,6 +17,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/unixsock"
 )
 
 const (
@@ -187,7 +188,7 @@ func TestRunner_StopRemovesSocket(t *testing.T) {
 
 func TestRunner_RemovesStaleSocket(t *testing.T) {
 	dir := plugintest.ShortTempDir(t)
-	staleSocket(t, filepath.Join(dir, sockName)) // left by a killed plugin
+	plugintest.StaleSocket(t, filepath.Join(dir, sockName)) // left by a killed plugin
 	k := plugintest.StartKubelet(t, dir)
 	startRunner(t, dir, nil)
 	plugintest.NextList(t, k.WaitRegistration(wait), wait)
@@ -218,8 +219,8 @@ func TestRunner_RefusesNonSocketPath(t *testing.T) {
 	r := startRunner(t, dir, nil)
 	select {
 	case err := <-r.done:
-		if !errors.Is(err, plugin.ErrNotSocket) || !strings.Contains(err.Error(), path) {
-			t.Errorf("Run = %v, want ErrNotSocket naming %s", err, path)
+		if !errors.Is(err, unixsock.ErrNotSocket) || !strings.Contains(err.Error(), path) {
+			t.Errorf("Run = %v, want unixsock.ErrNotSocket naming %s", err, path)
 		}
 		r.done <- err
 	case <-time.After(wait):
@@ -329,8 +330,8 @@ func TestRunner_SocketInUse_SecondRunnerRefuses(t *testing.T) {
 
 	second := startRunner(t, dir, nil)
 	err = runErr(t, second)
-	if !errors.Is(err, plugin.ErrSocketInUse) || !strings.Contains(err.Error(), first.SocketPath()) || !strings.Contains(err.Error(), "stop that process") {
-		t.Fatalf("second Run = %v, want ErrSocketInUse naming %s and what to do", err, first.SocketPath())
+	if !errors.Is(err, unixsock.ErrInUse) || !strings.Contains(err.Error(), first.SocketPath()) || !strings.Contains(err.Error(), "stop that process") {
+		t.Fatalf("second Run = %v, want unixsock.ErrInUse naming %s and what to do", err, first.SocketPath())
 	}
 
 	after, err := os.Lstat(first.SocketPath())
@@ -361,10 +362,10 @@ func TestRunner_SocketInUse_SecondRunnerRefuses(t *testing.T) {
 // removed.
 func TestRunner_SocketInUse_OtherProcess(t *testing.T) {
 	dir := plugintest.ShortTempDir(t)
-	startHolder(t, filepath.Join(dir, sockName))
+	plugintest.StartHolder(t, filepath.Join(dir, sockName))
 	r := startRunner(t, dir, nil)
-	if err := runErr(t, r); !errors.Is(err, plugin.ErrSocketInUse) {
-		t.Fatalf("Run = %v, want ErrSocketInUse", err)
+	if err := runErr(t, r); !errors.Is(err, unixsock.ErrInUse) {
+		t.Fatalf("Run = %v, want unixsock.ErrInUse", err)
 	}
 	if _, err := os.Lstat(r.SocketPath()); err != nil {
 		t.Errorf("the other process's socket was removed: %v", err)
@@ -373,7 +374,7 @@ func TestRunner_SocketInUse_OtherProcess(t *testing.T) {
 
 // Another process replaces our socket while we serve (it took our path
 // while we were stopped): we notice, find a live process answering there,
-// stop with ErrSocketInUse, and leave its socket alone: closing our old
+// stop with unixsock.ErrInUse, and leave its socket alone: closing our old
 // listener must not unlink the path.
 func TestRunner_SocketTakenOver_LeftAlone(t *testing.T) {
 	dir := plugintest.ShortTempDir(t)
@@ -382,7 +383,7 @@ func TestRunner_SocketTakenOver_LeftAlone(t *testing.T) {
 	plugintest.NextList(t, k.WaitRegistration(wait), wait)
 	// A live process's socket renamed over ours, in one step.
 	elsewhere := filepath.Join(dir, "other.sock")
-	startHolder(t, elsewhere)
+	plugintest.StartHolder(t, elsewhere)
 	if err := os.Rename(elsewhere, r.SocketPath()); err != nil {
 		t.Fatal(err)
 	}
@@ -390,8 +391,8 @@ func TestRunner_SocketTakenOver_LeftAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := runErr(t, r); !errors.Is(err, plugin.ErrSocketInUse) {
-		t.Fatalf("Run = %v, want ErrSocketInUse", err)
+	if err := runErr(t, r); !errors.Is(err, unixsock.ErrInUse) {
+		t.Fatalf("Run = %v, want unixsock.ErrInUse", err)
 	}
 	now, err := os.Lstat(r.SocketPath())
 	if err != nil || !os.SameFile(theirs, now) {
@@ -402,7 +403,7 @@ func TestRunner_SocketTakenOver_LeftAlone(t *testing.T) {
 // The socket a SIGKILLed process leaves behind is stale: it is replaced.
 func TestRunner_StaleSocketOfKilledProcess_Replaced(t *testing.T) {
 	dir := plugintest.ShortTempDir(t)
-	holder := startHolder(t, filepath.Join(dir, sockName))
+	holder := plugintest.StartHolder(t, filepath.Join(dir, sockName))
 	if err := holder.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -639,4 +640,9 @@ func TestRunner_StopBeforeRegistering_SaysSo(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestMain(m *testing.M) {
+	plugintest.HoldSocketIfAsked()
+	os.Exit(m.Run())
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +17,8 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/metrics"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 )
 
@@ -32,49 +33,18 @@ type HealthRecorder interface {
 	RecordHealth(id string, healthy bool, reason, cause string) error
 }
 
-// Result is how one container request ended, as an Observer is told.
-type Result int
-
-const (
-	// ResultOK means the request was answered.
-	ResultOK Result = iota
-	// ResultRejected means an Allocate container request was refused for
-	// what it asked: no, unknown, repeated or unhealthy ids, more devices
-	// than the catalog's Limit, or a device another container request of
-	// the call asked for (InvalidArgument or FailedPrecondition).
-	ResultRejected
-	// ResultFailed means a valid request could not be answered: the
-	// allocation was not recorded (Unavailable), the catalog's Respond
-	// failed or broke its rules (Internal), or the preference policy failed
-	// or broke its contract.
-	ResultFailed
-)
-
-// String returns "ok", "rejected" or "failed" (the metrics' label values).
-func (r Result) String() string {
-	switch r {
-	case ResultOK:
-		return "ok"
-	case ResultRejected:
-		return "rejected"
-	case ResultFailed:
-		return "failed"
-	}
-	return "Result(" + strconv.Itoa(int(r)) + ")"
-}
-
 // Observer is told what the Server did, for metrics. Its methods are called
 // on the RPC path: they must be fast and safe for concurrent use.
 type Observer interface {
 	// Allocated reports one container request of Allocate: its ids (as
 	// asked), how it ended, and how long it took, validation, the durable
 	// commit of its record and the catalog's Respond included.
-	Allocated(ids []string, result Result, took time.Duration)
+	Allocated(ids []string, result metrics.Result, took time.Duration)
 	// Preferred reports one container request of GetPreferredAllocation
 	// that reached the preference policy: the Index of each chosen device,
-	// ascending (nil unless ResultOK), ResultOK or ResultFailed, and how
+	// ascending (nil unless metrics.ResultOK), metrics.ResultOK or metrics.ResultFailed, and how
 	// long the choice took.
-	Preferred(chosen []int, result Result, took time.Duration)
+	Preferred(chosen []int, result metrics.Result, took time.Duration)
 	// HealthChanged reports a stored and broadcast health change.
 	HealthChanged(id string, healthy bool, cause string)
 }
@@ -121,6 +91,10 @@ type Server struct {
 var (
 	_ pluginapi.DevicePluginServer = (*Server)(nil)
 	_ DevicePlugin                 = (*Server)(nil)
+	_ Observer                     = (*metrics.Metrics)(nil)
+	_ metrics.Devices              = (*Server)(nil)
+	_ metrics.Registration         = (*Runner)(nil)
+	_ telemetry.Devices            = (*Server)(nil)
 )
 
 // observerRef holds an Observer for an atomic.Pointer.
@@ -379,7 +353,7 @@ func (s *Server) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 			err = claimDevices(owner, devs, i)
 		}
 		if err != nil {
-			obs.Allocated(cr.GetDevicesIds(), ResultRejected, time.Since(start))
+			obs.Allocated(cr.GetDevicesIds(), metrics.ResultRejected, time.Since(start))
 			return nil, status.Errorf(status.Code(err), "allocate: container request %d: %s", i, status.Convert(err).Message())
 		}
 		sets[i], took[i] = devs, time.Since(start)
@@ -389,10 +363,10 @@ func (s *Server) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 		start := time.Now()
 		cr, ids, err := s.allocateOne(ctx, cat, devs)
 		if err != nil {
-			obs.Allocated(ids, ResultFailed, took[i]+time.Since(start))
+			obs.Allocated(ids, metrics.ResultFailed, took[i]+time.Since(start))
 			return nil, err
 		}
-		obs.Allocated(ids, ResultOK, took[i]+time.Since(start))
+		obs.Allocated(ids, metrics.ResultOK, took[i]+time.Since(start))
 		resp.ContainerResponses[i] = cr
 	}
 	return resp, nil
@@ -540,7 +514,7 @@ func (s *Server) preferOne(cat *catalogState, cr *pluginapi.ContainerPreferredAl
 		// The kubelet does not check the answer; we do.
 		var devs []gpuset.Device
 		if devs, err = checkChoice(cat, chosen, availDevs, mustDevs, size); err == nil {
-			s.obs().Preferred(Indices(devs), ResultOK, took)
+			s.obs().Preferred(Indices(devs), metrics.ResultOK, took)
 			ids := make([]string, len(devs))
 			for i, d := range devs {
 				ids[i] = d.ID
@@ -548,7 +522,7 @@ func (s *Server) preferOne(cat *catalogState, cr *pluginapi.ContainerPreferredAl
 			return ids, nil
 		}
 	}
-	s.obs().Preferred(nil, ResultFailed, took)
+	s.obs().Preferred(nil, metrics.ResultFailed, took)
 	if errors.Is(err, ErrInvalidChoice) {
 		return nil, status.Errorf(codes.Internal, "preference policy: %v", err)
 	}
@@ -592,6 +566,6 @@ func (s *Server) PreStartContainer(context.Context, *pluginapi.PreStartContainer
 
 type nopObserver struct{}
 
-func (nopObserver) Allocated([]string, Result, time.Duration) {}
-func (nopObserver) Preferred([]int, Result, time.Duration)    {}
-func (nopObserver) HealthChanged(string, bool, string)        {}
+func (nopObserver) Allocated([]string, metrics.Result, time.Duration) {}
+func (nopObserver) Preferred([]int, metrics.Result, time.Duration)    {}
+func (nopObserver) HealthChanged(string, bool, string)                {}

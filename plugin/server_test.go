@@ -23,6 +23,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/metrics"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
@@ -546,7 +547,7 @@ type observation struct {
 	call   string
 	ids    []string
 	chosen []int
-	result plugin.Result
+	result metrics.Result
 	took   time.Duration
 }
 
@@ -562,11 +563,11 @@ func (o *recordingObserver) add(ob observation) {
 	o.seen = append(o.seen, ob)
 }
 
-func (o *recordingObserver) Allocated(ids []string, r plugin.Result, took time.Duration) {
+func (o *recordingObserver) Allocated(ids []string, r metrics.Result, took time.Duration) {
 	o.add(observation{call: "Allocated", ids: ids, result: r, took: took})
 }
 
-func (o *recordingObserver) Preferred(chosen []int, r plugin.Result, took time.Duration) {
+func (o *recordingObserver) Preferred(chosen []int, r metrics.Result, took time.Duration) {
 	o.add(observation{call: "Preferred", chosen: chosen, result: r, took: took})
 }
 
@@ -603,27 +604,27 @@ func TestServer_Observer_Results(t *testing.T) {
 			func(c pluginapi.DevicePluginClient) error {
 				_, err := c.Allocate(context.Background(), allocReq([]string{"fake-2", "fake-1"}))
 				return err
-			}, []observation{{call: "Allocated", ids: []string{"fake-1", "fake-2"}, result: plugin.ResultOK, took: commit}}},
+			}, []observation{{call: "Allocated", ids: []string{"fake-1", "fake-2"}, result: metrics.ResultOK, took: commit}}},
 		{"unknown id rejected", plugin.ServerConfig{},
 			func(c pluginapi.DevicePluginClient) error {
 				_, err := c.Allocate(context.Background(), allocReq([]string{"fake-0"}, []string{"nope"}))
 				return err
-			}, []observation{{call: "Allocated", ids: []string{"nope"}, result: plugin.ResultRejected}}},
+			}, []observation{{call: "Allocated", ids: []string{"nope"}, result: metrics.ResultRejected}}},
 		{"not recorded failed", plugin.ServerConfig{Recorder: &flakyRecorder{failFor: "fake-3"}},
 			func(c pluginapi.DevicePluginClient) error {
 				_, err := c.Allocate(context.Background(), allocReq([]string{"fake-3"}))
 				return err
-			}, []observation{{call: "Allocated", ids: []string{"fake-3"}, result: plugin.ResultFailed}}},
+			}, []observation{{call: "Allocated", ids: []string{"fake-3"}, result: metrics.ResultFailed}}},
 		{"preferred", plugin.ServerConfig{},
 			func(c pluginapi.DevicePluginClient) error {
 				_, err := c.GetPreferredAllocation(context.Background(), prefReq([]string{"fake-3", "fake-2"}, nil, 1))
 				return err
-			}, []observation{{call: "Preferred", chosen: []int{2}, result: plugin.ResultOK}}},
+			}, []observation{{call: "Preferred", chosen: []int{2}, result: metrics.ResultOK}}},
 		{"policy breaks its contract", plugin.ServerConfig{Catalog: plugin.Catalog{Prefer: bad}},
 			func(c pluginapi.DevicePluginClient) error {
 				_, err := c.GetPreferredAllocation(context.Background(), prefReq([]string{"fake-0", "fake-1"}, nil, 2))
 				return err
-			}, []observation{{call: "Preferred", result: plugin.ResultFailed}}},
+			}, []observation{{call: "Preferred", result: metrics.ResultFailed}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -662,7 +663,7 @@ func TestServer_Observer_HealthAndNil(t *testing.T) {
 }
 
 func TestResult_String(t *testing.T) {
-	for r, want := range map[plugin.Result]string{plugin.ResultOK: "ok", plugin.ResultRejected: "rejected", plugin.ResultFailed: "failed", 7: "Result(7)"} {
+	for r, want := range map[metrics.Result]string{metrics.ResultOK: "ok", metrics.ResultRejected: "rejected", metrics.ResultFailed: "failed", 7: "Result(7)"} {
 		if got := r.String(); got != want {
 			t.Errorf("%d.String() = %q, want %q", int(r), got, want)
 		}

@@ -25,6 +25,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/metrics"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/podresources"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/unixsock"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/loadsock"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 )
@@ -365,15 +366,15 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 // checkPluginSocket refuses a device-plugin socket path another process
 // serves on (a second plugin on the same path), or that is not a socket,
 // before anything is written: the Runner claims the path when it serves
-// (plugin.ClaimSocket), which is too late for that. A stale socket is
+// (unixsock.Claim), which is too late for that. A stale socket is
 // removed, as the Runner would. Other errors are left to the Runner, which
 // retries them.
 func checkPluginSocket(cfg *options.Config) error {
-	err := plugin.ClaimSocket(filepath.Join(cfg.DevicePluginPath, cfg.SocketName), 0)
+	err := unixsock.Claim(filepath.Join(cfg.DevicePluginPath, cfg.SocketName), 0)
 	switch {
-	case errors.Is(err, plugin.ErrSocketInUse):
+	case errors.Is(err, unixsock.ErrInUse):
 		return fmt.Errorf("%w; stop that process, or give this plugin another socket name", err)
-	case errors.Is(err, plugin.ErrNotSocket):
+	case errors.Is(err, unixsock.ErrNotSocket):
 		return err
 	}
 	return nil

@@ -21,10 +21,10 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/admin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/unixsock"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
 )
@@ -575,18 +575,18 @@ func TestServer_Listen_ClaimsOnlyStaleSockets(t *testing.T) {
 			p := filepath.Join(dir, "admin.sock")
 			startHolder(t, p)
 			return p
-		}, plugin.ErrSocketInUse},
+		}, unixsock.ErrInUse},
 		{"the kubelet's live gRPC socket", func(t *testing.T, dir string) string {
 			plugintest.StartKubelet(t, dir)
 			return filepath.Join(dir, "kubelet.sock")
-		}, plugin.ErrSocketInUse},
+		}, unixsock.ErrInUse},
 		{"a regular file", func(t *testing.T, dir string) string {
 			p := filepath.Join(dir, "admin.sock")
 			if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			return p
-		}, plugin.ErrNotSocket},
+		}, unixsock.ErrNotSocket},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -23,8 +23,8 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/unixsock"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 )
 
@@ -42,7 +42,7 @@ type ServerConfig struct {
 	// their NUMA nodes are used. Nil: the reported NUMA nodes are unknown.
 	Reported func() []gpuset.Device
 	// ProbeTimeout bounds Listen's connect to an existing socket (default
-	// plugin.DefaultSocketProbeTimeout; see plugin.ClaimSocket).
+	// unixsock.DefaultProbeTimeout; see unixsock.Claim).
 	ProbeTimeout time.Duration
 	// Logger logs the server's start and what it handles itself; the zero
 	// value discards.
@@ -152,11 +152,11 @@ func (p *statusProbe) Header() http.Header         { return p.header }
 func (p *statusProbe) Write(b []byte) (int, error) { return len(b), nil }
 func (p *statusProbe) WriteHeader(code int)        { p.code = code }
 
-// Listen claims the socket path with plugin.ClaimSocket — a stale socket
+// Listen claims the socket path with unixsock.Claim — a stale socket
 // (nobody listens) is replaced; a socket any process listens on, answering
 // or not (another plugin, the kubelet, any program), is left alone and is
-// an error wrapping plugin.ErrSocketInUse; any other file is an error wrapping
-// plugin.ErrNotSocket — then listens and restricts the socket to its owner
+// an error wrapping unixsock.ErrInUse; any other file is an error wrapping
+// unixsock.ErrNotSocket — then listens and restricts the socket to its owner
 // (0600). Calling it again is a no-op. After Listen the caller must Run or
 // Close.
 func (s *Server) Listen() error {
@@ -170,7 +170,7 @@ func (s *Server) Listen() error {
 	case s.cfg.Socket == "":
 		return errors.New("admin API: no socket path")
 	}
-	if err := plugin.ClaimSocket(s.cfg.Socket, s.cfg.ProbeTimeout); err != nil {
+	if err := unixsock.Claim(s.cfg.Socket, s.cfg.ProbeTimeout); err != nil {
 		return fmt.Errorf("admin API: %w", err)
 	}
 	lis, err := net.Listen("unix", s.cfg.Socket)

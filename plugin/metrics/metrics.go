@@ -28,8 +28,8 @@
 //
 // plus the Go runtime and process collectors. A Metrics reads what it
 // reports at scrape time through the small interfaces below ([Devices],
-// [Registration], [Allocations]) and is told the rest as the plugin's
-// [plugin.Observer]. It is safe for concurrent use.
+// [Registration], [Allocations]) and is told the rest: the device plugin's
+// RPCs (Allocated, Preferred) and the health changes (HealthChanged). It is safe for concurrent use.
 package metrics
 
 import (
@@ -49,7 +49,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
-	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
@@ -57,13 +56,14 @@ import (
 
 const namespace = "virtual_gpu"
 
-// Devices lists the advertised devices; *plugin.Server implements it.
+// Devices lists the advertised devices with their health; the agent
+// implements it.
 type Devices interface {
 	Devices() []gpuset.Device
 }
 
-// Registration reports the registration with the kubelet; *plugin.Runner
-// implements it.
+// Registration reports the registration with the kubelet; the device
+// plugin's registrar implements it.
 type Registration interface {
 	// Registered reports whether the plugin is registered right now.
 	Registered() bool
@@ -80,12 +80,7 @@ type Allocations interface {
 	Allocation(seq uint64) (store.Allocation, error)
 }
 
-var (
-	_ plugin.Observer = (*Metrics)(nil)
-	_ Devices         = (*plugin.Server)(nil)
-	_ Registration    = (*plugin.Runner)(nil)
-	_ Allocations     = (*store.Store)(nil)
-)
+var _ Allocations = (*store.Store)(nil)
 
 // Config says where a Metrics reads what it reports at scrape time. Every
 // field is optional.
@@ -208,7 +203,7 @@ func New(cfg Config) *Metrics {
 			m.registry.MustRegister(allocationState(cfg.Devices, cfg.Allocations))
 		}
 	}
-	for _, r := range []plugin.Result{plugin.ResultOK, plugin.ResultRejected, plugin.ResultFailed} {
+	for _, r := range []Result{ResultOK, ResultRejected, ResultFailed} {
 		m.allocations.WithLabelValues(r.String())
 	}
 	for _, r := range []string{"ok", "error"} {
@@ -445,18 +440,20 @@ func coversAll(recs []store.Allocation, devs []gpuset.Device) bool {
 	return true
 }
 
-// Allocated implements plugin.Observer.
-func (m *Metrics) Allocated(ids []string, result plugin.Result, took time.Duration) {
+// Allocated counts one container request of Allocate: its ids, how it
+// ended and how long it took.
+func (m *Metrics) Allocated(ids []string, result Result, took time.Duration) {
 	m.allocations.WithLabelValues(result.String()).Inc()
-	if result == plugin.ResultOK {
+	if result == ResultOK {
 		m.allocatedDevices.Add(float64(len(ids)))
 		m.allocateSeconds.Observe(took.Seconds())
 	}
 }
 
-// Preferred implements plugin.Observer.
-func (m *Metrics) Preferred(chosen []int, result plugin.Result, took time.Duration) {
-	if result != plugin.ResultOK {
+// Preferred counts one choice of a preferred allocation: the chosen
+// devices' indices, how it ended and how long it took.
+func (m *Metrics) Preferred(chosen []int, result Result, took time.Duration) {
+	if result != ResultOK {
 		m.preferred.WithLabelValues("error").Inc()
 		return
 	}
@@ -467,7 +464,7 @@ func (m *Metrics) Preferred(chosen []int, result plugin.Result, took time.Durati
 	}
 }
 
-// HealthChanged implements plugin.Observer.
+// HealthChanged counts one health change, by cause.
 func (m *Metrics) HealthChanged(_ string, _ bool, cause string) {
 	m.healthChanges.WithLabelValues(cause).Inc()
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"github.com/rs/zerolog"
 
-	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/metrics"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
@@ -122,11 +121,11 @@ func TestMetrics_NumbersMove(t *testing.T) {
 		t.Error("before: no Go runtime metrics")
 	}
 
-	m.Allocated([]string{"fake-0", "fake-1"}, plugin.ResultOK, 3*time.Millisecond)
-	m.Allocated([]string{"fake-9"}, plugin.ResultRejected, time.Microsecond)
-	m.Allocated([]string{"fake-0"}, plugin.ResultFailed, 2*time.Millisecond)
-	m.Preferred([]int{0, 1}, plugin.ResultOK, 3*time.Microsecond)
-	m.Preferred(nil, plugin.ResultFailed, time.Microsecond)
+	m.Allocated([]string{"fake-0", "fake-1"}, metrics.ResultOK, 3*time.Millisecond)
+	m.Allocated([]string{"fake-9"}, metrics.ResultRejected, time.Microsecond)
+	m.Allocated([]string{"fake-0"}, metrics.ResultFailed, 2*time.Millisecond)
+	m.Preferred([]int{0, 1}, metrics.ResultOK, 3*time.Microsecond)
+	m.Preferred(nil, metrics.ResultFailed, time.Microsecond)
 	m.HealthChanged("fake-2", false, store.CauseAdmin)
 	reg.count.Store(2)
 	reg.registered.Store(true)
@@ -158,8 +157,8 @@ func TestMetrics_Promlint(t *testing.T) {
 	record(t, st, store.StateHeld, "fake-0")
 	m := metrics.New(metrics.Config{Version: "v1.2.3", Devices: newDeviceList(devs...), Registration: &registration{},
 		Allocations: st, Score: func([]int) int { return 1 }})
-	m.Allocated([]string{"fake-0"}, plugin.ResultOK, time.Millisecond)
-	m.Preferred([]int{0}, plugin.ResultOK, time.Microsecond)
+	m.Allocated([]string{"fake-0"}, metrics.ResultOK, time.Millisecond)
+	m.Preferred([]int{0}, metrics.ResultOK, time.Microsecond)
 	_, body := get(t, m.Handler(func() error { return nil }, func() error { return nil }), "/metrics")
 	problems, err := promlint.New(strings.NewReader(body)).Lint()
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 )
@@ -40,7 +39,7 @@ type HolderSource interface {
 	Holdings() ([]Holding, error)
 }
 
-// Devices lists the advertised devices with their health; *plugin.Server
+// Devices lists the advertised devices with their health; the agent
 // implements it.
 type Devices interface {
 	Devices() []gpuset.Device
@@ -54,7 +53,6 @@ type Allocations interface {
 
 var (
 	_ HolderSource = StoreHolders{}
-	_ Devices      = (*plugin.Server)(nil)
 	_ Allocations  = (*store.Store)(nil)
 )
 

@@ -1,13 +1,11 @@
-package plugin_test
+package unixsock_test
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -16,109 +14,33 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/unixsock"
 )
 
 // probeTimeout keeps the tests of silent sockets short.
 const probeTimeout = 200 * time.Millisecond
 
-// helperEnv makes the test binary, run again by a test, listen on the
-// socket it names and print "ready" (see TestMain); silentEnv=1 makes it
-// accept nothing and never write, as a hung program does.
-const (
-	helperEnv = "VGPU_TEST_HOLD_SOCKET"
-	silentEnv = "VGPU_TEST_HOLD_SILENT"
-)
-
 func TestMain(m *testing.M) {
-	if path := os.Getenv(helperEnv); path != "" {
-		holdSocket(path, os.Getenv(silentEnv) == "1")
-		return
-	}
+	plugintest.HoldSocketIfAsked()
 	os.Exit(m.Run())
 }
 
-// holdSocket listens on path until killed: another program's socket. It
-// serves HTTP, or with silent accepts nothing and writes nothing.
-func holdSocket(path string, silent bool) {
-	lis, err := net.Listen("unix", path)
-	if err != nil {
-		fmt.Println("listen:", err)
-		os.Exit(1)
-	}
-	fmt.Println("ready")
-	if silent {
-		select {}
-	}
-	_ = http.Serve(lis, http.NotFoundHandler())
-}
-
-// startHolder runs a separate process that holds an HTTP socket at path.
-func startHolder(t *testing.T, path string) *exec.Cmd {
-	t.Helper()
-	return startHolderMode(t, path, false)
-}
-
-// startSilentHolder runs a separate process that listens at path and never
-// accepts or answers.
-func startSilentHolder(t *testing.T, path string) *exec.Cmd {
-	t.Helper()
-	return startHolderMode(t, path, true)
-}
-
-func startHolderMode(t *testing.T, path string, silent bool) *exec.Cmd {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"="+path)
-	if silent {
-		cmd.Env = append(cmd.Env, silentEnv+"=1")
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || line != "ready\n" {
-		t.Fatalf("holder process: %q, %v", line, err)
-	}
-	return cmd
-}
-
-// staleSocket leaves a socket file nobody listens on, as a killed process does.
-func staleSocket(t *testing.T, path string) {
-	t.Helper()
-	lis, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis.(*net.UnixListener).SetUnlinkOnClose(false)
-	lis.Close()
-}
-
-func TestClaimSocket(t *testing.T) {
+func TestClaim(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		setup   func(t *testing.T, path string)
 		wantErr error // nil: claimed (path free afterwards)
 	}{
 		{"nothing there", func(*testing.T, string) {}, nil},
-		{"stale socket", staleSocket, nil},
+		{"stale socket", plugintest.StaleSocket, nil},
 		{"listener that never accepts", func(t *testing.T, path string) {
 			lis, err := net.Listen("unix", path)
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { lis.Close() })
-		}, plugin.ErrSocketInUse},
+		}, unixsock.ErrInUse},
 		{"listener that accepts and never writes", func(t *testing.T, path string) {
 			lis, err := net.Listen("unix", path)
 			if err != nil {
@@ -143,7 +65,7 @@ func TestClaimSocket(t *testing.T) {
 					c.Close()
 				}
 			})
-		}, plugin.ErrSocketInUse},
+		}, unixsock.ErrInUse},
 		{"listener with a full backlog", func(t *testing.T, path string) {
 			fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
 			if err != nil {
@@ -170,8 +92,8 @@ func TestClaimSocket(t *testing.T) {
 					t.Fatal("the backlog never filled")
 				}
 			}
-		}, plugin.ErrSocketInUse},
-		{"another process listening silently", func(t *testing.T, path string) { startSilentHolder(t, path) }, plugin.ErrSocketInUse},
+		}, unixsock.ErrInUse},
+		{"another process listening silently", func(t *testing.T, path string) { plugintest.StartSilentHolder(t, path) }, unixsock.ErrInUse},
 		{"live HTTP server in this process", func(t *testing.T, path string) {
 			lis, err := net.Listen("unix", path)
 			if err != nil {
@@ -180,7 +102,7 @@ func TestClaimSocket(t *testing.T) {
 			srv := &http.Server{Handler: http.NotFoundHandler()}
 			go srv.Serve(lis)
 			t.Cleanup(func() { srv.Close() })
-		}, plugin.ErrSocketInUse},
+		}, unixsock.ErrInUse},
 		{"live gRPC server (a kubelet or another plugin)", func(t *testing.T, path string) {
 			lis, err := net.Listen("unix", path)
 			if err != nil {
@@ -189,7 +111,7 @@ func TestClaimSocket(t *testing.T) {
 			g := grpc.NewServer()
 			go g.Serve(lis)
 			t.Cleanup(g.Stop)
-		}, plugin.ErrSocketInUse},
+		}, unixsock.ErrInUse},
 		{"server that closes every connection", func(t *testing.T, path string) {
 			lis, err := net.Listen("unix", path)
 			if err != nil {
@@ -205,23 +127,23 @@ func TestClaimSocket(t *testing.T) {
 				}
 			}()
 			t.Cleanup(func() { lis.Close() })
-		}, plugin.ErrSocketInUse},
-		{"another process serving", func(t *testing.T, path string) { startHolder(t, path) }, plugin.ErrSocketInUse},
+		}, unixsock.ErrInUse},
+		{"another process serving", func(t *testing.T, path string) { plugintest.StartHolder(t, path) }, unixsock.ErrInUse},
 		{"regular file", func(t *testing.T, path string) {
 			if err := os.WriteFile(path, nil, 0o600); err != nil {
 				t.Fatal(err)
 			}
-		}, plugin.ErrNotSocket},
+		}, unixsock.ErrNotSocket},
 		{"directory", func(t *testing.T, path string) {
 			if err := os.Mkdir(path, 0o700); err != nil {
 				t.Fatal(err)
 			}
-		}, plugin.ErrNotSocket},
+		}, unixsock.ErrNotSocket},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(plugintest.ShortTempDir(t), "x.sock")
 			tc.setup(t, path)
-			err := plugin.ClaimSocket(path, probeTimeout)
+			err := unixsock.Claim(path, probeTimeout)
 			if !errors.Is(err, tc.wantErr) || (err != nil) != (tc.wantErr != nil) {
 				t.Fatalf("ClaimSocket = %v, want %v", err, tc.wantErr)
 			}
@@ -242,10 +164,10 @@ func TestClaimSocket(t *testing.T) {
 // A process that is stopped (SIGSTOP) still has its socket accept
 // connections, though nothing answers: it is in use all the same, since
 // only its owner knows whether it will answer again.
-func TestClaimSocket_StoppedProcess(t *testing.T) {
+func TestClaim_StoppedProcess(t *testing.T) {
 	path := filepath.Join(plugintest.ShortTempDir(t), "x.sock")
-	holder := startHolder(t, path)
-	if err := plugin.ClaimSocket(path, probeTimeout); !errors.Is(err, plugin.ErrSocketInUse) {
+	holder := plugintest.StartHolder(t, path)
+	if err := unixsock.Claim(path, probeTimeout); !errors.Is(err, unixsock.ErrInUse) {
 		t.Fatalf("running holder: ClaimSocket = %v, want ErrSocketInUse", err)
 	}
 	if err := holder.Process.Signal(syscall.SIGSTOP); err != nil {
@@ -254,8 +176,8 @@ func TestClaimSocket_StoppedProcess(t *testing.T) {
 	// The signal is delivered asynchronously: a thread still running could
 	// accept the probe.
 	plugintest.WaitFor(t, 10*time.Second, "every thread of the holder stopped", func() bool { return stopped(t, holder.Process.Pid) })
-	err := plugin.ClaimSocket(path, probeTimeout)
-	if !errors.Is(err, plugin.ErrSocketInUse) || !strings.Contains(err.Error(), path) {
+	err := unixsock.Claim(path, probeTimeout)
+	if !errors.Is(err, unixsock.ErrInUse) || !strings.Contains(err.Error(), path) {
 		t.Fatalf("stopped holder: ClaimSocket = %v, want ErrSocketInUse naming %s", err, path)
 	}
 	if _, err := os.Lstat(path); err != nil {
@@ -265,9 +187,9 @@ func TestClaimSocket_StoppedProcess(t *testing.T) {
 
 // The socket a SIGKILLed process leaves behind is stale: nobody listens,
 // the connect is refused, the file is removed.
-func TestClaimSocket_KilledProcess(t *testing.T) {
+func TestClaim_KilledProcess(t *testing.T) {
 	path := filepath.Join(plugintest.ShortTempDir(t), "x.sock")
-	holder := startSilentHolder(t, path)
+	holder := plugintest.StartSilentHolder(t, path)
 	if err := holder.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +197,7 @@ func TestClaimSocket_KilledProcess(t *testing.T) {
 	if _, err := os.Lstat(path); err != nil {
 		t.Fatalf("the killed process left no socket: %v", err)
 	}
-	if err := plugin.ClaimSocket(path, probeTimeout); err != nil {
+	if err := unixsock.Claim(path, probeTimeout); err != nil {
 		t.Fatalf("ClaimSocket = %v, want the stale socket claimed", err)
 	}
 	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {

@@ -1,4 +1,8 @@
-package plugin
+// Package unixsock claims unix socket paths for listeners: a socket nobody
+// listens on is stale and removed; one a process listens on, answering or
+// not, is never touched. The device-plugin Runner, the admin API and the
+// start-up checks use it.
+package unixsock
 
 import (
 	"errors"
@@ -10,28 +14,28 @@ import (
 	"time"
 )
 
-// DefaultSocketProbeTimeout bounds ClaimSocket's connect to an existing
+// DefaultProbeTimeout bounds Claim's connect to an existing
 // socket. A unix connect never waits on Linux (a listener whose backlog is
 // full refuses at once with EAGAIN), so the bound only guards other
 // systems; whatever ends it, the socket counts as in use.
-const DefaultSocketProbeTimeout = 3 * time.Second
+const DefaultProbeTimeout = 3 * time.Second
 
-// ClaimSocket makes path free for a new listening unix socket. Nothing at
+// Claim makes path free for a new listening unix socket. Nothing at
 // path: nil. A unix socket nobody listens on (connection refused: the file
 // a killed process leaves behind): the socket is removed, nil. A unix socket
 // some process listens on — answering or not: a connect that succeeds, or
 // one refused for a full backlog or that times out — is in use: an error
-// wrapping ErrSocketInUse naming path, and the socket is left alone. A
+// wrapping ErrInUse naming path, and the socket is left alone. A
 // stopped or hung process's socket is never taken: only its owner knows
 // whether it will answer again. Anything else at path: an error wrapping
 // ErrNotSocket. timeout bounds the connect; <= 0 means
-// DefaultSocketProbeTimeout. ClaimSocket sends nothing on the connection.
+// DefaultProbeTimeout. Claim sends nothing on the connection.
 //
 // Between the probe and the caller's listen another process could take the
-// path; ClaimSocket narrows that window, it cannot close it.
-func ClaimSocket(path string, timeout time.Duration) error {
+// path; Claim narrows that window, it cannot close it.
+func Claim(path string, timeout time.Duration) error {
 	if timeout <= 0 {
-		timeout = DefaultSocketProbeTimeout
+		timeout = DefaultProbeTimeout
 	}
 	fi, err := os.Lstat(path)
 	switch {
@@ -40,14 +44,14 @@ func ClaimSocket(path string, timeout time.Duration) error {
 	case err != nil:
 		return fmt.Errorf("socket %s: %w", path, err)
 	case fi.Mode().Type() != fs.ModeSocket:
-		return fmt.Errorf("socket path %s is %s: %w", path, kindOf(fi.Mode()), ErrNotSocket)
+		return fmt.Errorf("socket path %s is %s: %w", path, Kind(fi.Mode()), ErrNotSocket)
 	}
 	listening, err := socketListened(path, timeout)
 	if err != nil {
 		return fmt.Errorf("socket %s: %w", path, err)
 	}
 	if listening {
-		return fmt.Errorf("socket %s: %w", path, ErrSocketInUse)
+		return fmt.Errorf("socket %s: %w", path, ErrInUse)
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove stale socket %s: %w", path, err)
@@ -74,8 +78,8 @@ func socketListened(path string, timeout time.Duration) (bool, error) {
 	return false, fmt.Errorf("probe: %w", err)
 }
 
-// kindOf names what a file of mode m is, with its article.
-func kindOf(m fs.FileMode) string {
+// Kind names what a file of mode m is, with its article.
+func Kind(m fs.FileMode) string {
 	switch {
 	case m.IsRegular():
 		return "a regular file"
