@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 // PreferFunc chooses size devices from available, including every device
@@ -139,10 +140,10 @@ func newCatalogState(c Catalog) (*catalogState, error) {
 			return nil, fmt.Errorf("device at index %d: %w", d.Index, ErrEmptyID)
 		}
 		if _, dup := byID[d.ID]; dup {
-			return nil, fmt.Errorf("device %s: %w", quoteID(d.ID), ErrDuplicateDevice)
+			return nil, fmt.Errorf("device %s: %w", topology.QuoteID(d.ID), ErrDuplicateDevice)
 		}
 		if i > 0 && devices[i-1].Index == d.Index {
-			return nil, fmt.Errorf("devices %s and %s share index %d: %w", quoteID(devices[i-1].ID), quoteID(d.ID), d.Index, ErrDuplicateDevice)
+			return nil, fmt.Errorf("devices %s and %s share index %d: %w", topology.QuoteID(devices[i-1].ID), topology.QuoteID(d.ID), d.Index, ErrDuplicateDevice)
 		}
 		if d.Healthy {
 			devices[i].Reason = ""

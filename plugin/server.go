@@ -20,6 +20,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/metrics"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 // EnvIDs is the environment variable Allocate sets in the container: the
@@ -233,7 +234,7 @@ func (s *Server) SetHealthOf(name string, ids []string, healthy bool, reason, ca
 		reason = ""
 	}
 	if len(ids) == 0 {
-		return false, fmt.Errorf("set health of %s: no devices: %w", quoteID(name), store.ErrUnknownDevice)
+		return false, fmt.Errorf("set health of %s: no devices: %w", topology.QuoteID(name), store.ErrUnknownDevice)
 	}
 	// Writers take turns; RPCs only see the published catalog, never wait
 	// for the disk.
@@ -245,7 +246,7 @@ func (s *Server) SetHealthOf(name string, ids []string, healthy bool, reason, ca
 		pos, ok := cur.byID[id]
 		switch {
 		case !ok:
-			return false, fmt.Errorf("set health of %s: %w", quoteID(id), store.ErrUnknownDevice)
+			return false, fmt.Errorf("set health of %s: %w", topology.QuoteID(id), store.ErrUnknownDevice)
 		case cur.devices[pos].Healthy != healthy || cur.devices[pos].Reason != reason:
 			change = append(change, pos)
 		}
@@ -255,7 +256,7 @@ func (s *Server) SetHealthOf(name string, ids []string, healthy bool, reason, ca
 	}
 	if s.health != nil {
 		if err := s.health.RecordHealth(name, healthy, reason, cause); err != nil {
-			return false, fmt.Errorf("set health of %s: %w", quoteID(name), err)
+			return false, fmt.Errorf("set health of %s: %w", topology.QuoteID(name), err)
 		}
 	}
 	s.publish(cur.withHealth(change, healthy, reason))
@@ -394,7 +395,7 @@ func (s *Server) allocateOne(ctx context.Context, cat *catalogState, devs []gpus
 		stored, err := s.recorder.RecordAllocation(ctx, ids, envs)
 		if err != nil {
 			// The store's error names its own operation.
-			return nil, ids, status.Errorf(codes.Unavailable, "allocate %s: not recorded: %v", shortIDs(ids), err)
+			return nil, ids, status.Errorf(codes.Unavailable, "allocate %s: not recorded: %v", topology.JoinIDs(ids), err)
 		}
 		rec = stored
 	}
@@ -402,12 +403,12 @@ func (s *Server) allocateOne(ctx context.Context, cat *catalogState, devs []gpus
 	if cat.respond != nil {
 		var err error
 		if spec, err = cat.respond(rec, devs); err != nil {
-			return nil, ids, status.Errorf(codes.Internal, "allocate %s: container response: %v", shortIDs(ids), err)
+			return nil, ids, status.Errorf(codes.Internal, "allocate %s: container response: %v", topology.JoinIDs(ids), err)
 		}
 	}
 	cr, err := containerResponse(rec, spec)
 	if err != nil {
-		return nil, ids, status.Errorf(codes.Internal, "allocate %s: container response: %v", shortIDs(ids), err)
+		return nil, ids, status.Errorf(codes.Internal, "allocate %s: container response: %v", topology.JoinIDs(ids), err)
 	}
 	s.log.Info().Strs("ids", ids).Uint64("seq", rec.Seq).Msg("allocated")
 	return cr, ids, nil
@@ -419,7 +420,7 @@ func (s *Server) allocateOne(ctx context.Context, cat *catalogState, devs []gpus
 func claimDevices(owner map[string]int, devs []gpuset.Device, i int) error {
 	for _, d := range devs {
 		if j, taken := owner[d.ID]; taken {
-			return status.Errorf(codes.InvalidArgument, "device %s is also in container request %d: one device cannot go to two containers", quoteID(d.ID), j)
+			return status.Errorf(codes.InvalidArgument, "device %s is also in container request %d: one device cannot go to two containers", topology.QuoteID(d.ID), j)
 		}
 		owner[d.ID] = i
 	}
@@ -438,16 +439,16 @@ func (c *catalogState) lookup(ids []string, requireHealthy bool) ([]gpuset.Devic
 	seen := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		if seen[id] {
-			return nil, status.Errorf(codes.InvalidArgument, "device %s requested twice", quoteID(id))
+			return nil, status.Errorf(codes.InvalidArgument, "device %s requested twice", topology.QuoteID(id))
 		}
 		seen[id] = true
 		pos, ok := c.byID[id]
 		if !ok {
-			return nil, status.Errorf(codes.InvalidArgument, "unknown device %s", quoteID(id))
+			return nil, status.Errorf(codes.InvalidArgument, "unknown device %s", topology.QuoteID(id))
 		}
 		d := c.devices[pos]
 		if requireHealthy && !d.Healthy {
-			return nil, status.Errorf(codes.FailedPrecondition, "device %s is unhealthy: %s", quoteID(id), d.Reason)
+			return nil, status.Errorf(codes.FailedPrecondition, "device %s is unhealthy: %s", topology.QuoteID(id), d.Reason)
 		}
 		devs = append(devs, d)
 	}
@@ -503,7 +504,7 @@ func (s *Server) preferOne(cat *catalogState, cr *pluginapi.ContainerPreferredAl
 		}
 		for _, d := range mustDevs {
 			if !slices.Contains(avail, d.ID) {
-				return nil, status.Errorf(codes.InvalidArgument, "must-include device %s is not available", quoteID(d.ID))
+				return nil, status.Errorf(codes.InvalidArgument, "must-include device %s is not available", topology.QuoteID(d.ID))
 			}
 		}
 	}
@@ -544,14 +545,14 @@ func checkChoice(cat *catalogState, chosen []string, available, must []gpuset.De
 	devs := make([]gpuset.Device, 0, len(chosen))
 	for _, id := range chosen {
 		if !isAvail[id] || seen[id] {
-			return nil, fmt.Errorf("device %s unavailable or repeated: %w", quoteID(id), ErrInvalidChoice)
+			return nil, fmt.Errorf("device %s unavailable or repeated: %w", topology.QuoteID(id), ErrInvalidChoice)
 		}
 		seen[id] = true
 		devs = append(devs, cat.devices[cat.byID[id]])
 	}
 	for _, d := range must {
 		if !seen[d.ID] {
-			return nil, fmt.Errorf("must-include device %s missing: %w", quoteID(d.ID), ErrInvalidChoice)
+			return nil, fmt.Errorf("must-include device %s missing: %w", topology.QuoteID(d.ID), ErrInvalidChoice)
 		}
 	}
 	slices.SortFunc(devs, func(a, b gpuset.Device) int { return a.Index - b.Index })

@@ -55,7 +55,7 @@ type deviceSet struct {
 }
 
 // newDeviceSet builds the device set of cfg. identity is what GPU UUIDs
-// are derived from (nodeIdentity); "" derives none. It reads the host's
+// are derived from (topology.NodeIdentity); "" derives none. It reads the host's
 // NUMA nodes from cfg.SysfsRoot (in -numa-report=auto) and nothing else.
 func newDeviceSet(cfg *options.Config, identity string) (*deviceSet, error) {
 	m := cfg.Machine

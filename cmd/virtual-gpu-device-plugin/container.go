@@ -288,7 +288,7 @@ type viewFiles struct {
 // newViewFiles returns the view's files for the process's configuration
 // cfg (its paths), reading active allocations from st. exe is the binary to
 // install as nvidia-smi ("" means the running one); identity the node's
-// identity (nodeIdentity). It creates the status directory.
+// identity (topology.NodeIdentity). It creates the status directory.
 func newViewFiles(cfg *options.Config, st *store.Store, exe, identity string, log zerolog.Logger) (*viewFiles, error) {
 	if exe == "" {
 		exe = selfExecutable

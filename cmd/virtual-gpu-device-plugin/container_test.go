@@ -88,7 +88,7 @@ func TestContainerView_Replicas(t *testing.T) {
 	set, stored := viewSet(t, "-devices=4", "-replicas=4", "-device-nodes", "-device-list-strategy=envvar,cdi-cri")
 	spec := respondFor(t, set, stored, "fake-1::0", "fake-1::3", "fake-3::2")
 	uuids := strings.Split(spec.Envs[status.EnvUUIDs], ",")
-	want := []string{status.DeriveUUID("node-a", "fake-1"), status.DeriveUUID("node-a", "fake-3")}
+	want := []string{topology.DeriveUUID("node-a", "fake-1"), topology.DeriveUUID("node-a", "fake-3")}
 	if !slices.Equal(uuids, want) {
 		t.Errorf("%s = %v, want the UUIDs of fake-1 and fake-3 once each: %v", status.EnvUUIDs, uuids, want)
 	}
@@ -105,7 +105,7 @@ func TestContainerView_Replicas(t *testing.T) {
 }
 
 func TestContainerView_Respond(t *testing.T) {
-	uuid := func(id string) string { return status.DeriveUUID("node-a", id) }
+	uuid := func(id string) string { return topology.DeriveUUID("node-a", id) }
 	uuids := uuid("fake-2") + "," + uuid("fake-5")
 	smi := func(set *deviceSet) plugin.Mount {
 		return plugin.Mount{ContainerPath: "/usr/bin/nvidia-smi", HostPath: filepath.Join(set.cfg.ToolsDir, "nvidia-smi"), ReadOnly: true}
@@ -164,7 +164,7 @@ func TestContainerView_Respond(t *testing.T) {
 // renamed node keeps them), and none when a GPU has none (no identity).
 func TestContainerView_StoredUUIDs(t *testing.T) {
 	set, stored := viewSet(t, "-visible-devices-env")
-	stored[1].UUID = status.DeriveUUID("old-name", "fake-1")
+	stored[1].UUID = topology.DeriveUUID("old-name", "fake-1")
 	if got := respondFor(t, set, stored, "fake-1").Envs["VIRTUAL_GPU_UUIDS"]; got != stored[1].UUID {
 		t.Errorf("VIRTUAL_GPU_UUIDS = %q, want the stored %q", got, stored[1].UUID)
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/admin"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 const healthSynopsis = "health list [-o table|wide|json|yaml] [--no-headers] | health set <device> healthy|unhealthy [--reason TEXT]"
@@ -39,7 +40,7 @@ func health(ctx context.Context, args []string, stdout io.Writer, getenv func(st
 	switch pos[0] {
 	case "list":
 		if len(pos) != 1 {
-			return usagef("health list: unexpected argument %q", admin.Clip(pos[1]))
+			return usagef("health list: unexpected argument %q", topology.Clip(pos[1]))
 		}
 		if reason != "" {
 			return usagef("health list: --reason is only for health set")
@@ -63,10 +64,10 @@ func health(ctx context.Context, args []string, stdout io.Writer, getenv func(st
 			healthy = true
 		case "unhealthy", "Unhealthy":
 		default:
-			return usagef("health set %s: state %q: want healthy or unhealthy", admin.Clip(id), admin.Clip(state))
+			return usagef("health set %s: state %q: want healthy or unhealthy", topology.Clip(id), topology.Clip(state))
 		}
 		if healthy && reason != "" {
-			return usagef("health set %s healthy: --reason is only for unhealthy", admin.Clip(id))
+			return usagef("health set %s healthy: --reason is only for unhealthy", topology.Clip(id))
 		}
 		if !healthy && reason == "" {
 			reason = "set unhealthy by an operator"
@@ -84,6 +85,6 @@ func health(ctx context.Context, args []string, stdout io.Writer, getenv func(st
 		}
 		return writeSnapshot(stdout, snap, f)
 	default:
-		return usagef("health: unknown command %q: want list or set", admin.Clip(pos[0]))
+		return usagef("health: unknown command %q: want list or set", topology.Clip(pos[0]))
 	}
 }

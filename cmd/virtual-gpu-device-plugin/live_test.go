@@ -18,7 +18,6 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/admin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/kube"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
@@ -372,7 +371,7 @@ func TestServe_Label_AppliesProfileLive(t *testing.T) {
 		t.Errorf("back to small: removed %v, want fake-4…fake-7", e.Removed)
 	}
 	for _, d := range s.Devices {
-		if want := status.DeriveUUID(testNode, d.ID); d.UUID != want {
+		if want := topology.DeriveUUID(testNode, d.ID); d.UUID != want {
 			t.Errorf("device %s: UUID %q, want %q (derived from the node name)", d.ID, d.UUID, want)
 		}
 	}
@@ -817,7 +816,7 @@ func TestServe_UUIDs_StoredOnceKept(t *testing.T) {
 	plugintest.NextList(t, n.start(t, nil, "-node-name="), 30*time.Second)
 	const machineID = "0123456789abcdef0123456789abcdef" // as start writes it
 	for _, d := range n.snapshot(t).Devices {
-		if want := status.DeriveUUID(machineID, d.ID); d.UUID != want {
+		if want := topology.DeriveUUID(machineID, d.ID); d.UUID != want {
 			t.Fatalf("device %s: UUID %q, want %q (from the machine id)", d.ID, d.UUID, want)
 		}
 	}
@@ -835,7 +834,7 @@ func TestServe_UUIDs_StoredOnceKept(t *testing.T) {
 		t.Errorf("%d lines about kept UUIDs, want one per device (4)", c)
 	}
 	for _, d := range n.snapshot(t).Devices {
-		if want := status.DeriveUUID(machineID, d.ID); d.UUID != want {
+		if want := topology.DeriveUUID(machineID, d.ID); d.UUID != want {
 			t.Errorf("after the rename: device %s UUID %q, want the stored %q", d.ID, d.UUID, want)
 		}
 	}

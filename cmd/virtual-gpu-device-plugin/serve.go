@@ -28,6 +28,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/unixsock"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/loadsock"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 // newLogger builds the root logger from the validated config.
@@ -75,7 +76,7 @@ func defaultServeEnv() serveEnv {
 			}
 			return c, nil
 		},
-		machineIDPath: machineIDPath,
+		machineIDPath: topology.DefaultMachineIDPath,
 		profilePoll:   defaultProfilePoll,
 		labelWait:     defaultLabelWait,
 		environ:       os.Environ,
@@ -388,7 +389,7 @@ func identityFor(nodeName, machineIDPath string, log zerolog.Logger) string {
 	if strings.TrimSpace(nodeName) == "" {
 		machineID = readMachineID(machineIDPath)
 	}
-	identity, source, err := nodeIdentity(nodeName, machineID)
+	identity, source, err := topology.NodeIdentity(nodeName, machineID)
 	if err != nil {
 		log.Warn().Err(err).Msg("devices get no GPU UUIDs")
 		return ""

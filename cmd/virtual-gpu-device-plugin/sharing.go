@@ -8,7 +8,6 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
@@ -73,7 +72,7 @@ func (l layout) specs(identity string) ([]store.DeviceSpec, map[string]slot) {
 		id := l.m.ID(i)
 		specs[i] = store.DeviceSpec{ID: id, Index: i, NUMA: l.m.NUMA(i)}
 		if identity != "" {
-			specs[i].UUID = status.DeriveUUID(identity, id)
+			specs[i].UUID = topology.DeriveUUID(identity, id)
 		}
 		if !l.shares(i) {
 			slots[id] = slot{index: i * l.perGPU, gpu: i}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 // mountSmallFS mounts a tmpfs of size bytes on dir (made if missing) for
@@ -101,7 +102,7 @@ func TestBinary_StatusFiles_WrittenAgainAfterAFullDisk(t *testing.T) {
 		}
 	}
 	waitLine(`"message":"starting"`)
-	uuid := func(i int) string { return status.DeriveUUID("node-a", fmt.Sprintf("fake-%d", i)) }
+	uuid := func(i int) string { return topology.DeriveUUID("node-a", fmt.Sprintf("fake-%d", i)) }
 	health := func(i int) (status.Health, error) {
 		g, err := status.Read(os.DirFS(statusDir), uuid(i))
 		if err != nil {

@@ -27,6 +27,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/unixsock"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 // helperEnv makes the test binary, run again by a test, serve HTTP on the
@@ -781,8 +782,8 @@ func TestClip(t *testing.T) {
 		{strings.Repeat("a", 63) + "é", strings.Repeat("a", 63) + "…"}, // never half a character
 	}
 	for _, tt := range tests {
-		if got := admin.Clip(tt.in); got != tt.want {
-			t.Errorf("Clip(%q) = %q, want %q", tt.in, got, tt.want)
+		if got := topology.Clip(tt.in); got != tt.want {
+			t.Errorf("topology.Clip(%q) = %q, want %q", tt.in, got, tt.want)
 		}
 	}
 }

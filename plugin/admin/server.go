@@ -26,6 +26,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/unixsock"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 // ServerConfig configures a Server.
@@ -107,7 +108,7 @@ func (s *Server) Handler() http.Handler {
 		// (PUT /v1/devices//health) to its cleaned form: no route of the
 		// API has such a path, and a redirect is no answer to a PUT.
 		if p := r.URL.EscapedPath(); cleanPath(p) != p { // as the mux compares them
-			fail(w, http.StatusNotFound, fmt.Errorf("%s %s: not found: the path has an empty, . or .. segment", r.Method, Clip(r.URL.Path)))
+			fail(w, http.StatusNotFound, fmt.Errorf("%s %s: not found: the path has an empty, . or .. segment", r.Method, topology.Clip(r.URL.Path)))
 			return
 		}
 		h, pattern := mux.Handler(r)
@@ -124,7 +125,7 @@ func (s *Server) Handler() http.Handler {
 		if allow := probe.header.Get("Allow"); allow != "" {
 			w.Header().Set("Allow", allow)
 		}
-		fail(w, probe.code, fmt.Errorf("%s %s: %s", r.Method, Clip(r.URL.Path), strings.ToLower(http.StatusText(probe.code))))
+		fail(w, probe.code, fmt.Errorf("%s %s: %s", r.Method, topology.Clip(r.URL.Path), strings.ToLower(http.StatusText(probe.code))))
 	})
 }
 
@@ -317,11 +318,11 @@ func (s *Server) setHealth(w http.ResponseWriter, r *http.Request) {
 		return
 	case devs[i].Removed:
 		fail(w, http.StatusNotFound, fmt.Errorf("%w %q: removed from the configuration (devices: %s)",
-			store.ErrUnknownDevice, Clip(id), ShortList(gpuIDs(devs))))
+			store.ErrUnknownDevice, topology.Clip(id), ShortList(gpuIDs(devs))))
 		return
 	case devs[i].IsReplica():
 		fail(w, http.StatusBadRequest, fmt.Errorf("%s is replica %d of %s: health is per GPU; set %s (all its replicas follow)",
-			Clip(id), devs[i].Replica, devs[i].GPU, devs[i].GPU))
+			topology.Clip(id), devs[i].Replica, devs[i].GPU, devs[i].GPU))
 		return
 	}
 	if err := s.cfg.Health(id, *req.Healthy, req.Reason); err != nil {
@@ -432,9 +433,9 @@ func uniqueKeys(data []byte) error {
 				folded := foldKey(t)
 				if first, dup := top.keys[folded]; dup {
 					if first == t {
-						return fmt.Errorf("duplicate key %q", Clip(t))
+						return fmt.Errorf("duplicate key %q", topology.Clip(t))
 					}
-					return fmt.Errorf("duplicate key %q: the same as %q (keys are matched without regard to case)", Clip(t), Clip(first))
+					return fmt.Errorf("duplicate key %q: the same as %q (keys are matched without regard to case)", topology.Clip(t), topology.Clip(first))
 				}
 				top.keys[folded] = t
 				top.wantKey = false
@@ -463,7 +464,7 @@ func parseQuery(v url.Values) (Query, error) {
 	for _, k := range slices.Sorted(maps.Keys(v)) {
 		switch {
 		case !slices.Contains(queryParams, k):
-			return q, fmt.Errorf("unknown parameter %q (parameters: %s)", Clip(k), ShortList(queryParams))
+			return q, fmt.Errorf("unknown parameter %q (parameters: %s)", topology.Clip(k), ShortList(queryParams))
 		case len(v[k]) > 1:
 			return q, fmt.Errorf("parameter %s given %d times: give it once", k, len(v[k]))
 		case v[k][0] == "":
@@ -491,7 +492,7 @@ func parseSince(v string) (time.Time, error) {
 	}
 	t, err := time.Parse(time.RFC3339Nano, v)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("since %q: want an RFC 3339 time", Clip(v))
+		return time.Time{}, fmt.Errorf("since %q: want an RFC 3339 time", topology.Clip(v))
 	}
 	return t, nil
 }
@@ -502,7 +503,7 @@ func parseLimit(v string) (int, error) {
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 {
-		return 0, fmt.Errorf("limit %q: want a non-negative integer", Clip(v))
+		return 0, fmt.Errorf("limit %q: want a non-negative integer", topology.Clip(v))
 	}
 	return n, nil
 }
@@ -513,7 +514,7 @@ func parseBool(name, v string) (bool, error) {
 	}
 	b, err := strconv.ParseBool(v)
 	if err != nil {
-		return false, fmt.Errorf("%s %q: want true or false", name, Clip(v))
+		return false, fmt.Errorf("%s %q: want true or false", name, topology.Clip(v))
 	}
 	return b, nil
 }

@@ -6,9 +6,9 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/unicore/virtual-gpu-device-plugin/store"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 // APIVersion and Kind identify a Snapshot document, Kubernetes style.
@@ -399,40 +399,20 @@ func gpuIDs(devs []store.Device) []string {
 	return ids
 }
 
-// MaxEchoBytes bounds a value (a device id, a query parameter) echoed back
-// in an error message; Clip shortens longer ones.
-const MaxEchoBytes = 64
-
-// Clip returns s cut to at most MaxEchoBytes bytes, at a character
-// boundary, with "…" appended when it was cut.
-func Clip(s string) string {
-	if len(s) <= MaxEchoBytes {
-		return s
-	}
-	cut := MaxEchoBytes
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
-
-// maxListedIDs bounds the ids ShortList names.
-const maxListedIDs = 8
-
 // ShortList joins ids with ", "; a list longer than 8 names its first 8
 // and how many more there are.
 func ShortList(ids []string) string {
 	if len(ids) == 0 {
 		return "none"
 	}
-	if len(ids) <= maxListedIDs {
+	if len(ids) <= topology.MaxListedIDs {
 		return strings.Join(ids, ", ")
 	}
-	return fmt.Sprintf("%s, … and %d more", strings.Join(ids[:maxListedIDs], ", "), len(ids)-maxListedIDs)
+	return fmt.Sprintf("%s, … and %d more", strings.Join(ids[:topology.MaxListedIDs], ", "), len(ids)-topology.MaxListedIDs)
 }
 
 // unknownDevice is the error for an id that names no device: it wraps
 // store.ErrUnknownDevice and lists the valid ids.
 func unknownDevice(id string, valid []string) error {
-	return fmt.Errorf("%w %q (devices: %s)", store.ErrUnknownDevice, Clip(id), ShortList(valid))
+	return fmt.Errorf("%w %q (devices: %s)", store.ErrUnknownDevice, topology.Clip(id), ShortList(valid))
 }

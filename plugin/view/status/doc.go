@@ -81,7 +81,7 @@
 //
 // # Identity
 //
-// DeriveUUID gives a GPU its UUID from the node's identity and the device id,
+// topology.DeriveUUID gives a GPU its UUID from the node's identity and the device id,
 // deterministically, in NVIDIA's format (GPU-xxxxxxxx-xxxx-xxxx-xxxx-
 // xxxxxxxxxxxx); the plugin computes it once and may store it.
 //

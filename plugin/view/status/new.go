@@ -66,7 +66,7 @@ func ReservedMiB(totalMiB int) int { return totalMiB * 6 / 1000 }
 // NewGPU returns the status of GPU index of machine m on the node whose
 // identity is node: its identity from the machine (product, memory, compute
 // capability, power limit, bus id, minor number, NUMA node, CPU affinity),
-// UUID and serial derived from node and the device id (DeriveUUID), the fake
+// UUID and serial derived from node and the device id (topology.DeriveUUID), the fake
 // driver's versions, healthy since now, and idle telemetry updated now: 0 %
 // utilization, no memory used, IdleTemperatureC, the model's idle power, the
 // idle SM clock and the maximum memory clock. The driver reserves 0.6 % of
@@ -104,10 +104,10 @@ func NewGPU(m *topology.Machine, index int, node string, now time.Time) (*GPU, e
 		APIVersion:        APIVersion,
 		Kind:              Kind,
 		ID:                id,
-		UUID:              DeriveUUID(node, id),
+		UUID:              topology.DeriveUUID(node, id),
 		Index:             index,
 		MinorNumber:       m.MinorNumber(index),
-		Serial:            deriveSerial(node, id),
+		Serial:            topology.DeriveSerial(node, id),
 		Product:           model.Product,
 		Family:            model.Family,
 		ComputeCapability: cc,

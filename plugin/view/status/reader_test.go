@@ -10,6 +10,7 @@ import (
 	"testing/fstest"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 func TestRead_Errors(t *testing.T) {
@@ -57,7 +58,7 @@ func TestReadGPUs_Partial(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, status.FileName(b.UUID)), []byte("not json"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	missing := status.DeriveUUID("node-a", "fake-15")
+	missing := topology.DeriveUUID("node-a", "fake-15")
 	gpus, err := status.ReadGPUs(os.DirFS(dir), []string{a.UUID, b.UUID, missing})
 	if len(gpus) != 3 || gpus[0] == nil || gpus[0].ID != "fake-0" || gpus[1] != nil || gpus[2] != nil {
 		t.Fatalf("ReadGPUs = %v, want [fake-0 nil nil]", gpus)

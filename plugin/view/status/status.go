@@ -64,7 +64,7 @@ type GPU struct {
 
 	// ID is the device id the plugin advertises, "fake-<index>".
 	ID string `json:"id"`
-	// UUID is the GPU's UUID (DeriveUUID): the file is <UUID>.json.
+	// UUID is the GPU's UUID (topology.DeriveUUID): the file is <UUID>.json.
 	UUID string `json:"uuid"`
 	// Index is the GPU's index on the node (not in a container, where GPUs
 	// are numbered 0 … k-1 in the order of VIRTUAL_GPU_IDS).
@@ -169,7 +169,7 @@ var (
 )
 
 // ValidUUID reports whether s is a GPU UUID in NVIDIA's format, as
-// DeriveUUID writes it: GPU- and 32 lower-case hex digits grouped 8-4-4-4-12.
+// topology.DeriveUUID writes it: GPU- and 32 lower-case hex digits grouped 8-4-4-4-12.
 func ValidUUID(s string) bool { return uuidRE.MatchString(s) }
 
 // printable reports whether s is printable ASCII without a comma (a comma

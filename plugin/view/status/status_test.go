@@ -97,7 +97,7 @@ func TestNewGPU_Identity(t *testing.T) {
 	switch {
 	case g.ID != "fake-5" || g.Index != 5 || g.MinorNumber != m.MinorNumber(5):
 		t.Errorf("id %s index %d minor %d, want fake-5 5 %d", g.ID, g.Index, g.MinorNumber, m.MinorNumber(5))
-	case g.UUID != status.DeriveUUID("node-a", "fake-5"):
+	case g.UUID != topology.DeriveUUID("node-a", "fake-5"):
 		t.Errorf("uuid %s, want DeriveUUID(node-a, fake-5)", g.UUID)
 	case g.Product != model.Product || g.MemoryTotalMiB != model.MemoryMiB || g.PowerLimitW != model.PowerLimitW:
 		t.Errorf("model %s %d MiB %d W, want %s %d MiB %d W", g.Product, g.MemoryTotalMiB, g.PowerLimitW, model.Product, model.MemoryMiB, model.PowerLimitW)

@@ -1,4 +1,4 @@
-package status
+package topology
 
 import (
 	"crypto/sha256"
@@ -36,10 +36,10 @@ func DeriveUUID(node, id string) string {
 	return fmt.Sprintf("GPU-%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
 }
 
-// deriveSerial returns the board serial number of device id on node: 13
+// DeriveSerial returns the board serial number of device id on node: 13
 // digits, as on NVIDIA data-center boards ("1320221037416"), from bytes
 // 16..23 of the same hash as DeriveUUID.
-func deriveSerial(node, id string) string {
+func DeriveSerial(node, id string) string {
 	h := identityHash(node, id)
 	return fmt.Sprintf("1%012d", binary.BigEndian.Uint64(h[16:24])%1_000_000_000_000)
 }

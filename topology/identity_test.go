@@ -1,8 +1,10 @@
-package main
+package topology_test
 
 import (
 	"strings"
 	"testing"
+
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 func TestNodeIdentity(t *testing.T) {
@@ -11,10 +13,10 @@ func TestNodeIdentity(t *testing.T) {
 		name, nodeName, machineID string
 		want, source, err         string
 	}{
-		{name: "node name wins", nodeName: "node-a", machineID: mid, want: "node-a", source: identityNodeName},
-		{name: "node name trimmed", nodeName: " node-a\n", want: "node-a", source: identityNodeName},
-		{name: "machine id, newline dropped, lower case", machineID: mid + "\n", want: strings.ToLower(mid), source: identityMachineID},
-		{name: "blank node name falls back", nodeName: "  ", machineID: mid, want: strings.ToLower(mid), source: identityMachineID},
+		{name: "node name wins", nodeName: "node-a", machineID: mid, want: "node-a", source: topology.IdentityNodeName},
+		{name: "node name trimmed", nodeName: " node-a\n", want: "node-a", source: topology.IdentityNodeName},
+		{name: "machine id, newline dropped, lower case", machineID: mid + "\n", want: strings.ToLower(mid), source: topology.IdentityMachineID},
+		{name: "blank node name falls back", nodeName: "  ", machineID: mid, want: strings.ToLower(mid), source: topology.IdentityMachineID},
 		{name: "neither", err: "set -node-name, or provide /etc/machine-id"},
 		{name: "empty machine id file", machineID: "\n", err: "set -node-name, or provide /etc/machine-id"},
 		{name: "uninitialized", machineID: "uninitialized\n", err: `machine id "uninitialized" is not 32 hexadecimal digits`},
@@ -23,15 +25,15 @@ func TestNodeIdentity(t *testing.T) {
 		{name: "long garbage clipped", machineID: strings.Repeat("x", 100), err: strings.Repeat("x", 64) + "…\""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, source, err := nodeIdentity(tc.nodeName, tc.machineID)
+			got, source, err := topology.NodeIdentity(tc.nodeName, tc.machineID)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("nodeIdentity = %q, %q, %v; want an error containing %q", got, source, err, tc.err)
+					t.Fatalf("NodeIdentity = %q, %q, %v; want an error containing %q", got, source, err, tc.err)
 				}
 				return
 			}
 			if err != nil || got != tc.want || source != tc.source {
-				t.Errorf("nodeIdentity = %q, %q, %v; want %q, %q", got, source, err, tc.want, tc.source)
+				t.Errorf("NodeIdentity = %q, %q, %v; want %q, %q", got, source, err, tc.want, tc.source)
 			}
 		})
 	}

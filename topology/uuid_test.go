@@ -1,4 +1,4 @@
-package status_test
+package topology_test
 
 import (
 	"fmt"
@@ -6,11 +6,12 @@ import (
 	"testing"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 func ExampleDeriveUUID() {
-	first := status.DeriveUUID("node-a", "fake-0")
-	again := status.DeriveUUID("node-a", "fake-0") // on every start, on every machine
+	first := topology.DeriveUUID("node-a", "fake-0")
+	again := topology.DeriveUUID("node-a", "fake-0") // on every start, on every machine
 	fmt.Println(first)
 	fmt.Println(first == again)
 	// Output:
@@ -23,7 +24,7 @@ func TestDeriveUUID_FormatAndUniqueness(t *testing.T) {
 	for _, node := range []string{"node-a", "node-b", "", "node-a\x01"} {
 		for i := range 2000 {
 			id := "fake-" + strconv.Itoa(i)
-			u := status.DeriveUUID(node, id)
+			u := topology.DeriveUUID(node, id)
 			if !status.ValidUUID(u) {
 				t.Fatalf("DeriveUUID(%q, %q) = %q: not in NVIDIA's format", node, id, u)
 			}
