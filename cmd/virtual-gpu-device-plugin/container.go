@@ -24,6 +24,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/atomicfile"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/cdi"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/loadsock"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
@@ -86,17 +87,17 @@ type containerView struct {
 // newContainerView returns the view of cfg.
 func newContainerView(cfg *options.Config) containerView {
 	return containerView{
-		nvidiaSMI:   cfg.NvidiaSMI,
-		visibleEnv:  cfg.VisibleDevicesEnv,
-		deviceNodes: cfg.DeviceNodes,
-		envvar:      cfg.Uses(options.DeviceListEnvVar),
-		cdi:         cfg.Uses(options.DeviceListCDICRI),
-		cdiKind:     cfg.CDIKind,
-		nodeSource:  cfg.DeviceNodeSource,
-		smiHost:     filepath.Join(cfg.ToolsDir, nvidiaSMIName),
-		statusDir:   cfg.StatusDir,
-		loadSocket:  cfg.TelemetryWritable,
-		loadDir:     cfg.LoadSocketDir,
+		nvidiaSMI:   cfg.View.NvidiaSMI,
+		visibleEnv:  cfg.View.VisibleDevicesEnv,
+		deviceNodes: cfg.View.DeviceNodes,
+		envvar:      cfg.View.Uses(view.DeviceListEnvVar),
+		cdi:         cfg.View.Uses(view.DeviceListCDICRI),
+		cdiKind:     cfg.View.CDIKind,
+		nodeSource:  cfg.View.DeviceNodeSource,
+		smiHost:     filepath.Join(cfg.View.ToolsDir, nvidiaSMIName),
+		statusDir:   cfg.View.StatusDir,
+		loadSocket:  cfg.Telemetry.Writable,
+		loadDir:     cfg.View.LoadSocketDir,
 	}
 }
 
@@ -107,7 +108,7 @@ func (s *deviceSet) catalog(stored []store.Device) (plugin.Catalog, error) {
 	if err != nil {
 		return cat, err
 	}
-	cat.Respond = s.view.respond(s.cfg.Machine, gpuUUIDs(stored), s.gpuOf)
+	cat.Respond = s.view.respond(s.cfg.GPUs.Machine, gpuUUIDs(stored), s.GPU)
 	if s.view.loadSocket {
 		cat.Env = withLoadSocket(cat.Env)
 	}
@@ -293,11 +294,11 @@ func newViewFiles(cfg *options.Config, st *store.Store, exe, identity string, lo
 	if exe == "" {
 		exe = selfExecutable
 	}
-	w, err := status.NewWriter(cfg.StatusDir)
+	w, err := status.NewWriter(cfg.View.StatusDir)
 	if err != nil {
 		return nil, err
 	}
-	return &viewFiles{st: st, log: log, exe: exe, toolsDir: cfg.ToolsDir, cdiDir: cfg.CDISpecDir, cdiOwner: cdiOwner(cfg), identity: identity, now: time.Now,
+	return &viewFiles{st: st, log: log, exe: exe, toolsDir: cfg.View.ToolsDir, cdiDir: cfg.View.CDISpecDir, cdiOwner: cdiOwner(cfg), identity: identity, now: time.Now,
 		status: w, gpus: map[string]*status.GPU{}, cdi: map[cdi.Kind]*cdi.Writer{}, wake: make(chan struct{}, 1)}, nil
 }
 
@@ -324,9 +325,9 @@ func (f *viewFiles) prepare(set, prev *deviceSet) error {
 	if err != nil {
 		return err
 	}
-	gpus := append(machineGPUs(set.cfg.Machine), held...)
+	gpus := append(machineGPUs(set.cfg.GPUs.Machine), held...)
 	if prev != nil {
-		gpus = append(gpus, machineGPUs(prev.cfg.Machine)...)
+		gpus = append(gpus, machineGPUs(prev.cfg.GPUs.Machine)...)
 	}
 	return f.writeCDI(set, gpus)
 }
@@ -359,7 +360,7 @@ func (f *viewFiles) publishLocked(set *deviceSet) error {
 	if err != nil {
 		return err
 	}
-	m := set.cfg.Machine
+	m := set.cfg.GPUs.Machine
 	byGPU := map[int]store.Device{}
 	for _, d := range stored {
 		if i, ok := topology.GPUOf(d.ID); ok && !topology.IsReplicaID(d.ID) {
@@ -576,7 +577,7 @@ func machineGPUs(m *topology.Machine) []int {
 // as it was last written. A spec of another instance at the kind's path is
 // left alone and is an error. The caller holds mu.
 func (f *viewFiles) writeCDI(set *deviceSet, gpus []int) error {
-	v, m := set.view, set.cfg.Machine
+	v, m := set.view, set.cfg.GPUs.Machine
 	w := f.cdi[v.cdiKind]
 	first := w == nil
 	if first {
@@ -619,7 +620,7 @@ func (f *viewFiles) writeCDI(set *deviceSet, gpus []int) error {
 // instance's own when it mounts this instance's status directory (next to
 // the state file) where containers read it.
 func cdiOwner(cfg *options.Config) cdi.Owner {
-	statusDir := cfg.StatusDir
+	statusDir := cfg.View.StatusDir
 	return cdi.Owner{ID: cfg.StatePath, Adopt: func(s *specs.Spec) bool {
 		for _, m := range s.ContainerEdits.Mounts {
 			if m != nil && m.HostPath == statusDir && m.ContainerPath == status.DefaultDir {

@@ -27,6 +27,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/kube"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/cdi"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
@@ -55,8 +56,8 @@ func viewSetOf(t testing.TB, cfg *options.Config) (*deviceSet, []store.Device) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stored := make([]store.Device, len(set.specs))
-	for i, sp := range set.specs {
+	stored := make([]store.Device, len(set.Specs()))
+	for i, sp := range set.Specs() {
 		stored[i] = store.Device{ID: sp.ID, Index: sp.Index, NUMA: sp.NUMA, Healthy: true, UUID: sp.UUID, GPU: sp.GPU, Replica: sp.Replica}
 	}
 	return set, stored
@@ -108,10 +109,10 @@ func TestContainerView_Respond(t *testing.T) {
 	uuid := func(id string) string { return topology.DeriveUUID("node-a", id) }
 	uuids := uuid("fake-2") + "," + uuid("fake-5")
 	smi := func(set *deviceSet) plugin.Mount {
-		return plugin.Mount{ContainerPath: "/usr/bin/nvidia-smi", HostPath: filepath.Join(set.cfg.ToolsDir, "nvidia-smi"), ReadOnly: true}
+		return plugin.Mount{ContainerPath: "/usr/bin/nvidia-smi", HostPath: filepath.Join(set.cfg.View.ToolsDir, "nvidia-smi"), ReadOnly: true}
 	}
 	statusMount := func(set *deviceSet) plugin.Mount {
-		return plugin.Mount{ContainerPath: "/run/virtual-gpu", HostPath: set.cfg.StatusDir, ReadOnly: true}
+		return plugin.Mount{ContainerPath: "/run/virtual-gpu", HostPath: set.cfg.View.StatusDir, ReadOnly: true}
 	}
 	nodes := func(source string) []plugin.DeviceNode {
 		var out []plugin.DeviceNode
@@ -437,8 +438,8 @@ func TestBinary_Allocate1024_EveryOption(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.DeviceListStrategies = []options.DeviceListStrategy{options.DeviceListEnvVar, options.DeviceListCDICRI}
-	cfg.CDIKind = cdi.DefaultKind // as Validate sets it with cdi-cri
+	cfg.View.DeviceListStrategies = []view.DeviceListStrategy{view.DeviceListEnvVar, view.DeviceListCDICRI}
+	cfg.View.CDIKind = cdi.DefaultKind // as Validate sets it with cdi-cri
 	set, stored := viewSetOf(t, cfg)
 	cat, err := set.catalog(stored)
 	if err != nil {

@@ -314,9 +314,9 @@ func setChanges(prev, set *deviceSet) []string {
 		}
 	}
 	diff("profile", prev.cfg.Profile, set.cfg.Profile)
-	diff("resource", prev.resource, set.resource)
-	diff("topology", prev.cfg.Machine.Name(), set.cfg.Machine.Name())
-	if a, b := len(prev.slots), len(set.slots); a != b {
+	diff("resource", prev.Resource(), set.Resource())
+	diff("topology", prev.cfg.GPUs.Machine.Name(), set.cfg.GPUs.Machine.Name())
+	if a, b := prev.Len(), set.Len(); a != b {
 		out = append(out, fmt.Sprintf("devices %d -> %d", a, b))
 	}
 	if len(out) == 0 {
@@ -416,9 +416,9 @@ func (s *selector) apply(ctx context.Context, cfg *options.Config, why, detail s
 	if err := p.view.prepare(set, prev); err != nil { // what set's answers name exists first
 		return err
 	}
-	if set.resource != prev.resource {
-		p.tracker.FollowResourceName(set.resource) // before anything is allocated under it
-		err = p.reg.Switch(set.resource, swap)
+	if set.Resource() != prev.Resource() {
+		p.tracker.FollowResourceName(set.Resource()) // before anything is allocated under it
+		err = p.reg.Switch(set.Resource(), swap)
 	} else {
 		err = swap()
 	}
@@ -437,10 +437,10 @@ func (s *selector) apply(ctx context.Context, cfg *options.Config, why, detail s
 	logNUMA(s.log, cfg, set)
 	s.logUUIDConflicts(report)
 	s.log.Info().Str("why", why).Str("detail", detail).Str("profile", cfg.Profile).Str("previous_profile", prev.cfg.Profile).
-		Str("resource", set.resource).Str("previous_resource", prev.resource).Str("topology", cfg.Machine.Name()).
-		Int("devices", len(set.slots)).Strs("added", report.Added).Strs("removed", report.Removed).Strs("restored", report.Restored).
+		Str("resource", set.Resource()).Str("previous_resource", prev.Resource()).Str("topology", cfg.GPUs.Machine.Name()).
+		Int("devices", set.Len()).Strs("added", report.Added).Strs("removed", report.Removed).Strs("restored", report.Restored).
 		Msg("configuration applied")
-	p.faults.Restart(cfg.FaultPlan, cfg.Faults, set.faultIDs)
+	p.faults.Restart(cfg.Faults.Text, cfg.Faults.Faults, set.GPUIDs())
 	observeReconcile(p.obs, report)
 	return nil
 }
@@ -470,7 +470,7 @@ func reconcile(st *store.Store, set *deviceSet, why, detail string) (store.Confi
 	e := set.event
 	e.Why, e.Detail = why, detail
 	var cat plugin.Catalog
-	change, err := st.ReconcileConfig(set.specs, e, func(stored []store.Device) error {
+	change, err := st.ReconcileConfig(set.Specs(), e, func(stored []store.Device) error {
 		var err error
 		cat, err = set.catalog(stored)
 		return err
@@ -535,7 +535,7 @@ func (s *selector) setHealth(srv *plugin.Server, id string, healthy bool, reason
 		_, err := srv.SetHealth(id, healthy, reason, cause)
 		return err
 	}
-	ids, err := set.members(id)
+	ids, err := set.Members(id)
 	if err != nil {
 		return err
 	}
@@ -547,7 +547,7 @@ func (s *selector) setHealth(srv *plugin.Server, id string, healthy bool, reason
 // 0 before start.
 func (s *selector) score(chosen []int) int {
 	if set := s.current.Load(); set != nil {
-		return set.score(chosen)
+		return set.Score(chosen)
 	}
 	return 0
 }

@@ -197,7 +197,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 
 	// The history is pruned off the RPC path: at start, every minute, and
 	// after allocations (at most once a second).
-	pruner, err := store.NewPruner(st, store.PruneOptions{MaxRecords: cfg.HistoryMaxRecords, MaxBytes: cfg.HistoryMaxBytes, MaxAge: cfg.HistoryMaxAge},
+	pruner, err := store.NewPruner(st, store.PruneOptions{MaxRecords: cfg.History.MaxRecords, MaxBytes: cfg.History.MaxBytes, MaxAge: cfg.History.MaxAge},
 		store.PrunerConfig{Report: func(r store.PruneResult, err error) { logPrune(log, r, err) }})
 	if err != nil {
 		return err
@@ -210,7 +210,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 		return err
 	}
 	var telemetryRef atomic.Pointer[gpuTelemetry] // set below, with -telemetry-address
-	loads, err := loadsock.NewServer(loadsock.Config{Dir: cfg.LoadSocketDir, Logger: log,
+	loads, err := loadsock.NewServer(loadsock.Config{Dir: cfg.View.LoadSocketDir, Logger: log,
 		MaxSockets: func() int { // the configuration in force, once the selector has one
 			if s := sel.current.Load(); s != nil {
 				return maxLoadSockets(s)
@@ -245,7 +245,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	// The tracker first: the recorder tells it about each allocation.
 	tracker, err := podresources.New(podresources.Config{
 		Socket:       cfg.PodResourcesSocket,
-		ResourceName: set.resource,
+		ResourceName: set.Resource(),
 		Store:        st,
 		Interval:     cfg.ReconcileInterval,
 		AbandonAfter: cfg.AbandonAfter,
@@ -287,11 +287,11 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 		SocketName: cfg.SocketName,
 		Server:     srv,
 		Logger:     log,
-	}, set.resource)
+	}, set.Resource())
 	faultPlan := &faultRunner{log: log, set: func(id string, healthy bool, reason string) error {
 		return sel.setHealth(srv, id, healthy, reason, store.CauseFaultInjection)
 	}}
-	faultPlan.Restart(cfg.FaultPlan, cfg.Faults, set.faultIDs)
+	faultPlan.Restart(cfg.Faults.Text, cfg.Faults.Faults, set.GPUIDs())
 	m := metrics.New(metrics.Config{
 		Version:      version,
 		Revision:     revision,
@@ -314,13 +314,13 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 		if err := telem.follow(set); err != nil {
 			log.Error().Err(err).Msg("GPU telemetry unavailable: its listener answers 503")
 		}
-		log.Info().Str("address", telemetryLis.Addr().String()).Str("model", cfg.TelemetryModel.String()).
-			Bool("writable", cfg.TelemetryWritable).Msg("serving GPU telemetry on /metrics (dcgm-exporter " + telemetryRelease + ")")
+		log.Info().Str("address", telemetryLis.Addr().String()).Str("model", cfg.Telemetry.Model.String()).
+			Bool("writable", cfg.Telemetry.Writable).Msg("serving GPU telemetry on /metrics (dcgm-exporter " + telemetryRelease + ")")
 	}
 
-	log.Info().Str("version", version).Str("node", nodeName).Str("topology", cfg.Machine.Name()).Int("devices", cfg.Machine.Len()).
-		Str("resource", set.resource).Str("profile", cfg.Profile).Str("why", why).Str("dir", cfg.DevicePluginPath).Str("state", st.Path()).
-		Str("policy", cfg.AllocationPolicy).Msg("starting")
+	log.Info().Str("version", version).Str("node", nodeName).Str("topology", cfg.GPUs.Machine.Name()).Int("devices", cfg.GPUs.Machine.Len()).
+		Str("resource", set.Resource()).Str("profile", cfg.Profile).Str("why", why).Str("dir", cfg.DevicePluginPath).Str("state", st.Path()).
+		Str("policy", cfg.GPUs.AllocationPolicy).Msg("starting")
 	// From here on a new label or profile is applied live.
 	sel.start(ctx, liveParts{obs: m, st: st, srv: srv, reg: reg, tracker: tracker, faults: faultPlan, view: view, telemetry: telem}, set, report)
 
@@ -476,7 +476,7 @@ func logConfig(log zerolog.Logger, cfg *options.Config) {
 	for _, w := range cfg.Warnings {
 		log.Warn().Msg(w)
 	}
-	if sh := cfg.Sharing; sh.Enabled() {
+	if sh := cfg.GPUs.Sharing; sh.Enabled() {
 		gpus := "all"
 		if sh.GPUs != nil {
 			gpus = fmt.Sprint(sh.GPUs)
@@ -527,9 +527,9 @@ func logUnhealthy(log zerolog.Logger, stored []store.Device) {
 // logNUMA says what of the machine's NUMA nodes is not reported: the
 // host's nodes could not be read, or it lacks some.
 func logNUMA(log zerolog.Logger, cfg *options.Config, set *deviceSet) {
-	numa := set.numa
+	numa := set.NUMA()
 	if numa.HostErr != nil {
-		log.Warn().Err(numa.HostErr).Str("sysfs", cfg.SysfsRoot).Msg("cannot read the host's NUMA nodes; reporting none")
+		log.Warn().Err(numa.HostErr).Str("sysfs", cfg.GPUs.SysfsRoot).Msg("cannot read the host's NUMA nodes; reporting none")
 	}
 	if len(numa.Dropped) > 0 {
 		log.Info().Ints("host_numa_nodes", numa.Host).Ints("not_reported", numa.Dropped).
@@ -583,7 +583,7 @@ const (
 
 // maxLoadSockets returns the cap of open load sockets with set in force.
 func maxLoadSockets(set *deviceSet) int {
-	return max(minLoadSockets, loadSocketsPerDevice*len(set.slots))
+	return max(minLoadSockets, loadSocketsPerDevice*set.Len())
 }
 
 // causeLog logs an error at warn once per cause (loadsock.ErrorCause):

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,7 +12,6 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/unicore/virtual-gpu-device-plugin/allocator"
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
@@ -84,214 +81,38 @@ func deviceIDs(devs []gpuset.Device) []string {
 	return out
 }
 
-// TestDeviceSet_Shared: the specs keep every GPU and add the replicas; the
-// catalog advertises replicas of the shared GPUs and the others whole,
-// each with its GPU's NUMA node; the labels, the event and the resource
-// say how the GPUs are shared.
-func TestDeviceSet_Shared(t *testing.T) {
+// TestDeviceSet_SharedLabelsAndEvent: the labels and the history's
+// description of a configuration say how its GPUs are shared.
+func TestDeviceSet_SharedLabelsAndEvent(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		cfg      *options.Config
 		resource string
-		devices  []string
-		indices  []int
-		specs    int
-		limit    plugin.Limit
+		devices  int
 	}{
-		{"all shared", sharingConfig(t, "", "-topology=dgx1-volta", "-replicas=4"), "unicore.mcyou.cc/gpu",
-			topologyReplicaIDs(8, 4), seq(32), 8 + 32, plugin.Limit{}},
-		{"partly shared", sharingConfig(t, partlyShared), "unicore.mcyou.cc/gpu",
-			[]string{"fake-0::0", "fake-0::1", "fake-1", "fake-2::0", "fake-2::1", "fake-3"}, []int{0, 1, 2, 4, 5, 6}, 4 + 4,
-			plugin.Limit{Max: 1, Rule: "sharing.timeSlicing.failRequestsGreaterThanOne"}},
+		{"all shared", sharingConfig(t, "", "-topology=dgx1-volta", "-replicas=4"), "unicore.mcyou.cc/gpu", 32},
+		{"partly shared", sharingConfig(t, partlyShared), "unicore.mcyou.cc/gpu", 6},
 		{"renamed", sharingConfig(t, "version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n    - name: unicore.mcyou.cc/gpu\n      replicas: 2\n", "-devices=2"),
-			"unicore.mcyou.cc/gpu.shared", []string{"fake-0::0", "fake-0::1", "fake-1::0", "fake-1::1"}, seq(4), 2 + 4, plugin.Limit{}},
-		{"not shared", sharingConfig(t, "", "-devices=3"), "unicore.mcyou.cc/gpu", []string{"fake-0", "fake-1", "fake-2"}, seq(3), 3, plugin.Limit{}},
+			"unicore.mcyou.cc/gpu.shared", 4},
+		{"not shared", sharingConfig(t, "", "-devices=3"), "unicore.mcyou.cc/gpu", 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			set, cat := catalogOf(t, tc.cfg)
-			m := tc.cfg.Machine
-			if set.resource != tc.resource || len(set.specs) != tc.specs {
-				t.Errorf("resource %s with %d specs, want %s with %d", set.resource, len(set.specs), tc.resource, tc.specs)
+			set, err := newDeviceSet(tc.cfg, "node-a")
+			if err != nil {
+				t.Fatal(err)
 			}
-			if got := deviceIDs(cat.Devices); !slices.Equal(got, tc.devices) {
-				t.Errorf("devices %v, want %v", got, tc.devices)
-			}
-			if got := plugin.Indices(cat.Devices); !slices.Equal(got, tc.indices) {
-				t.Errorf("indices %v, want %v", got, tc.indices)
-			}
-			for _, d := range cat.Devices {
-				if g := set.gpuOf(d); d.NUMA != m.NUMA(g) || !strings.HasPrefix(d.ID, m.ID(g)) || !d.Healthy {
-					t.Errorf("%+v: want GPU %d's NUMA node %d, healthy", d, g, m.NUMA(g))
-				}
-			}
-			if cat.Limit != tc.limit {
-				t.Errorf("limit %+v, want %+v", cat.Limit, tc.limit)
-			}
-			sh := tc.cfg.Sharing
+			sh := tc.cfg.GPUs.Sharing
 			wantReplicas := 0
 			if sh.Enabled() {
 				wantReplicas = sh.Replicas
 			}
-			if set.event.Replicas != wantReplicas || set.event.Devices != len(tc.devices) || set.event.ResourceName != tc.resource {
-				t.Errorf("event %+v, want %d replicas, %d devices, %s", set.event, wantReplicas, len(tc.devices), tc.resource)
+			if set.event.Replicas != wantReplicas || set.event.Devices != tc.devices || set.event.ResourceName != tc.resource {
+				t.Errorf("event %+v, want %d replicas, %d devices, %s", set.event, wantReplicas, tc.devices, tc.resource)
 			}
 			if set.labels.Replicas != wantReplicas || set.labels.Renamed != sh.Renamed {
 				t.Errorf("labels %+v", set.labels)
 			}
-			for _, sp := range set.specs {
-				if sp.GPU != "" && sp.UUID != "" || sp.GPU == "" && sp.UUID == "" {
-					t.Errorf("spec %+v: a GPU has a UUID, a replica none", sp)
-				}
-			}
 		})
-	}
-}
-
-func topologyReplicaIDs(gpus, r int) []string {
-	m, err := topology.Generic(gpus)
-	if err != nil {
-		panic(err)
-	}
-	return m.ReplicaIDs(r)
-}
-
-func seq(n int) []int {
-	out := make([]int, n)
-	for i := range out {
-		out[i] = i
-	}
-	return out
-}
-
-// without returns devs less those with the given ids.
-func without(devs []gpuset.Device, ids ...string) []gpuset.Device {
-	return slices.DeleteFunc(slices.Clone(devs), func(d gpuset.Device) bool { return slices.Contains(ids, d.ID) })
-}
-
-// byID returns the devices of devs with these ids, in devs' order.
-func byID(devs []gpuset.Device, ids ...string) []gpuset.Device {
-	return slices.DeleteFunc(slices.Clone(devs), func(d gpuset.Device) bool { return !slices.Contains(ids, d.ID) })
-}
-
-// TestSharedPrefer_Policies: three one-replica containers on 2 GPUs × 4
-// replicas, each placed on what the earlier left free, as the kubelet
-// asks: distributed spreads them over both GPUs, packed puts them on one
-// and keeps the other whole.
-func TestSharedPrefer_Policies(t *testing.T) {
-	for policy, want := range map[string][]string{
-		"distributed":  {"fake-0::0", "fake-1::0", "fake-0::1"},
-		"packed":       {"fake-0::0", "fake-0::1", "fake-0::2"},
-		"lowest-index": {"fake-0::0", "fake-0::1", "fake-0::2"},
-	} {
-		t.Run(policy, func(t *testing.T) {
-			_, cat := catalogOf(t, sharingConfig(t, "", "-devices=2", "-replicas=4", "-shared-devices-allocation-policy="+policy))
-			avail := cat.Devices
-			var got []string
-			for range 3 {
-				ids, err := cat.Prefer(avail, nil, 1)
-				if err != nil {
-					t.Fatal(err)
-				}
-				got = append(got, ids...)
-				avail = without(avail, ids...)
-			}
-			if !slices.Equal(got, want) {
-				t.Errorf("placed %v, want %v", got, want)
-			}
-		})
-	}
-}
-
-// TestSharedPrefer_Mixed: with only some GPUs shared, a request takes
-// replicas first and whole GPUs for what the replicas cannot hold or must
-// include.
-func TestSharedPrefer_Mixed(t *testing.T) {
-	cfg := sharingConfig(t, partlyShared)
-	_, cat := catalogOf(t, cfg)
-	all := cat.Devices
-	for _, tc := range []struct {
-		name  string
-		avail []gpuset.Device
-		must  []string
-		size  int
-		want  []string
-	}{
-		{"one: a replica", all, nil, 1, []string{"fake-0::0"}},
-		{"two: replicas of two GPUs", all, nil, 2, []string{"fake-0::0", "fake-2::0"}},
-		{"five: every replica and a whole GPU", all, nil, 5, []string{"fake-0::0", "fake-0::1", "fake-2::0", "fake-2::1", "fake-1"}},
-		{"must include a whole GPU", all, []string{"fake-3"}, 2, []string{"fake-0::0", "fake-3"}},
-		{"no replica left: whole GPUs", byID(all, "fake-1", "fake-3"), nil, 1, []string{"fake-1"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := cat.Prefer(tc.avail, byID(all, tc.must...), tc.size)
-			if err != nil {
-				t.Fatal(err)
-			}
-			slices.Sort(got)
-			want := slices.Sorted(slices.Values(tc.want))
-			if !slices.Equal(got, want) {
-				t.Errorf("chose %v, want %v", got, want)
-			}
-		})
-	}
-}
-
-// A container of replicas gets its physical GPUs, each once, in
-// VIRTUAL_GPU_IDS, the replica ids in VIRTUAL_GPU_REPLICAS and the
-// topology variables of the GPUs.
-func TestSharedEnv(t *testing.T) {
-	cfg := sharingConfig(t, partlyShared)
-	_, cat := catalogOf(t, cfg)
-	devs := byID(cat.Devices, "fake-0::1", "fake-1", "fake-2::0", "fake-2::1")
-	got := cat.Env(devs)
-	want := cfg.Machine.ContainerEnv([]int{0, 1, 2})
-	want[plugin.EnvIDs] = "fake-0,fake-1,fake-2"
-	want[EnvReplicas] = "fake-0::1,fake-1,fake-2::0,fake-2::1"
-	if !maps.Equal(got, want) {
-		t.Errorf("env = %v\nwant  %v", got, want)
-	}
-}
-
-func TestLayout_Members(t *testing.T) {
-	set, _ := catalogOf(t, sharingConfig(t, partlyShared))
-	for _, tc := range []struct {
-		id   string
-		want []string
-		err  string
-	}{
-		{"fake-0", []string{"fake-0::0", "fake-0::1"}, ""},
-		{"fake-1", []string{"fake-1"}, ""},
-		{"fake-0::1", nil, "fake-0::1 is a replica of fake-0: health is per GPU, set fake-0 (all its replicas follow)"},
-		{"fake-9", nil, `"fake-9": unknown device`},
-		{"fake-9::0", nil, `"fake-9::0": unknown device`},
-	} {
-		got, err := set.members(tc.id)
-		if tc.err != "" {
-			if err == nil || err.Error() != tc.err {
-				t.Errorf("members(%s) = %v, %v; want error %q", tc.id, got, err, tc.err)
-			}
-			if strings.Contains(tc.err, "unknown") && !errors.Is(err, store.ErrUnknownDevice) {
-				t.Errorf("members(%s): %v, want store.ErrUnknownDevice", tc.id, err)
-			}
-			continue
-		}
-		if err != nil || !slices.Equal(got, tc.want) {
-			t.Errorf("members(%s) = %v, %v; want %v", tc.id, got, err, tc.want)
-		}
-	}
-}
-
-// The metrics' score of a preferred set is the score of its GPUs.
-func TestDeviceSet_ScoreOfReplicas(t *testing.T) {
-	cfg := sharingConfig(t, "", "-topology=dgx1-volta", "-replicas=4")
-	set, _ := catalogOf(t, cfg)
-	// Replicas 1 and 3 of GPU 0, replica 0 of GPU 3: GPUs 0 and 3.
-	if got, want := set.score([]int{1, 3, 12}), allocator.Score(cfg.Machine, []int{0, 3}); got != want {
-		t.Errorf("score = %d, want the GPUs' %d", got, want)
-	}
-	whole, _ := catalogOf(t, sharingConfig(t, "", "-topology=dgx1-volta"))
-	if got, want := whole.score([]int{1, 3}), allocator.Score(cfg.Machine, []int{1, 3}); got != want {
-		t.Errorf("whole GPUs: score = %d, want %d", got, want)
 	}
 }
 
@@ -324,7 +145,7 @@ func TestBinary_Sharing(t *testing.T) {
 			t.Errorf("pod %d: preferred %v, want [%s] (packed)", i, got, want)
 		}
 		envs := allocate(t, reg, want)
-		if envs[plugin.EnvIDs] != "fake-0" || envs[EnvReplicas] != want || envs[topology.EnvNUMANodes] != "0" {
+		if envs[plugin.EnvIDs] != "fake-0" || envs[gpuset.EnvReplicas] != want || envs[topology.EnvNUMANodes] != "0" {
 			t.Errorf("pod %d env %v", i, envs)
 		}
 		avail = slices.DeleteFunc(avail, func(id string) bool { return id == want })
@@ -390,7 +211,7 @@ func TestBinary_Sharing(t *testing.T) {
 		t.Errorf("list without sharing: %v", got)
 	}
 	envs := allocate(t, reg, "fake-0")
-	if _, ok := envs[EnvReplicas]; ok || envs[plugin.EnvIDs] != "fake-0" {
+	if _, ok := envs[gpuset.EnvReplicas]; ok || envs[plugin.EnvIDs] != "fake-0" {
 		t.Errorf("whole GPU env %v", envs)
 	}
 }
@@ -516,4 +337,12 @@ func BenchmarkGetPreferred_Replicas(b *testing.B) {
 			})
 		}
 	}
+}
+
+func topologyReplicaIDs(gpus, r int) []string {
+	m, err := topology.Generic(gpus)
+	if err != nil {
+		panic(err)
+	}
+	return m.ReplicaIDs(r)
 }

@@ -153,7 +153,7 @@ func (t *gpuTelemetry) follow(set *deviceSet) error {
 			delete(t.overrides, k) // expired, or the GPU or its hold is gone
 		}
 	}
-	t.state.Store(&telemetryState{exp: exp, handler: exp.Handler(), writable: set.cfg.TelemetryWritable})
+	t.state.Store(&telemetryState{exp: exp, handler: exp.Handler(), writable: set.cfg.Telemetry.Writable})
 	t.poke()
 	return nil
 }
@@ -169,7 +169,7 @@ func (t *gpuTelemetry) newExporter(set *deviceSet) (*telemetry.Exporter, error) 
 		return nil, err
 	}
 	cfg := set.cfg
-	gm := cfg.Machine.GPUModel()
+	gm := cfg.GPUs.Machine.GPUModel()
 	gm.MemoryMiB -= status.ReservedMiB(gm.MemoryMiB) // as nvidia-smi counts it: used + free = total − reserved
 	return telemetry.New(telemetry.Config{
 		GPUs:          gpus,
@@ -178,10 +178,10 @@ func (t *gpuTelemetry) newExporter(set *deviceSet) (*telemetry.Exporter, error) 
 		DriverVersion: status.DriverVersion,
 		Devices:       t.devices,
 		Holders:       telemetry.StoreHolders{Store: t.active},
-		Model:         cfg.TelemetryModel,
-		Seed:          cfg.TelemetrySeed,
+		Model:         cfg.Telemetry.Model,
+		Seed:          cfg.Telemetry.Seed,
 		Clock:         t.clock,
-		PerPod:        cfg.TelemetryPerPod,
+		PerPod:        cfg.Telemetry.PerPod,
 		Logger:        t.log,
 	})
 }
@@ -191,7 +191,7 @@ func (t *gpuTelemetry) newExporter(set *deviceSet) (*telemetry.Exporter, error) 
 // replicas' ids. A GPU without a UUID (the node has no identity) is an
 // error.
 func telemetryGPUs(set *deviceSet, stored []store.Device) ([]telemetry.GPU, error) {
-	m := set.cfg.Machine
+	m := set.cfg.GPUs.Machine
 	uuids := gpuUUIDs(stored)
 	out := make([]telemetry.GPU, m.Len())
 	for i := range out {
@@ -200,8 +200,8 @@ func telemetryGPUs(set *deviceSet, stored []store.Device) ([]telemetry.GPU, erro
 			return nil, fmt.Errorf("telemetry: GPU %s has no UUID: the node has no identity (-node-name, or a machine id) to derive one from", m.ID(i))
 		}
 		ids := []string{m.ID(i)}
-		if set.layout.shares(i) {
-			for j := range set.layout.perGPU {
+		if set.Shares(i) {
+			for j := range set.PerGPU() {
 				ids = append(ids, topology.ReplicaID(i, j))
 			}
 		}

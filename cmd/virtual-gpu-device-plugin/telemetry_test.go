@@ -82,7 +82,7 @@ func newTelemetryRig(t testing.TB, args ...string) *telemetryRig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	if _, err := st.Reconcile(set.specs); err != nil {
+	if _, err := st.Reconcile(set.Specs()); err != nil {
 		t.Fatal(err)
 	}
 	stored, err := st.Devices()
@@ -200,7 +200,7 @@ func (r *telemetryRig) smi(t *testing.T, ids []string, args ...string) (string, 
 		i, _ := topology.GPUOf(id)
 		us = append(us, uuids[i])
 	}
-	env := map[string]string{nvidiasmi.EnvIDs: strings.Join(ids, ","), status.EnvUUIDs: strings.Join(us, ","), status.EnvStatusDir: r.set.cfg.StatusDir}
+	env := map[string]string{nvidiasmi.EnvIDs: strings.Join(ids, ","), status.EnvUUIDs: strings.Join(us, ","), status.EnvStatusDir: r.set.cfg.View.StatusDir}
 	var out, errOut bytes.Buffer
 	code := nvidiasmi.Main(args, func(k string) string { return env[k] }, &out, &errOut)
 	if errOut.Len() > 0 {
@@ -268,7 +268,7 @@ func TestTelemetry_NvidiaSMIShowsTheExportersValues(t *testing.T) {
 			if x := values(parseExposition(t, must(r.scrape(t))), "DCGM_FI_DEV_XID_ERRORS")["7"]; x != "79" {
 				t.Errorf("XID of the lost GPU 7: %s, want 79", x)
 			}
-			live, err := status.ReadLive(os.DirFS(r.set.cfg.StatusDir))
+			live, err := status.ReadLive(os.DirFS(r.set.cfg.View.StatusDir))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -373,7 +373,7 @@ func TestTelemetry_NoUUIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	specs := slices.Clone(set.specs)
+	specs := slices.Clone(set.Specs())
 	for i := range specs {
 		specs[i].UUID = ""
 	}

@@ -103,7 +103,7 @@ func TestLoad_HistoryMaxBytes(t *testing.T) {
 				}
 				return
 			}
-			if err != nil || cfg.HistoryMaxBytes != tc.want {
+			if err != nil || cfg.History.MaxBytes != tc.want {
 				t.Errorf("history-max-bytes = %v, %v; want %d", cfg, err, tc.want)
 			}
 		})

@@ -164,8 +164,8 @@ func TestParseFile_RelativeTopology(t *testing.T) {
 		file := writeFile(t, dir, "conf/c.yaml", "version: v1\nflags:\n  topology: "+tc.topology+"\n")
 		// The working directory is not the file's: the path must not depend on it.
 		c := mustLoad(t, []string{"-config=" + file}, nil)
-		if c.Topology != tc.want || c.Machine.Len() != tc.gpus {
-			t.Errorf("topology: %s in %s = %q (%d GPUs), want %q (%d)", tc.topology, file, c.Topology, c.Machine.Len(), tc.want, tc.gpus)
+		if c.GPUs.Topology != tc.want || c.GPUs.Machine.Len() != tc.gpus {
+			t.Errorf("topology: %s in %s = %q (%d GPUs), want %q (%d)", tc.topology, file, c.GPUs.Topology, c.GPUs.Machine.Len(), tc.want, tc.gpus)
 		}
 	}
 	// A relative -config is made absolute first.
@@ -175,8 +175,8 @@ func TestParseFile_RelativeTopology(t *testing.T) {
 		t.Skip(err)
 	}
 	writeFile(t, dir, "conf/c.yaml", "version: v1\nflags:\n  topology: machines/ws.txt\n")
-	if c := mustLoad(t, []string{"-config=" + rel}, nil); c.Topology != filepath.Join(dir, "conf/machines/ws.txt") {
-		t.Errorf("-config=%s: topology %q", rel, c.Topology)
+	if c := mustLoad(t, []string{"-config=" + rel}, nil); c.GPUs.Topology != filepath.Join(dir, "conf/machines/ws.txt") {
+		t.Errorf("-config=%s: topology %q", rel, c.GPUs.Topology)
 	}
 }
 
@@ -232,8 +232,8 @@ func TestParseFile_ReadAsNVIDIADoes(t *testing.T) {
 	dir := t.TempDir()
 	file := writeFile(t, dir, "c.yaml", "flags:\n  devices:\n  topology: dgx-a100\nsharing:\n  timeSlicing:\n    resources:\n    - name: gpu\n      replicas: 3\n")
 	c := mustLoad(t, []string{"-config=" + file}, nil)
-	if c.Machine.Len() != 8 || c.Sharing.Replicas != 3 || c.Sharing.ResourceName != "unicore.mcyou.cc/gpu" {
-		t.Errorf("%d GPUs, sharing %+v; want the preset's 8, 3 replicas of unicore.mcyou.cc/gpu", c.Machine.Len(), c.Sharing)
+	if c.GPUs.Machine.Len() != 8 || c.GPUs.Sharing.Replicas != 3 || c.GPUs.Sharing.ResourceName != "unicore.mcyou.cc/gpu" {
+		t.Errorf("%d GPUs, sharing %+v; want the preset's 8, 3 replicas of unicore.mcyou.cc/gpu", c.GPUs.Machine.Len(), c.GPUs.Sharing)
 	}
 	if len(c.Ignored) != 1 || c.Ignored[0].Field != "version" || !strings.Contains(c.Ignored[0].Why, "read as v1") {
 		t.Errorf("notes %v, want one saying the missing version is read as v1", c.Ignored)

@@ -17,6 +17,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/podresources"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/cdi"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
@@ -255,7 +256,7 @@ func newFlagSet(s *Settings, b *bootstrap) *flag.FlagSet {
 	fs.StringVar(&s.AllocationPolicy, "allocation-policy", allocator.PolicyBestConnected, "preferred-allocation `policy`: "+strings.Join(allocator.PolicyNames(), ", "))
 	fs.StringVar(&s.SharedDevicesAllocationPolicy, "shared-devices-allocation-policy", allocator.SharedPolicyDistributed,
 		"how to place requests for replicas of shared GPUs (`policy`): "+strings.Join(allocator.SharedPolicyNames(), ", "))
-	fs.StringVar(&s.DeviceListStrategy, "device-list-strategy", string(DeviceListEnvVar),
+	fs.StringVar(&s.DeviceListStrategy, "device-list-strategy", string(view.DeviceListEnvVar),
 		"how containers are told their devices (`strategy`): envvar (variables, mounts and device nodes in the Allocate answer), cdi-cri (CDI device names; mounts and device nodes from the CDI spec in -cdi-spec-dir), or both comma-separated (NVIDIA's names)")
 	fs.IntVar(&s.Replicas, "replicas", DefaultReplicas, "share each GPU as this many devices by time-slicing (1–1024; 1: no sharing)")
 	fs.BoolVar(&s.NvidiaSMI, "nvidia-smi", true, "mount the plugin's own nvidia-smi read-only at /usr/bin/nvidia-smi in containers that get GPUs; it shows exactly their GPUs")

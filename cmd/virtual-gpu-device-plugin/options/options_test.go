@@ -14,8 +14,11 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/agent"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/faults"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
@@ -75,42 +78,42 @@ func checkInvalid(t *testing.T, err error, want string) {
 func TestLoad_Defaults(t *testing.T) {
 	c := mustLoad(t, nil, nil)
 	want := options.Config{
-		ResourceName:       "unicore.mcyou.cc/gpu",
+		Config: agent.Config{GPUs: gpuset.Config{
+			ResourceName:     "unicore.mcyou.cc/gpu",
+			NUMAReport:       topology.NUMAReportAuto,
+			SysfsRoot:        "/sys",
+			AllocationPolicy: "best-connected",
+		}},
 		DevicePluginPath:   "/var/lib/kubelet/device-plugins",
 		SocketName:         "virtual-gpu.sock",
 		LogLevel:           zerolog.InfoLevel,
 		LogFormat:          options.LogJSON,
-		NUMAReport:         topology.NUMAReportAuto,
-		SysfsRoot:          "/sys",
-		AllocationPolicy:   "best-connected",
 		StatePath:          "/var/lib/virtual-gpu/state.db",
-		HistoryMaxRecords:  100000,
-		HistoryMaxAge:      90 * 24 * time.Hour,
-		HistoryMaxBytes:    64 << 20,
+		History:            store.PruneOptions{MaxRecords: 100000, MaxAge: 90 * 24 * time.Hour, MaxBytes: 64 << 20},
 		AdminSocket:        "/var/lib/virtual-gpu/admin.sock",
 		PodResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock",
 		ReconcileInterval:  5 * time.Second,
 		AbandonAfter:       time.Minute,
 	}
 	got := *c
-	if got.ResourceName != want.ResourceName || got.DevicePluginPath != want.DevicePluginPath || got.SocketName != want.SocketName ||
-		got.LogLevel != want.LogLevel || got.LogFormat != want.LogFormat || got.NUMAReport != want.NUMAReport || got.SysfsRoot != want.SysfsRoot ||
-		got.AllocationPolicy != want.AllocationPolicy || got.StatePath != want.StatePath || got.StateMoveAside ||
-		got.HistoryMaxRecords != want.HistoryMaxRecords || got.HistoryMaxAge != want.HistoryMaxAge || got.HistoryMaxBytes != want.HistoryMaxBytes ||
+	if got.GPUs.ResourceName != want.GPUs.ResourceName || got.DevicePluginPath != want.DevicePluginPath || got.SocketName != want.SocketName ||
+		got.LogLevel != want.LogLevel || got.LogFormat != want.LogFormat || got.GPUs.NUMAReport != want.GPUs.NUMAReport || got.GPUs.SysfsRoot != want.GPUs.SysfsRoot ||
+		got.GPUs.AllocationPolicy != want.GPUs.AllocationPolicy || got.StatePath != want.StatePath || got.StateMoveAside ||
+		got.History.MaxRecords != want.History.MaxRecords || got.History.MaxAge != want.History.MaxAge || got.History.MaxBytes != want.History.MaxBytes ||
 		got.AdminSocket != want.AdminSocket || got.PodResourcesSocket != want.PodResourcesSocket || got.ReconcileInterval != want.ReconcileInterval ||
-		got.AbandonAfter != want.AbandonAfter || got.MetricsAddress != "" || got.FaultPlan != "" || got.Faults != nil || got.Topology != "" ||
-		got.TelemetryAddress != "" || got.TelemetryModel != telemetry.ModelSteady || got.TelemetrySeed != 0 || got.TelemetryPerPod ||
-		got.TelemetryWritable || got.LoadSocketDir != "/var/lib/virtual-gpu/load" {
+		got.AbandonAfter != want.AbandonAfter || got.MetricsAddress != "" || got.Faults.Text != "" || got.Faults.Faults != nil || got.GPUs.Topology != "" ||
+		got.TelemetryAddress != "" || got.Telemetry.Model != telemetry.ModelSteady || got.Telemetry.Seed != 0 || got.Telemetry.PerPod ||
+		got.Telemetry.Writable || got.View.LoadSocketDir != "/var/lib/virtual-gpu/load" {
 		t.Errorf("defaults = %+v", got)
 	}
-	if c.Machine.Len() != 4 || c.Machine.FixedSize() || c.Policy == nil {
-		t.Errorf("machine %v (fixed %v), policy %v: want the generic 4 GPUs and a policy", c.Machine.Len(), c.Machine.FixedSize(), c.Policy)
+	if c.GPUs.Machine.Len() != 4 || c.GPUs.Machine.FixedSize() {
+		t.Errorf("machine %v (fixed %v): want the generic 4 GPUs", c.GPUs.Machine.Len(), c.GPUs.Machine.FixedSize())
 	}
-	if s := c.Sharing; s.Enabled() || s.Replicas != 1 || s.ResourceName != want.ResourceName || s.PolicyName != "distributed" || s.Policy == nil {
+	if s := c.GPUs.Sharing; s.Enabled() || s.Replicas != 1 || s.ResourceName != want.GPUs.ResourceName || s.PolicyName != "distributed" {
 		t.Errorf("sharing = %+v", s)
 	}
-	if !slices.Equal(c.DeviceListStrategies, []options.DeviceListStrategy{options.DeviceListEnvVar}) {
-		t.Errorf("device list strategies = %v", c.DeviceListStrategies)
+	if !slices.Equal(c.View.DeviceListStrategies, []view.DeviceListStrategy{view.DeviceListEnvVar}) {
+		t.Errorf("device list strategies = %v", c.View.DeviceListStrategies)
 	}
 	if c.Source("devices") != options.SourceDefault || c.File != "" || c.Profile != "" || c.Ignored != nil {
 		t.Errorf("source %v, file %q, profile %q, ignored %v", c.Source("devices"), c.File, c.Profile, c.Ignored)
@@ -136,8 +139,8 @@ func TestLoad_FlagsAndEnv(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := mustLoad(t, tt.args, tt.env)
-			if c.Machine.Len() != tt.devices || c.DevicePluginPath != tt.dir || c.Source("devices") != tt.src {
-				t.Errorf("devices=%d dir=%q source %v, want %d %q %v", c.Machine.Len(), c.DevicePluginPath, c.Source("devices"), tt.devices, tt.dir, tt.src)
+			if c.GPUs.Machine.Len() != tt.devices || c.DevicePluginPath != tt.dir || c.Source("devices") != tt.src {
+				t.Errorf("devices=%d dir=%q source %v, want %d %q %v", c.GPUs.Machine.Len(), c.DevicePluginPath, c.Source("devices"), tt.devices, tt.dir, tt.src)
 			}
 		})
 	}
@@ -428,7 +431,7 @@ flags:
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := mustLoad(t, tc.args, tc.env)
-			got := want{c.Machine.Len(), c.LogLevel, c.HistoryMaxAge, c.StateMoveAside, c.HistoryMaxBytes, c.Source("devices")}
+			got := want{c.GPUs.Machine.Len(), c.LogLevel, c.History.MaxAge, c.StateMoveAside, c.History.MaxBytes, c.Source("devices")}
 			if got != tc.want {
 				t.Errorf("got %+v, want %+v", got, tc.want)
 			}
@@ -482,15 +485,15 @@ flags:
 		flag string
 		ok   bool
 	}{
-		{"topology", c.Topology == filepath.Join(dir, "machines/box.txt") && c.Machine.Len() == 2 && c.Machine.FixedSize()},
-		{"resource-name", c.ResourceName == "example.com/vgpu"},
-		{"allocation-policy", c.AllocationPolicy == "lowest-index" && c.Policy != nil},
-		{"shared-devices-allocation-policy", c.Sharing.PolicyName == "packed" && c.Sharing.Policy != nil},
-		{"device-list-strategy", slices.Equal(c.DeviceListStrategies, []options.DeviceListStrategy{"envvar", "cdi-cri"})},
-		{"replicas", c.Sharing.Replicas == 3 && c.Sharing.Enabled() && c.Sharing.ResourceName == "example.com/vgpu" && !c.Sharing.Renamed && c.Sharing.GPUs == nil},
-		{"numa-report", c.NUMAReport == topology.NUMAReportNever},
-		{"faults", c.FaultPlan == "down:fake-1:after=30s" && len(c.Faults) == 1 && c.Faults[0].Device == "fake-1"},
-		{"sysfs-root", c.SysfsRoot == dir+"/sys"},
+		{"topology", c.GPUs.Topology == filepath.Join(dir, "machines/box.txt") && c.GPUs.Machine.Len() == 2 && c.GPUs.Machine.FixedSize()},
+		{"resource-name", c.GPUs.ResourceName == "example.com/vgpu"},
+		{"allocation-policy", c.GPUs.AllocationPolicy == "lowest-index"},
+		{"shared-devices-allocation-policy", c.GPUs.Sharing.PolicyName == "packed"},
+		{"device-list-strategy", slices.Equal(c.View.DeviceListStrategies, []view.DeviceListStrategy{"envvar", "cdi-cri"})},
+		{"replicas", c.GPUs.Sharing.Replicas == 3 && c.GPUs.Sharing.Enabled() && c.GPUs.Sharing.ResourceName == "example.com/vgpu" && !c.GPUs.Sharing.Renamed && c.GPUs.Sharing.GPUs == nil},
+		{"numa-report", c.GPUs.NUMAReport == topology.NUMAReportNever},
+		{"faults", c.Faults.Text == "down:fake-1:after=30s" && len(c.Faults.Faults) == 1 && c.Faults.Faults[0].Device == "fake-1"},
+		{"sysfs-root", c.GPUs.SysfsRoot == dir+"/sys"},
 		{"device-plugin-path", c.DevicePluginPath == dir+"/dp"},
 		{"socket-name", c.SocketName == "vgpu.sock"},
 		{"state", c.StatePath == dir+"/state/state.db"},
@@ -498,14 +501,14 @@ flags:
 		{"pod-resources-socket", c.PodResourcesSocket == dir+"/pr.sock"},
 		{"metrics-address", c.MetricsAddress == "127.0.0.1:9401"},
 		{"telemetry-address", c.TelemetryAddress == "127.0.0.1:9400"},
-		{"telemetry-model", c.TelemetryModel == telemetry.ModelWave},
-		{"telemetry-seed", c.TelemetrySeed == 42},
-		{"telemetry-per-pod", c.TelemetryPerPod},
-		{"telemetry-writable", c.TelemetryWritable && c.LoadSocketDir == dir+"/state/load"},
+		{"telemetry-model", c.Telemetry.Model == telemetry.ModelWave},
+		{"telemetry-seed", c.Telemetry.Seed == 42},
+		{"telemetry-per-pod", c.Telemetry.PerPod},
+		{"telemetry-writable", c.Telemetry.Writable && c.View.LoadSocketDir == dir+"/state/load"},
 		{"state-move-aside", c.StateMoveAside},
-		{"history-max-records", c.HistoryMaxRecords == 10},
-		{"history-max-age", c.HistoryMaxAge == 0},
-		{"history-max-bytes", c.HistoryMaxBytes == 128<<20},
+		{"history-max-records", c.History.MaxRecords == 10},
+		{"history-max-age", c.History.MaxAge == 0},
+		{"history-max-bytes", c.History.MaxBytes == 128<<20},
 		{"reconcile-interval", c.ReconcileInterval == 2*time.Second},
 		{"abandon-after", c.AbandonAfter == 3*time.Minute},
 		{"log-level", c.LogLevel == zerolog.TraceLevel},
@@ -542,8 +545,8 @@ func TestLoad_FileRulesNameTheLine(t *testing.T) {
 	file = writeFile(t, dir, "p.yaml", "version: v1\nflags:\n  topology: dgx-a100\n")
 	_, err = load([]string{"-config=" + file, "-devices=4"}, nil)
 	checkInvalid(t, err, file+`:3: invalid flags.topology="dgx-a100": -devices=4 but topology "dgx-a100" has 8 GPUs`)
-	if c := mustLoad(t, []string{"-config=" + file}, nil); c.Machine.Len() != 8 || c.Topology != "dgx-a100" {
-		t.Errorf("preset from a file: %d GPUs, topology %q", c.Machine.Len(), c.Topology)
+	if c := mustLoad(t, []string{"-config=" + file}, nil); c.GPUs.Machine.Len() != 8 || c.GPUs.Topology != "dgx-a100" {
+		t.Errorf("preset from a file: %d GPUs, topology %q", c.GPUs.Machine.Len(), c.GPUs.Topology)
 	}
 }
 

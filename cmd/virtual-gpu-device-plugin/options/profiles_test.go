@@ -95,15 +95,15 @@ func TestLoadProfiles_ConfigMapMount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := configs["small"]; c.Machine.Len() != 2 || c.Machine.Name() != "two-gpus" || c.AllocationPolicy != "lowest-index" ||
+	if c := configs["small"]; c.GPUs.Machine.Len() != 2 || c.GPUs.Machine.Name() != "two-gpus" || c.GPUs.AllocationPolicy != "lowest-index" ||
 		c.Profile != "small" || c.File != filepath.Join(dir, "small.yaml") {
-		t.Errorf("small: %d GPUs of %s, policy %s, profile %q, file %q", c.Machine.Len(), c.Machine.Name(), c.AllocationPolicy, c.Profile, c.File)
+		t.Errorf("small: %d GPUs of %s, policy %s, profile %q, file %q", c.GPUs.Machine.Len(), c.GPUs.Machine.Name(), c.GPUs.AllocationPolicy, c.Profile, c.File)
 	}
-	if c := configs["a100"]; c.Machine.Len() != 8 {
-		t.Errorf("a100: %d GPUs", c.Machine.Len())
+	if c := configs["a100"]; c.GPUs.Machine.Len() != 8 {
+		t.Errorf("a100: %d GPUs", c.GPUs.Machine.Len())
 	}
-	if c := configs["shared-4"]; c.Sharing.Replicas != 4 || c.Machine.Len() != 4 {
-		t.Errorf("shared-4: %+v", c.Sharing)
+	if c := configs["shared-4"]; c.GPUs.Sharing.Replicas != 4 || c.GPUs.Machine.Len() != 4 {
+		t.Errorf("shared-4: %+v", c.GPUs.Sharing)
 	}
 
 	// Load: every profile checked, the default one in force.
@@ -160,7 +160,7 @@ func TestLoadProfiles_ConfigMapMount(t *testing.T) {
 		t.Fatal(err)
 	}
 	f, _ := ps2.Lookup("small")
-	if c, err := o.Resolve(f); err != nil || c.Machine.Len() != 1 {
+	if c, err := o.Resolve(f); err != nil || c.GPUs.Machine.Len() != 1 {
 		t.Errorf("after the swap: %v, %+v", err, c)
 	}
 }
@@ -271,7 +271,7 @@ sharing:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Machine.Len() != 8 || c.Sharing.ResourceName != "unicore.mcyou.cc/gpu.shared" || c.NUMAReport.String() != "always" || len(c.Ignored) != 2 {
+	if c.GPUs.Machine.Len() != 8 || c.GPUs.Sharing.ResourceName != "unicore.mcyou.cc/gpu.shared" || c.GPUs.NUMAReport.String() != "always" || len(c.Ignored) != 2 {
 		t.Errorf("full profile: %+v", c)
 	}
 }
@@ -318,8 +318,8 @@ func TestResolve_ProfileVersusFlags(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if c.Machine.Len() != tc.devices || c.Source("devices") != tc.src {
-				t.Errorf("%d devices from %v, want %d from %v", c.Machine.Len(), c.Source("devices"), tc.devices, tc.src)
+			if c.GPUs.Machine.Len() != tc.devices || c.Source("devices") != tc.src {
+				t.Errorf("%d devices from %v, want %d from %v", c.GPUs.Machine.Len(), c.Source("devices"), tc.devices, tc.src)
 			}
 		})
 	}
@@ -335,8 +335,8 @@ func TestResolve_ProfileVersusFlags(t *testing.T) {
 	_, err = load([]string{"-config=" + file, "-config-default=eight"}, nil)
 	checkInvalid(t, err, `invalid -config-default="eight": -config `+file+" is a file, not a directory of profiles")
 	c := mustLoad(t, []string{"-config=" + dir, "-config-default=eight"}, nil)
-	if c.Machine.Len() != 8 || c.Profile != "eight" {
-		t.Errorf("-config-default=eight: %d GPUs, profile %q", c.Machine.Len(), c.Profile)
+	if c.GPUs.Machine.Len() != 8 || c.Profile != "eight" {
+		t.Errorf("-config-default=eight: %d GPUs, profile %q", c.GPUs.Machine.Len(), c.Profile)
 	}
 	// Without -config-default, no profile is in force until a label says.
 	o, err := options.Parse([]string{"-config=" + dir}, env(nil))
@@ -344,7 +344,7 @@ func TestResolve_ProfileVersusFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, ps2, err := o.Load()
-	if err != nil || ps2 == nil || c.Profile != "" || c.File != "" || c.Machine.Len() != 4 {
+	if err != nil || ps2 == nil || c.Profile != "" || c.File != "" || c.GPUs.Machine.Len() != 4 {
 		t.Errorf("no default: %v, profiles %v, config %+v", err, ps2, c)
 	}
 }
@@ -358,7 +358,7 @@ func TestResolve_TelemetryProfile(t *testing.T) {
 	_, err := load([]string{"-config=" + dir}, nil)
 	checkInvalid(t, err, `profile "busy": `+file+":6: invalid flags.telemetryWritable=true: needs -telemetry-address")
 	c := mustLoad(t, []string{"-config=" + dir, "-config-default=busy", "-telemetry-address=:9400"}, nil)
-	if c.TelemetryModel != telemetry.ModelRandomWalk || c.TelemetrySeed != 7 || !c.TelemetryPerPod || !c.TelemetryWritable || c.TelemetryAddress != ":9400" {
+	if c.Telemetry.Model != telemetry.ModelRandomWalk || c.Telemetry.Seed != 7 || !c.Telemetry.PerPod || !c.Telemetry.Writable || c.TelemetryAddress != ":9400" {
 		t.Errorf("telemetry of the profile: %+v", c)
 	}
 	writeFile(t, dir, "addr.yaml", "version: v1\nflags:\n  telemetryAddress: \":9400\"\n")

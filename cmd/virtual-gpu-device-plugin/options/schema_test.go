@@ -112,8 +112,8 @@ func TestExample_ParsesAndResolves(t *testing.T) {
 	validateFile(t, path)
 	c := mustLoad(t, []string{"-config=" + path}, nil)
 	d := mustLoad(t, nil, nil)
-	if c.Machine.Len() != d.Machine.Len() || c.ResourceName != d.ResourceName || c.StatePath != d.StatePath || c.HistoryMaxBytes != d.HistoryMaxBytes ||
-		c.HistoryMaxAge != d.HistoryMaxAge || c.AbandonAfter != d.AbandonAfter || c.Sharing.Replicas != 1 || c.Source("devices") != options.SourceFile {
+	if c.GPUs.Machine.Len() != d.GPUs.Machine.Len() || c.GPUs.ResourceName != d.GPUs.ResourceName || c.StatePath != d.StatePath || c.History.MaxBytes != d.History.MaxBytes ||
+		c.History.MaxAge != d.History.MaxAge || c.AbandonAfter != d.AbandonAfter || c.GPUs.Sharing.Replicas != 1 || c.Source("devices") != options.SourceFile {
 		t.Errorf("the example does not give the defaults: %+v", c)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view"
 )
 
 // TestSharing_NVIDIAConfigs: NVIDIA's time-slicing examples (their README,
@@ -16,38 +18,38 @@ func TestSharing_NVIDIAConfigs(t *testing.T) {
 	for _, tc := range []struct {
 		file    string
 		args    []string
-		want    options.Sharing
+		want    gpuset.Sharing
 		gpus    int
 		ignored []string
 	}{
 		{"nvidia-time-slicing.yaml", nil,
-			options.Sharing{Replicas: 10, ResourceName: "unicore.mcyou.cc/gpu", PolicyName: "distributed"}, 4, nil},
+			gpuset.Sharing{Replicas: 10, ResourceName: "unicore.mcyou.cc/gpu", PolicyName: "distributed"}, 4, nil},
 		{"nvidia-time-slicing-rename.yaml", nil,
-			options.Sharing{Replicas: 10, ResourceName: "unicore.mcyou.cc/gpu.shared", Renamed: true, PolicyName: "distributed"}, 4, nil},
+			gpuset.Sharing{Replicas: 10, ResourceName: "unicore.mcyou.cc/gpu.shared", Renamed: true, PolicyName: "distributed"}, 4, nil},
 		{"nvidia-flags.yaml", nil,
-			options.Sharing{Replicas: 1, ResourceName: "unicore.mcyou.cc/gpu", PolicyName: "distributed"}, 4,
+			gpuset.Sharing{Replicas: 1, ResourceName: "unicore.mcyou.cc/gpu", PolicyName: "distributed"}, 4,
 			[]string{"flags.migStrategy", "flags.failOnInitError", "flags.nvidiaDriverRoot", "flags.plugin.passDeviceSpecs", "flags.plugin.deviceIDStrategy"}},
 		{"nvidia-every-field.yaml", nil,
-			options.Sharing{Replicas: 4, ResourceName: "unicore.mcyou.cc/gpu-shared", Renamed: true, FailRequestsGreaterThanOne: true, GPUs: []int{0, 1, 3}, PolicyName: "packed"}, 4,
+			gpuset.Sharing{Replicas: 4, ResourceName: "unicore.mcyou.cc/gpu-shared", Renamed: true, FailRequestsGreaterThanOne: true, GPUs: []int{0, 1, 3}, PolicyName: "packed"}, 4,
 			[]string{"flags.migStrategy", "flags.failOnInitError", "flags.mpsRoot", "flags.nvidiaDriverRoot", "flags.nvidiaDevRoot", "flags.gdrcopyEnabled",
 				"flags.gdsEnabled", "flags.mofedEnabled", "flags.useNodeFeatureAPI", "flags.deviceDiscoveryStrategy", "flags.plugin.passDeviceSpecs",
 				"flags.plugin.deviceIDStrategy", "flags.plugin.cdiAnnotationPrefix", "flags.plugin.nvidiaCTKPath", "flags.plugin.containerDriverRoot",
 				"flags.gfd", "resources", "imex"}},
 		{"nvidia-gpu-operator-time-slicing-fine.yaml", nil,
-			options.Sharing{Replicas: 8, ResourceName: "unicore.mcyou.cc/gpu", PolicyName: "distributed"}, 4,
+			gpuset.Sharing{Replicas: 8, ResourceName: "unicore.mcyou.cc/gpu", PolicyName: "distributed"}, 4,
 			[]string{"flags.migStrategy", "sharing.timeSlicing.resources[1]", "sharing.timeSlicing.resources[2]", "sharing.timeSlicing.resources[3]", "sharing.timeSlicing.resources[4]"}},
 		{"nvidia-running-config-log.yaml", nil,
-			options.Sharing{Replicas: 4, ResourceName: "unicore.mcyou.cc/gpu", PolicyName: "distributed"}, 4,
+			gpuset.Sharing{Replicas: 4, ResourceName: "unicore.mcyou.cc/gpu", PolicyName: "distributed"}, 4,
 			[]string{"flags.migStrategy", "flags.failOnInitError", "flags.mpsRoot", "flags.nvidiaDriverRoot", "flags.nvidiaDevRoot", "flags.gdrcopyEnabled",
 				"flags.gdsEnabled", "flags.mofedEnabled", "flags.useNodeFeatureAPI", "flags.deviceDiscoveryStrategy", "flags.plugin.passDeviceSpecs",
 				"flags.plugin.deviceIDStrategy", "flags.plugin.cdiAnnotationPrefix", "flags.plugin.nvidiaCTKPath", "flags.plugin.containerDriverRoot",
 				"resources", "imex"}},
 		{"nvidia-time-slicing.yaml", []string{"-replicas=3"},
-			options.Sharing{Replicas: 3, ResourceName: "unicore.mcyou.cc/gpu", PolicyName: "distributed"}, 4, nil},
+			gpuset.Sharing{Replicas: 3, ResourceName: "unicore.mcyou.cc/gpu", PolicyName: "distributed"}, 4, nil},
 		{"nvidia-time-slicing-rename.yaml", []string{"-replicas=1"},
-			options.Sharing{Replicas: 1, ResourceName: "unicore.mcyou.cc/gpu", PolicyName: "distributed"}, 4, nil},
+			gpuset.Sharing{Replicas: 1, ResourceName: "unicore.mcyou.cc/gpu", PolicyName: "distributed"}, 4, nil},
 		{"nvidia-every-field.yaml", []string{"-shared-devices-allocation-policy=lowest-index"},
-			options.Sharing{Replicas: 4, ResourceName: "unicore.mcyou.cc/gpu-shared", Renamed: true, FailRequestsGreaterThanOne: true, GPUs: []int{0, 1, 3}, PolicyName: "lowest-index"}, 4, nil},
+			gpuset.Sharing{Replicas: 4, ResourceName: "unicore.mcyou.cc/gpu-shared", Renamed: true, FailRequestsGreaterThanOne: true, GPUs: []int{0, 1, 3}, PolicyName: "lowest-index"}, 4, nil},
 	} {
 		t.Run(tc.file+strings.Join(tc.args, ""), func(t *testing.T) {
 			path, err := filepath.Abs(filepath.Join("testdata", tc.file))
@@ -55,17 +57,13 @@ func TestSharing_NVIDIAConfigs(t *testing.T) {
 				t.Fatal(err)
 			}
 			c := mustLoad(t, append([]string{"-config=" + path}, tc.args...), nil)
-			got := c.Sharing
-			if got.Policy == nil {
-				t.Error("no shared policy")
-			}
-			got.Policy = nil
+			got := c.GPUs.Sharing
 			if got.Replicas != tc.want.Replicas || got.ResourceName != tc.want.ResourceName || got.Renamed != tc.want.Renamed ||
 				got.FailRequestsGreaterThanOne != tc.want.FailRequestsGreaterThanOne || !slices.Equal(got.GPUs, tc.want.GPUs) || got.PolicyName != tc.want.PolicyName {
 				t.Errorf("sharing = %+v\nwant      %+v", got, tc.want)
 			}
-			if c.Machine.Len() != tc.gpus {
-				t.Errorf("%d GPUs, want %d", c.Machine.Len(), tc.gpus)
+			if c.GPUs.Machine.Len() != tc.gpus {
+				t.Errorf("%d GPUs, want %d", c.GPUs.Machine.Len(), tc.gpus)
 			}
 			if tc.args != nil {
 				return
@@ -83,11 +81,11 @@ func TestSharing_NVIDIAConfigs(t *testing.T) {
 		})
 	}
 	c := mustLoad(t, []string{"-config=testdata/nvidia-every-field.yaml"}, nil)
-	if !slices.Equal(c.DeviceListStrategies, []options.DeviceListStrategy{options.DeviceListEnvVar, options.DeviceListCDICRI}) {
-		t.Errorf("deviceListStrategy from flags.plugin: %v", c.DeviceListStrategies)
+	if !slices.Equal(c.View.DeviceListStrategies, []view.DeviceListStrategy{view.DeviceListEnvVar, view.DeviceListCDICRI}) {
+		t.Errorf("deviceListStrategy from flags.plugin: %v", c.View.DeviceListStrategies)
 	}
-	if !c.Sharing.Shares(3) || c.Sharing.Shares(2) {
-		t.Errorf("Shares: GPU 3 %v, GPU 2 %v", c.Sharing.Shares(3), c.Sharing.Shares(2))
+	if !c.GPUs.Sharing.Shares(3) || c.GPUs.Sharing.Shares(2) {
+		t.Errorf("Shares: GPU 3 %v, GPU 2 %v", c.GPUs.Sharing.Shares(3), c.GPUs.Sharing.Shares(2))
 	}
 	if got := c.Ignored[0].String(); got != c.File+":5: flags.migStrategy: a field of NVIDIA's device plugin, ignored: virtual GPUs have no MIG devices: as migStrategy none" {
 		t.Errorf("note = %q", got)
@@ -96,11 +94,11 @@ func TestSharing_NVIDIAConfigs(t *testing.T) {
 
 func TestSharing_Flag(t *testing.T) {
 	c := mustLoad(t, []string{"-replicas=4", "-devices=2"}, nil)
-	if s := c.Sharing; !s.Enabled() || s.Replicas != 4 || s.ResourceName != "unicore.mcyou.cc/gpu" || s.Renamed || s.GPUs != nil || !s.Shares(1) {
+	if s := c.GPUs.Sharing; !s.Enabled() || s.Replicas != 4 || s.ResourceName != "unicore.mcyou.cc/gpu" || s.Renamed || s.GPUs != nil || !s.Shares(1) {
 		t.Errorf("-replicas=4: %+v", s)
 	}
 	c = mustLoad(t, nil, map[string]string{"VGPU_REPLICAS": "2", "VGPU_SHARED_DEVICES_ALLOCATION_POLICY": "packed"})
-	if s := c.Sharing; s.Replicas != 2 || s.PolicyName != "packed" || c.Source("replicas") != options.SourceEnv {
+	if s := c.GPUs.Sharing; s.Replicas != 2 || s.PolicyName != "packed" || c.Source("replicas") != options.SourceEnv {
 		t.Errorf("VGPU_REPLICAS=2: %+v", s)
 	}
 }

@@ -19,7 +19,9 @@ import (
 
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/faults"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/cdi"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
@@ -101,7 +103,7 @@ func (s Settings) Validate() (*Config, error) {
 	if err := validateResourceName(s.ResourceName); err != nil {
 		return nil, s.bad("resource-name", s.ResourceName, "%w", err)
 	}
-	c.ResourceName = s.ResourceName
+	c.GPUs.ResourceName = s.ResourceName
 	if !filepath.IsAbs(s.DevicePluginPath) {
 		return nil, s.bad("device-plugin-path", s.DevicePluginPath, "must be an absolute path")
 	}
@@ -129,26 +131,24 @@ func (s Settings) Validate() (*Config, error) {
 	if err != nil {
 		return nil, s.bad("numa-report", s.NUMAReport, "must be auto, always or never")
 	}
-	c.NUMAReport = mode
+	c.GPUs.NUMAReport = mode
 	if !filepath.IsAbs(s.SysfsRoot) {
 		return nil, s.bad("sysfs-root", s.SysfsRoot, "must be an absolute path")
 	}
-	c.SysfsRoot = filepath.Clean(s.SysfsRoot)
+	c.GPUs.SysfsRoot = filepath.Clean(s.SysfsRoot)
 	if mode == topology.NUMAReportAuto {
-		if err := checkKind(filepath.Join(c.SysfsRoot, topology.SysfsNodeDir), os.ModeDir); err != nil {
+		if err := checkKind(filepath.Join(c.GPUs.SysfsRoot, topology.SysfsNodeDir), os.ModeDir); err != nil {
 			return nil, s.bad("sysfs-root", s.SysfsRoot, "%w", err)
 		}
 	}
-	policy, ok := allocator.Policies[s.AllocationPolicy]
-	if !ok {
+	if _, ok := allocator.Policies[s.AllocationPolicy]; !ok {
 		return nil, s.bad("allocation-policy", s.AllocationPolicy, "must be one of %s", strings.Join(allocator.PolicyNames(), ", "))
 	}
-	c.AllocationPolicy, c.Policy = s.AllocationPolicy, policy
-	shared, ok := allocator.SharedPolicies[s.SharedDevicesAllocationPolicy]
-	if !ok {
+	c.GPUs.AllocationPolicy = s.AllocationPolicy
+	if _, ok := allocator.SharedPolicies[s.SharedDevicesAllocationPolicy]; !ok {
 		return nil, s.bad("shared-devices-allocation-policy", s.SharedDevicesAllocationPolicy, "must be one of %s", strings.Join(allocator.SharedPolicyNames(), ", "))
 	}
-	if c.DeviceListStrategies, err = parseDeviceListStrategies(s.DeviceListStrategy); err != nil {
+	if c.View.DeviceListStrategies, err = parseDeviceListStrategies(s.DeviceListStrategy); err != nil {
 		return nil, s.bad("device-list-strategy", s.DeviceListStrategy, "%w", err)
 	}
 	if s.Replicas < 1 || s.Replicas > topology.MaxReplicas {
@@ -158,6 +158,7 @@ func (s Settings) Validate() (*Config, error) {
 		return nil, s.bad("state", s.State, "must be an absolute file path")
 	}
 	c.StatePath = filepath.Clean(s.State)
+	c.View.Owner = c.StatePath
 	if err := store.CheckPath(c.StatePath); err != nil {
 		return nil, s.bad("state", s.State, "%w", err)
 	}
@@ -168,15 +169,15 @@ func (s Settings) Validate() (*Config, error) {
 	if s.HistoryMaxRecords < 1 {
 		return nil, s.bad("history-max-records", s.HistoryMaxRecords, "must be at least 1 (the history is always bounded)")
 	}
-	c.HistoryMaxRecords = s.HistoryMaxRecords
+	c.History.MaxRecords = s.HistoryMaxRecords
 	if s.HistoryMaxAge < 0 {
 		return nil, s.bad("history-max-age", s.HistoryMaxAge, "must be 0 (any age) or positive")
 	}
-	c.HistoryMaxAge = s.HistoryMaxAge
+	c.History.MaxAge = s.HistoryMaxAge
 	if s.HistoryMaxBytes != 0 && s.HistoryMaxBytes < minHistoryMaxBytes {
 		return nil, s.bad("history-max-bytes", s.HistoryMaxBytes, "must be 0 (no byte limit) or at least %s", ByteSize(minHistoryMaxBytes))
 	}
-	c.HistoryMaxBytes = int64(s.HistoryMaxBytes)
+	c.History.MaxBytes = int64(s.HistoryMaxBytes)
 	if c.AdminSocket, err = AdminSocketPath(s.AdminSocket, c.StatePath); err != nil {
 		return nil, s.bad("admin-socket", s.AdminSocket, "%w", err)
 	}
@@ -216,44 +217,44 @@ func (s Settings) Validate() (*Config, error) {
 		prefix, what := s.origins["faults"].where("faults")
 		return nil, invalidf("%sinvalid %s: %w", prefix, what, err)
 	}
-	c.FaultPlan, c.Faults = s.Faults, plan
+	c.Faults = faults.Plan{Text: s.Faults, Faults: plan}
 
 	// What the values name: the machine, then what refers to its GPUs.
-	c.Topology = s.Topology
-	if c.Machine, err = topology.Resolve(s.Topology, s.Devices, s.Source("devices") != SourceDefault); err != nil {
+	c.GPUs.Topology = s.Topology
+	if c.GPUs.Machine, err = topology.Resolve(s.Topology, s.Devices, s.Source("devices") != SourceDefault); err != nil {
 		return nil, s.bad("topology", s.Topology, "%w", err)
 	}
-	ids := make([]string, c.Machine.Len())
+	ids := make([]string, c.GPUs.Machine.Len())
 	for i := range ids {
-		ids[i] = c.Machine.ID(i)
+		ids[i] = c.GPUs.Machine.ID(i)
 	}
-	if c.Uses(DeviceListCDICRI) {
-		if c.CDIKind, err = cdi.KindOf(c.ResourceName); err != nil {
+	if c.View.Uses(view.DeviceListCDICRI) {
+		if c.View.CDIKind, err = cdi.KindOf(c.GPUs.ResourceName); err != nil {
 			return nil, s.bad("resource-name", s.ResourceName, "must make a valid CDI kind with the cdi-cri strategy (%s): %w", s.name("device-list-strategy"), err)
 		}
 	}
-	if c.Uses(DeviceListCDICRI) && c.Machine.Len() > cdi.MaxMinor+1 {
+	if c.View.Uses(view.DeviceListCDICRI) && c.GPUs.Machine.Len() > cdi.MaxMinor+1 {
 		return nil, s.bad("device-list-strategy", s.DeviceListStrategy, "cdi-cri gives each GPU its device node /dev/nvidia<minor>, minors 0–%d: at most %d GPUs, the machine has %d",
-			cdi.MaxMinor, cdi.MaxMinor+1, c.Machine.Len())
+			cdi.MaxMinor, cdi.MaxMinor+1, c.GPUs.Machine.Len())
 	}
-	if err := faults.Check(c.Faults, ids); err != nil {
+	if err := faults.Check(c.Faults.Faults, ids); err != nil {
 		prefix, what := s.origins["faults"].where("faults")
 		return nil, invalidf("%sinvalid %s: %w", prefix, what, err)
 	}
-	if c.Sharing, err = s.sharing(c, shared); err != nil {
+	if c.GPUs.Sharing, err = s.sharing(c); err != nil {
 		return nil, err
 	}
-	advertised := c.Machine.Len()
-	if c.Sharing.Enabled() {
-		n := c.Machine.Len()
-		if c.Sharing.GPUs != nil {
-			n = len(c.Sharing.GPUs)
+	advertised := c.GPUs.Machine.Len()
+	if c.GPUs.Sharing.Enabled() {
+		n := c.GPUs.Machine.Len()
+		if c.GPUs.Sharing.GPUs != nil {
+			n = len(c.GPUs.Sharing.GPUs)
 		}
-		advertised += n * (c.Sharing.Replicas - 1)
+		advertised += n * (c.GPUs.Sharing.Replicas - 1)
 	}
 	if advertised > maxAdvertised {
 		return nil, s.bad("replicas", s.Replicas, "%d GPUs shared %d ways are %d devices; at most %d fit the kubelet's ListAndWatch message",
-			c.Machine.Len(), c.Sharing.Replicas, advertised, maxAdvertised)
+			c.GPUs.Machine.Len(), c.GPUs.Sharing.Replicas, advertised, maxAdvertised)
 	}
 	if f := s.file; f != nil {
 		c.Profile, c.File, c.Ignored = f.Profile, f.Path, f.Ignored
@@ -270,8 +271,8 @@ func (s Settings) Validate() (*Config, error) {
 // sharing builds the typed sharing configuration: the replica count by
 // precedence (-replicas, or the file's), the rest from the file's
 // sharing.timeSlicing.
-func (s *Settings) sharing(c *Config, policy allocator.SharedPolicy) (Sharing, error) {
-	sh := Sharing{Replicas: s.Replicas, ResourceName: c.ResourceName, PolicyName: s.SharedDevicesAllocationPolicy, Policy: policy}
+func (s *Settings) sharing(c *Config) (gpuset.Sharing, error) {
+	sh := gpuset.Sharing{Replicas: s.Replicas, ResourceName: c.GPUs.ResourceName, PolicyName: s.SharedDevicesAllocationPolicy}
 	var ts *timeSlicingSpec
 	if s.file != nil && s.file.spec.Sharing != nil {
 		ts = s.file.spec.Sharing.TimeSlicing
@@ -282,9 +283,9 @@ func (s *Settings) sharing(c *Config, policy allocator.SharedPolicy) (Sharing, e
 	f := s.file
 	res := f.shared
 	r := &ts.Resources[0] // the parser keeps exactly one
-	if withDomain(*r.Name, c.ResourceName) != c.ResourceName {
+	if withDomain(*r.Name, c.GPUs.ResourceName) != c.GPUs.ResourceName {
 		return sh, invalidf("%s: invalid %s.name=%q: the plugin serves %s (%s), the one resource it can share",
-			f.at(res+".name"), res, *r.Name, c.ResourceName, s.name("resource-name"))
+			f.at(res+".name"), res, *r.Name, c.GPUs.ResourceName, s.name("resource-name"))
 	}
 	if !sh.Enabled() {
 		return sh, nil // -replicas=1 given: no sharing, whatever the file says
@@ -292,22 +293,22 @@ func (s *Settings) sharing(c *Config, policy allocator.SharedPolicy) (Sharing, e
 	sh.FailRequestsGreaterThanOne = ts.FailRequestsGreaterThanOne != nil && *ts.FailRequestsGreaterThanOne
 	switch {
 	case r.Rename != nil:
-		name := withDomain(*r.Rename, c.ResourceName)
+		name := withDomain(*r.Rename, c.GPUs.ResourceName)
 		if err := validateResourceName(name); err != nil {
 			return sh, invalidf("%s: invalid %s.rename=%q: %w", f.at(res+".rename"), res, *r.Rename, err)
 		}
 		sh.ResourceName = name
 	case ts.RenameByDefault != nil && *ts.RenameByDefault:
-		name := c.ResourceName + sharedSuffix
+		name := c.GPUs.ResourceName + sharedSuffix
 		if err := validateResourceName(name); err != nil {
 			return sh, invalidf("%s: invalid sharing.timeSlicing.renameByDefault: %s: %w", f.at("sharing.timeSlicing.renameByDefault"), name, err)
 		}
 		sh.ResourceName = name
 	}
-	sh.Renamed = sh.ResourceName != c.ResourceName
+	sh.Renamed = sh.ResourceName != c.GPUs.ResourceName
 	if r.Devices != nil && !r.Devices.All {
 		for _, d := range r.Devices.List {
-			i, err := d.index(c.Machine)
+			i, err := d.index(c.GPUs.Machine)
 			if err != nil {
 				return sh, invalidf("%s: invalid %s.devices: %w", fileLine(f.Path, d.Line), res, err)
 			}
@@ -335,31 +336,31 @@ func withDomain(name, resource string) string {
 // the tools, status and CDI directories and the device node source. It
 // needs c's StatePath and DeviceListStrategies.
 func (s *Settings) validateContainerView(c *Config) error {
-	c.NvidiaSMI, c.VisibleDevicesEnv, c.DeviceNodes = s.NvidiaSMI, s.VisibleDevicesEnv, s.DeviceNodes
+	c.View.NvidiaSMI, c.View.VisibleDevicesEnv, c.View.DeviceNodes = s.NvidiaSMI, s.VisibleDevicesEnv, s.DeviceNodes
 	dir := filepath.Dir(c.StatePath)
-	c.StatusDir = filepath.Join(dir, StatusDirName)
-	c.ToolsDir = filepath.Join(dir, ToolsDirName)
+	c.View.StatusDir = filepath.Join(dir, StatusDirName)
+	c.View.ToolsDir = filepath.Join(dir, ToolsDirName)
 	if s.ToolsDir != "" {
 		if !filepath.IsAbs(s.ToolsDir) {
 			return s.bad("tools-dir", s.ToolsDir, "must be an absolute path")
 		}
-		c.ToolsDir = filepath.Clean(s.ToolsDir)
+		c.View.ToolsDir = filepath.Clean(s.ToolsDir)
 	}
-	if err := checkKind(c.ToolsDir, os.ModeDir); err != nil {
+	if err := checkKind(c.View.ToolsDir, os.ModeDir); err != nil {
 		return s.bad("tools-dir", s.ToolsDir, "%w", err)
 	}
 	if !filepath.IsAbs(s.CDISpecDir) {
 		return s.bad("cdi-spec-dir", s.CDISpecDir, "must be an absolute path")
 	}
-	c.CDISpecDir = filepath.Clean(s.CDISpecDir)
-	if err := checkKind(c.CDISpecDir, os.ModeDir); err != nil {
+	c.View.CDISpecDir = filepath.Clean(s.CDISpecDir)
+	if err := checkKind(c.View.CDISpecDir, os.ModeDir); err != nil {
 		return s.bad("cdi-spec-dir", s.CDISpecDir, "%w", err)
 	}
 	if !filepath.IsAbs(s.DeviceNodeSource) {
 		return s.bad("device-node-source", s.DeviceNodeSource, "must be an absolute path")
 	}
-	c.DeviceNodeSource = filepath.Clean(s.DeviceNodeSource)
-	if c.DeviceNodes || c.Uses(DeviceListCDICRI) {
+	c.View.DeviceNodeSource = filepath.Clean(s.DeviceNodeSource)
+	if c.View.DeviceNodes || c.View.Uses(view.DeviceListCDICRI) {
 		return s.validateDeviceNodeSource(c)
 	}
 	return nil
@@ -385,7 +386,7 @@ var harmlessNodes = []struct {
 // device never. It looks at the node itself (Lstat), as the runtime does,
 // so a symlink is refused.
 func (s *Settings) validateDeviceNodeSource(c *Config) error {
-	fi, err := os.Lstat(c.DeviceNodeSource)
+	fi, err := os.Lstat(c.View.DeviceNodeSource)
 	switch {
 	case err != nil:
 		return s.bad("device-node-source", s.DeviceNodeSource, "device nodes (-device-nodes or the cdi-cri strategy) need it: %w", err)
@@ -412,7 +413,7 @@ func (s *Settings) validateDeviceNodeSource(c *Config) error {
 			major, minor, strings.Join(names, ", "), s.name("allow-unsafe-device-node-source"))
 	}
 	c.Warnings = append(c.Warnings, fmt.Sprintf("%s %s is character device %d:%d, not a harmless one (%s); accepted by %s: every GPU container gets it read-write as /dev/nvidia<minor>, /dev/nvidiactl and /dev/nvidia-uvm",
-		s.name("device-node-source"), c.DeviceNodeSource, major, minor, strings.Join(names, ", "), s.name("allow-unsafe-device-node-source")))
+		s.name("device-node-source"), c.View.DeviceNodeSource, major, minor, strings.Join(names, ", "), s.name("allow-unsafe-device-node-source")))
 	return nil
 }
 
@@ -432,18 +433,18 @@ func (s *Settings) validateTelemetry(c *Config) error {
 	if err != nil || s.TelemetryModel == "" {
 		return s.bad("telemetry-model", s.TelemetryModel, "must be one of %s", strings.Join(modelNames(), ", "))
 	}
-	c.TelemetryModel = model
+	c.Telemetry.Model = model
 	if s.TelemetrySeed < 0 {
 		return s.bad("telemetry-seed", s.TelemetrySeed, "must be 0 or more")
 	}
-	c.TelemetrySeed = uint64(s.TelemetrySeed)
-	c.TelemetryPerPod = s.TelemetryPerPod
+	c.Telemetry.Seed = uint64(s.TelemetrySeed)
+	c.Telemetry.PerPod = s.TelemetryPerPod
 	if s.TelemetryWritable && s.TelemetryAddress == "" {
 		return s.bad("telemetry-writable", s.TelemetryWritable, "needs -telemetry-address: the values a container sets show in the telemetry")
 	}
-	c.TelemetryWritable = s.TelemetryWritable
-	c.LoadSocketDir = filepath.Join(filepath.Dir(c.StatePath), LoadSocketDirName)
-	if p := filepath.Join(c.LoadSocketDir, longestLoadSocket); c.TelemetryWritable && len(p) > maxSocketPath {
+	c.Telemetry.Writable, c.View.LoadSockets = s.TelemetryWritable, s.TelemetryWritable
+	c.View.LoadSocketDir = filepath.Join(filepath.Dir(c.StatePath), LoadSocketDirName)
+	if p := filepath.Join(c.View.LoadSocketDir, longestLoadSocket); c.Telemetry.Writable && len(p) > maxSocketPath {
 		return s.bad("telemetry-writable", s.TelemetryWritable, "the per-allocation sockets next to %s (%s) would be up to %d bytes long, unix sockets allow %d",
 			s.name("state"), p, len(p), maxSocketPath)
 	}
@@ -505,11 +506,11 @@ func (s *Settings) flagDir(flagName, path string, derived bool) dirRef {
 // paths.
 func (s *Settings) validateDirs(c *Config) error {
 	dp := s.flagDir("device-plugin-path", c.DevicePluginPath, false)
-	tools := s.flagDir("tools-dir", c.ToolsDir, s.ToolsDir == "")
+	tools := s.flagDir("tools-dir", c.View.ToolsDir, s.ToolsDir == "")
 	admin := dirRef{"the directory of " + s.flagDir("admin-socket", c.AdminSocket, s.AdminSocket == "").what, filepath.Dir(c.AdminSocket)}
 	dirs := []dirRef{dp, tools, admin}
-	cdiDir := s.flagDir("cdi-spec-dir", c.CDISpecDir, false)
-	useCDI := c.Uses(DeviceListCDICRI)
+	cdiDir := s.flagDir("cdi-spec-dir", c.View.CDISpecDir, false)
+	useCDI := c.View.Uses(view.DeviceListCDICRI)
 	if useCDI {
 		dirs = append(dirs, cdiDir)
 	}
@@ -517,9 +518,9 @@ func (s *Settings) validateDirs(c *Config) error {
 		dir dirRef
 		why string
 	}{
-		{dirRef{fmt.Sprintf("the status directory %s (next to %s)", c.StatusDir, s.name("state")), c.StatusDir},
+		{dirRef{fmt.Sprintf("the status directory %s (next to %s)", c.View.StatusDir, s.name("state")), c.View.StatusDir},
 			"every GPU container gets it mounted, and the plugin removes stale status files from it"},
-		{dirRef{fmt.Sprintf("the load socket directory %s (next to %s)", c.LoadSocketDir, s.name("state")), c.LoadSocketDir},
+		{dirRef{fmt.Sprintf("the load socket directory %s (next to %s)", c.View.LoadSocketDir, s.name("state")), c.View.LoadSocketDir},
 			"the plugin mounts its allocations' directories into containers and removes them when the allocations end"},
 	} {
 		for _, d := range dirs {
@@ -528,13 +529,13 @@ func (s *Settings) validateDirs(c *Config) error {
 			}
 		}
 	}
-	if sameDir(c.ToolsDir, c.DevicePluginPath) {
+	if sameDir(c.View.ToolsDir, c.DevicePluginPath) {
 		return invalidf("invalid %s: must not be %s: the kubelet's directory holds sockets, the tools directory the plugin's nvidia-smi", tools.what, dp.what)
 	}
-	if useCDI && sameDir(c.CDISpecDir, c.DevicePluginPath) {
+	if useCDI && sameDir(c.View.CDISpecDir, c.DevicePluginPath) {
 		return invalidf("invalid %s: must not be %s: the kubelet's directory holds sockets, the spec directory CDI specs", cdiDir.what, dp.what)
 	}
-	if useCDI && sameDir(c.CDISpecDir, c.ToolsDir) {
+	if useCDI && sameDir(c.View.CDISpecDir, c.View.ToolsDir) {
 		return invalidf("invalid %s: must not be %s: container runtimes read the spec directory, and the plugin installs its nvidia-smi into the tools directory", cdiDir.what, tools.what)
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/cdi"
 )
 
@@ -18,22 +19,22 @@ import (
 // and status directories next to the state file, wherever it is.
 func TestLoad_ContainerView_Defaults(t *testing.T) {
 	c := mustLoad(t, nil, nil)
-	if !c.NvidiaSMI || c.VisibleDevicesEnv || c.DeviceNodes {
-		t.Errorf("nvidia-smi %v, visible devices env %v, device nodes %v: want true, false, false", c.NvidiaSMI, c.VisibleDevicesEnv, c.DeviceNodes)
+	if !c.View.NvidiaSMI || c.View.VisibleDevicesEnv || c.View.DeviceNodes {
+		t.Errorf("nvidia-smi %v, visible devices env %v, device nodes %v: want true, false, false", c.View.NvidiaSMI, c.View.VisibleDevicesEnv, c.View.DeviceNodes)
 	}
 	for _, p := range []struct{ name, got, want string }{
-		{"tools dir", c.ToolsDir, "/var/lib/virtual-gpu/bin"},
-		{"status dir", c.StatusDir, "/var/lib/virtual-gpu/status"},
-		{"cdi spec dir", c.CDISpecDir, "/var/run/cdi"},
-		{"device node source", c.DeviceNodeSource, "/dev/null"},
+		{"tools dir", c.View.ToolsDir, "/var/lib/virtual-gpu/bin"},
+		{"status dir", c.View.StatusDir, "/var/lib/virtual-gpu/status"},
+		{"cdi spec dir", c.View.CDISpecDir, "/var/run/cdi"},
+		{"device node source", c.View.DeviceNodeSource, "/dev/null"},
 	} {
 		if p.got != p.want {
 			t.Errorf("%s = %q, want %q", p.name, p.got, p.want)
 		}
 	}
 	c = mustLoad(t, []string{"-state=/srv/vgpu/s.db"}, nil)
-	if c.ToolsDir != "/srv/vgpu/bin" || c.StatusDir != "/srv/vgpu/status" {
-		t.Errorf("with -state=/srv/vgpu/s.db: tools %q, status %q; want both next to it", c.ToolsDir, c.StatusDir)
+	if c.View.ToolsDir != "/srv/vgpu/bin" || c.View.StatusDir != "/srv/vgpu/status" {
+		t.Errorf("with -state=/srv/vgpu/s.db: tools %q, status %q; want both next to it", c.View.ToolsDir, c.View.StatusDir)
 	}
 }
 
@@ -42,10 +43,10 @@ func TestLoad_ContainerView_Defaults(t *testing.T) {
 func TestLoad_ContainerView_Set(t *testing.T) {
 	check := func(t *testing.T, c *options.Config) {
 		t.Helper()
-		if c.NvidiaSMI || !c.VisibleDevicesEnv || !c.DeviceNodes || c.ToolsDir != "/opt/tools" || c.CDISpecDir != "/etc/cdi" ||
-			c.DeviceNodeSource != "/dev/zero" || !c.Uses(options.DeviceListCDICRI) || !c.Uses(options.DeviceListEnvVar) {
+		if c.View.NvidiaSMI || !c.View.VisibleDevicesEnv || !c.View.DeviceNodes || c.View.ToolsDir != "/opt/tools" || c.View.CDISpecDir != "/etc/cdi" ||
+			c.View.DeviceNodeSource != "/dev/zero" || !c.View.Uses(view.DeviceListCDICRI) || !c.View.Uses(view.DeviceListEnvVar) {
 			t.Errorf("got nvidia-smi %v, visible %v, nodes %v, tools %q, cdi %q, source %q, strategies %v",
-				c.NvidiaSMI, c.VisibleDevicesEnv, c.DeviceNodes, c.ToolsDir, c.CDISpecDir, c.DeviceNodeSource, c.DeviceListStrategies)
+				c.View.NvidiaSMI, c.View.VisibleDevicesEnv, c.View.DeviceNodes, c.View.ToolsDir, c.View.CDISpecDir, c.View.DeviceNodeSource, c.View.DeviceListStrategies)
 		}
 	}
 	t.Run("flags", func(t *testing.T) {
@@ -69,8 +70,8 @@ flags:
 `)
 		c := mustLoad(t, []string{"-config=" + p}, nil)
 		check(t, c)
-		if !slices.Equal(c.DeviceListStrategies, []options.DeviceListStrategy{options.DeviceListEnvVar, options.DeviceListCDICRI}) {
-			t.Errorf("strategies %v, want the file's order", c.DeviceListStrategies)
+		if !slices.Equal(c.View.DeviceListStrategies, []view.DeviceListStrategy{view.DeviceListEnvVar, view.DeviceListCDICRI}) {
+			t.Errorf("strategies %v, want the file's order", c.View.DeviceListStrategies)
 		}
 	})
 }
@@ -105,7 +106,7 @@ func TestLoad_ContainerView_BadInput(t *testing.T) {
 		})
 	}
 	// Without cdi-cri the resource name need not make a CDI kind.
-	if c, err := load([]string{"-resource-name=example.com/2gpu"}, nil); err != nil || c.CDIKind != (cdi.Kind{}) {
+	if c, err := load([]string{"-resource-name=example.com/2gpu"}, nil); err != nil || c.View.CDIKind != (cdi.Kind{}) {
 		t.Errorf("resource name without cdi-cri: %v; want accepted, no CDI kind", err)
 	}
 	// Not used: not checked (a missing /dev node on a build host is fine).
@@ -126,13 +127,13 @@ func TestLoad_CDIKind(t *testing.T) {
 		{[]string{"-device-list-strategy=envvar,cdi-cri", "-resource-name=example.com/vgpu"}, cdi.Kind{Vendor: "example.com", Class: "vgpu"}},
 		{[]string{"-device-list-strategy=envvar"}, cdi.Kind{}},
 	} {
-		if c := mustLoad(t, tc.args, nil); c.CDIKind != tc.want {
-			t.Errorf("%q: CDI kind %+v, want %+v", tc.args, c.CDIKind, tc.want)
+		if c := mustLoad(t, tc.args, nil); c.View.CDIKind != tc.want {
+			t.Errorf("%q: CDI kind %+v, want %+v", tc.args, c.View.CDIKind, tc.want)
 		}
 	}
 	p := writeFile(t, t.TempDir(), "c.yaml", "version: v1\nflags:\n  deviceListStrategy: cdi-cri\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n      - name: unicore.mcyou.cc/gpu\n        replicas: 2\n")
-	if c := mustLoad(t, []string{"-config=" + p}, nil); c.CDIKind != cdi.DefaultKind || c.Sharing.ResourceName != "unicore.mcyou.cc/gpu.shared" {
-		t.Errorf("renamed by sharing: CDI kind %+v (shared as %s), want the resource name's", c.CDIKind, c.Sharing.ResourceName)
+	if c := mustLoad(t, []string{"-config=" + p}, nil); c.View.CDIKind != cdi.DefaultKind || c.GPUs.Sharing.ResourceName != "unicore.mcyou.cc/gpu.shared" {
+		t.Errorf("renamed by sharing: CDI kind %+v (shared as %s), want the resource name's", c.View.CDIKind, c.GPUs.Sharing.ResourceName)
 	}
 }
 
@@ -151,8 +152,8 @@ func TestLoadProfiles_ContainerView(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.NvidiaSMI || !c.VisibleDevicesEnv || !c.DeviceNodes || !slices.Equal(c.DeviceListStrategies, []options.DeviceListStrategy{options.DeviceListCDICRI}) {
-		t.Errorf("profile: nvidia-smi %v, visible %v, nodes %v, strategies %v", c.NvidiaSMI, c.VisibleDevicesEnv, c.DeviceNodes, c.DeviceListStrategies)
+	if c.View.NvidiaSMI || !c.View.VisibleDevicesEnv || !c.View.DeviceNodes || !slices.Equal(c.View.DeviceListStrategies, []view.DeviceListStrategy{view.DeviceListCDICRI}) {
+		t.Errorf("profile: nvidia-smi %v, visible %v, nodes %v, strategies %v", c.View.NvidiaSMI, c.View.VisibleDevicesEnv, c.View.DeviceNodes, c.View.DeviceListStrategies)
 	}
 	for _, line := range []string{"toolsDir: /opt/tools", "cdiSpecDir: /etc/cdi", "deviceNodeSource: /dev/zero"} {
 		t.Run(line, func(t *testing.T) {
