@@ -9,6 +9,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view"
 )
 
 // Record is one allocation as the Recorder stored it: what a container's
@@ -46,47 +47,18 @@ type Recorder interface {
 type RespondFunc func(rec Record, devs []gpuset.Device) (ContainerSpec, error)
 
 // ContainerSpec is what a RespondFunc adds to a container's Allocate answer,
-// besides the stored environment. The Server turns it into the kubelet's
-// ContainerAllocateResponse.
-type ContainerSpec struct {
-	// Envs are more environment variables. A name the stored record sets
-	// too must have the same value.
-	Envs map[string]string
-	// Mounts are host paths mounted into the container.
-	Mounts []Mount
-	// DeviceNodes are host device files made available in the container.
-	DeviceNodes []DeviceNode
-	// CDIDevices are fully qualified CDI device names
-	// ("vendor.com/class=name") the runtime injects
-	// (ContainerAllocateResponse.CdiDevices).
-	CDIDevices []string
-	// Annotations are passed to the container runtime.
-	Annotations map[string]string
-}
+// besides the stored environment: the view's Container. The Server turns it
+// into the kubelet's ContainerAllocateResponse, checking its rules: every
+// path absolute, no container path twice, device permissions of "rwm",
+// CDI names vendor.com/class=name, and no variable that contradicts the
+// stored record.
+type ContainerSpec = view.Container
 
 // Mount is one bind mount of a ContainerSpec.
-type Mount struct {
-	// ContainerPath is where it appears in the container; absolute, and
-	// unique among the spec's mounts and device nodes.
-	ContainerPath string
-	// HostPath is what is mounted; absolute.
-	HostPath string
-	// ReadOnly mounts it read-only.
-	ReadOnly bool
-}
+type Mount = view.Mount
 
 // DeviceNode is one device file of a ContainerSpec.
-type DeviceNode struct {
-	// ContainerPath is the device file's path in the container, e.g.
-	// /dev/nvidia0; absolute, and unique among the spec's mounts and
-	// device nodes.
-	ContainerPath string
-	// HostPath is the host's device file backing it; absolute.
-	HostPath string
-	// Permissions are the cgroup permissions, one or more of "r", "w" and
-	// "m"; "" means "rw".
-	Permissions string
-}
+type DeviceNode = view.DeviceNode
 
 // containerResponse builds the kubelet's answer for one container from its
 // stored record and the RespondFunc's spec, checking the spec. The error

@@ -140,8 +140,14 @@ func (m *Machine) Len() int {
 // or a file) rather than chosen with -devices (a generic layout).
 func (m *Machine) FixedSize() bool { return m != nil && m.fixed }
 
-// ID returns the device id of GPU i, "fake-<i>". It does not check i.
-func (m *Machine) ID(i int) string { return IDPrefix + strconv.Itoa(i) }
+// ID returns the device id of GPU i, "fake-<i>" (GPUID). It does not check
+// i.
+func (m *Machine) ID(i int) string { return GPUID(i) }
+
+// GPUID returns the device id of GPU i, "fake-<i>", of any machine: also a
+// GPU's CDI device name and the id in its status file. It does not check
+// i; GPUOf reads it back.
+func GPUID(i int) string { return IDPrefix + strconv.Itoa(i) }
 
 // Index returns the index of the device id ("fake-<i>" → i) and whether id
 // names a GPU of this machine. Only the canonical form is accepted: no sign,

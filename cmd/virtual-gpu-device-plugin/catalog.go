@@ -7,6 +7,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/kube"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 )
 
@@ -23,8 +24,8 @@ type deviceSet struct {
 	// event describes the configuration for the history; the caller adds
 	// why, when and what the reconcile did.
 	event store.ConfigEvent
-	// view is what a container sees besides the environment (container.go).
-	view containerView
+	// view is what a container sees besides the environment.
+	view *view.View
 }
 
 // newDeviceSet builds the device set of cfg. identity is what GPU UUIDs
@@ -34,7 +35,7 @@ func newDeviceSet(cfg *options.Config, identity string) (*deviceSet, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &deviceSet{Set: set, cfg: cfg, view: newContainerView(cfg)}
+	s := &deviceSet{Set: set, cfg: cfg, view: view.New(cfg.View, set)}
 	m := cfg.GPUs.Machine
 	s.labels = kube.LabelSpec{Machine: m, Topology: cfg.GPUs.Topology, Profile: cfg.Profile}
 	s.event = store.ConfigEvent{Profile: cfg.Profile, ResourceName: set.Resource(), Machine: m.Name(), Devices: set.Len()}

@@ -16,6 +16,8 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/kube"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/podresources"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
@@ -85,8 +87,8 @@ type liveParts struct {
 	reg       *registrar
 	tracker   *podresources.Tracker
 	faults    *faultRunner
-	view      *viewFiles
-	telemetry *gpuTelemetry
+	view      *view.Files
+	telemetry *telemetry.Service
 }
 
 // newSelector returns a selector for the profiles (nil: -config is not a
@@ -413,7 +415,7 @@ func (s *selector) apply(ctx context.Context, cfg *options.Config, why, detail s
 		}
 		return err
 	}
-	if err := p.view.prepare(set, prev); err != nil { // what set's answers name exists first
+	if err := p.view.Prepare(set.view, prev.view); err != nil { // what set's answers name exists first
 		return err
 	}
 	if set.Resource() != prev.Resource() {
@@ -427,9 +429,9 @@ func (s *selector) apply(ctx context.Context, cfg *options.Config, why, detail s
 	}
 	s.set = set
 	s.current.Store(set)
-	p.view.publish(set) // what cannot be written now is written by view.run once it can
+	p.view.Publish(set.view) // what cannot be written now is written by view.Files.Run once it can
 	if p.telemetry != nil {
-		if err := p.telemetry.follow(set); err != nil {
+		if err := p.telemetry.Follow(set.Set, set.cfg.Telemetry); err != nil {
 			s.log.Error().Err(err).Msg("GPU telemetry unavailable with the configuration applied")
 		}
 	}

@@ -20,12 +20,14 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/admin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/agent"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/kube"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/metrics"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/podresources"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/unixsock"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/loadsock"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
@@ -179,16 +181,16 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 		return err
 	}
 
-	view, err := newViewFiles(cfg, st, env.executable, identity, log)
+	files, err := view.NewFiles(cfg.View, st, env.executable, identity, log)
 	if err != nil {
 		return err
 	}
-	if err := view.prepare(set, nil); err != nil {
+	if err := files.Prepare(set.view, nil); err != nil {
 		return err
 	}
-	view.publish(set) // what cannot be written now is written by view.run once it can
+	files.Publish(set.view) // what cannot be written now is written by files.Run once it can
 	if cfg.TelemetryAddress == "" {
-		if err := view.dropLive(); err != nil {
+		if err := files.DropLive(); err != nil {
 			log.Warn().Err(err).Msg("live GPU values of an earlier run not removed: nvidia-smi in containers shows them")
 		}
 	}
@@ -205,11 +207,11 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	// The load sockets of -telemetry-writable, one per allocation whose
 	// record says it has one (whatever the configuration in force): those
 	// of the active allocations exist again before the plugin registers.
-	active, err := newActiveAllocations(st)
+	active, err := agent.NewActiveIndex(st)
 	if err != nil {
 		return err
 	}
-	var telemetryRef atomic.Pointer[gpuTelemetry] // set below, with -telemetry-address
+	var telemetryRef atomic.Pointer[telemetry.Service] // set below, with -telemetry-address
 	loads, err := loadsock.NewServer(loadsock.Config{Dir: cfg.View.LoadSocketDir, Logger: log,
 		MaxSockets: func() int { // the configuration in force, once the selector has one
 			if s := sel.current.Load(); s != nil {
@@ -235,7 +237,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 			for i, a := range allocs {
 				seqs[i] = a.Seq
 			}
-			t.keepLoads(seqs)
+			t.KeepLoads(seqs)
 		}
 		return allocs, err
 	}
@@ -259,7 +261,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	}
 	openFailed := newCauseLog(log)
 	opened := func(a store.Allocation) { // before Allocate answers
-		active.add(a.Seq) // before its socket: a Sync after the Open must list it
+		active.Add(a.Seq) // before its socket: a Sync after the Open must list it
 		if a.Envs[loadsock.EnvSocket] == "" {
 			return
 		}
@@ -275,7 +277,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	srv, err = plugin.NewServer(plugin.ServerConfig{
 		Catalog:  catalog,
 		Recorder: recorder{st: st, kick: pruner.Kick, recorded: tracker.Notify, opened: opened},
-		Health:   viewHealth{next: healthRecorder{st}, files: view},
+		Health:   viewHealth{next: healthRecorder{st}, files: files},
 		Logger:   log,
 	})
 	if err != nil {
@@ -307,22 +309,23 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	if nodeName == "" {
 		nodeName, _ = os.Hostname()
 	}
-	var telem *gpuTelemetry
+	var telem *telemetry.Service
 	if cfg.TelemetryAddress != "" {
-		telem = newGPUTelemetry(st, active, srv, view, nodeName, tracker.Notify, env.clock, log)
+		telem = telemetry.NewService(telemetry.ServiceConfig{Store: st, Active: active, Devices: srv, Live: files, Hostname: nodeName,
+			Notify: tracker.Notify, Clock: env.clock, Logger: log})
 		telemetryRef.Store(telem)
-		if err := telem.follow(set); err != nil {
+		if err := telem.Follow(set.Set, cfg.Telemetry); err != nil {
 			log.Error().Err(err).Msg("GPU telemetry unavailable: its listener answers 503")
 		}
 		log.Info().Str("address", telemetryLis.Addr().String()).Str("model", cfg.Telemetry.Model.String()).
-			Bool("writable", cfg.Telemetry.Writable).Msg("serving GPU telemetry on /metrics (dcgm-exporter " + telemetryRelease + ")")
+			Bool("writable", cfg.Telemetry.Writable).Msg("serving GPU telemetry on /metrics (dcgm-exporter " + telemetry.Release + ")")
 	}
 
 	log.Info().Str("version", version).Str("node", nodeName).Str("topology", cfg.GPUs.Machine.Name()).Int("devices", cfg.GPUs.Machine.Len()).
 		Str("resource", set.Resource()).Str("profile", cfg.Profile).Str("why", why).Str("dir", cfg.DevicePluginPath).Str("state", st.Path()).
 		Str("policy", cfg.GPUs.AllocationPolicy).Msg("starting")
 	// From here on a new label or profile is applied live.
-	sel.start(ctx, liveParts{obs: m, st: st, srv: srv, reg: reg, tracker: tracker, faults: faultPlan, view: view, telemetry: telem}, set, report)
+	sel.start(ctx, liveParts{obs: m, st: st, srv: srv, reg: reg, tracker: tracker, faults: faultPlan, view: files, telemetry: telem}, set, report)
 
 	g.Go(func() error { return reg.Run(ctx) })
 	g.Go(func() error { return adminSrv.Run(ctx) })
@@ -330,7 +333,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	g.Go(func() error { return pruner.Run(ctx) })
 	g.Go(func() error { return faultPlan.Run(ctx) })
 	g.Go(func() error { return loads.Run(ctx, loadSyncInterval, loadList) })
-	g.Go(func() error { return view.run(ctx, statusRetryInterval) })
+	g.Go(func() error { return files.Run(ctx, view.RetryInterval) })
 	if telem != nil {
 		g.Go(func() error { return telem.Run(ctx) })
 		g.Go(func() error { return metrics.Serve(ctx, telemetryLis, telem) })

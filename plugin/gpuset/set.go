@@ -378,3 +378,15 @@ func (s *Set) Equal(o *Set) bool {
 	return s.resource == o.resource && slices.Equal(s.specs, o.specs) && slices.Equal(s.numa.Nodes, o.numa.Nodes) &&
 		reflect.DeepEqual(s.cfg, o.cfg)
 }
+
+// UUIDs returns the stored UUID of each whole GPU, by index; GPUs without
+// one (the node has no identity) are left out.
+func UUIDs(stored []store.Device) map[int]string {
+	out := make(map[int]string, len(stored))
+	for _, d := range stored {
+		if i, ok := topology.GPUOf(d.ID); ok && d.UUID != "" && !topology.IsReplicaID(d.ID) {
+			out[i] = d.UUID
+		}
+	}
+	return out
+}

@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"errors"
@@ -10,39 +10,39 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 )
 
-// activeAllocations knows which allocation records may be active, so that
+// ActiveIndex knows which allocation records may be active, so that
 // what needs the active records at every scrape and every second (the
 // telemetry's holders, the load sockets) reads those records alone rather
 // than decode the whole history: the store keeps no index of active
 // records, and -history-max-records keeps up to 100,000 (a walk of 10,000
 // costs some 60 ms). A record is active from when the recorder stores it
-// (add) until the lifecycle tracker marks it released or abandoned, and
+// (Add) until the lifecycle tracker marks it released or abandoned, and
 // never active again; one seen inactive, pruned or damaged is forgotten.
 // Its methods are safe for concurrent use.
-type activeAllocations struct {
+type ActiveIndex struct {
 	st *store.Store
 
 	mu   sync.Mutex
 	seqs map[uint64]bool
 }
 
-var _ telemetry.Allocations = (*activeAllocations)(nil)
+var _ telemetry.Allocations = (*ActiveIndex)(nil)
 
-// newActiveAllocations reads the active records of st once.
-func newActiveAllocations(st *store.Store) (*activeAllocations, error) {
+// NewActiveIndex reads the active records of st once.
+func NewActiveIndex(st *store.Store) (*ActiveIndex, error) {
 	recs, err := st.Allocations(store.AllocationFilter{Active: true})
 	if err != nil {
 		return nil, err
 	}
-	a := &activeAllocations{st: st, seqs: make(map[uint64]bool, len(recs))}
+	a := &ActiveIndex{st: st, seqs: make(map[uint64]bool, len(recs))}
 	for _, r := range recs {
 		a.seqs[r.Seq] = true
 	}
 	return a, nil
 }
 
-// add notes a record the recorder just stored.
-func (a *activeAllocations) add(seq uint64) {
+// Add notes a record the recorder just stored.
+func (a *ActiveIndex) Add(seq uint64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.seqs[seq] = true
@@ -51,7 +51,7 @@ func (a *activeAllocations) add(seq uint64) {
 // Allocations returns the records f selects, newest first. A filter of the
 // active records alone (Active, nothing else) reads the records known to
 // be active, one by one; any other goes to the store.
-func (a *activeAllocations) Allocations(f store.AllocationFilter) ([]store.Allocation, error) {
+func (a *ActiveIndex) Allocations(f store.AllocationFilter) ([]store.Allocation, error) {
 	if !f.Active || f.DeviceID != "" || !f.Since.IsZero() || f.Limit != 0 {
 		return a.st.Allocations(f)
 	}

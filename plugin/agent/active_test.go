@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"path/filepath"
@@ -9,10 +9,10 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 )
 
-// TestActiveAllocations: the index lists what the store's walk lists: the
+// TestActiveIndex: the index lists what the store's walk lists: the
 // active records at start and those added since, newest first, without the
 // released, the abandoned and the pruned; other filters go to the store.
-func TestActiveAllocations(t *testing.T) {
+func TestActiveIndex(t *testing.T) {
 	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"), store.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +41,7 @@ func TestActiveAllocations(t *testing.T) {
 		return a.Seq
 	}
 	held, _, pending := record(store.StateHeld), record(store.StateReleased), record(store.StateAllocated)
-	idx, err := newActiveAllocations(st)
+	idx, err := NewActiveIndex(st)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestActiveAllocations(t *testing.T) {
 		t.Errorf("at start: %v, want %v (the store's walk: %v)", got, []uint64{pending, held}, walk())
 	}
 	added := record(store.StateAllocated)
-	idx.add(added)
+	idx.Add(added)
 	if _, err := st.UpdateAllocation(pending, func(x *store.Allocation) error {
 		x.State, x.ReleasedAt = store.StateAbandoned, time.Now()
 		return nil

@@ -1,0 +1,82 @@
+package view
+
+import (
+	"time"
+
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
+)
+
+// Live writes rs, the exporter's readings at now, into the status
+// directory's live file (status.WriteLive: one file for every GPU, without
+// fsync), where nvidia-smi takes a GPU's values from (see liveTelemetry).
+// GPUs without a reading are left out.
+func (f *Files) Live(rs []telemetry.Reading, now time.Time) error {
+	byUUID := make(map[string]*telemetry.Reading, len(rs))
+	for i := range rs {
+		byUUID[rs[i].UUID] = &rs[i]
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l := status.NewLive(now)
+	for _, g := range f.gpus {
+		r := byUUID[g.UUID]
+		if r == nil {
+			continue
+		}
+		base := *g
+		if prev, ok := f.lastLive[g.UUID]; ok {
+			base.Telemetry = prev // the last XID and a lost GPU's last values stay
+		}
+		l.GPUs[g.UUID] = liveTelemetry(&base, r, now)
+	}
+	if err := f.status.WriteLive(l); err != nil {
+		return err
+	}
+	f.lastLive = l.GPUs
+	return nil
+}
+
+// DropLive removes the live file: without the telemetry nvidia-smi shows
+// the status files' values, not those of an earlier run.
+func (f *Files) DropLive() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastLive = nil
+	return f.status.RemoveLive()
+}
+
+// liveTelemetry returns g's telemetry with reading r's values at now:
+// utilization.gpu, utilization.memory, memory.used (at most total −
+// reserved), temperature.gpu, power.draw and clocks.sm are the exporter's
+// DCGM_FI_DEV_GPU_UTIL, MEM_COPY_UTIL, FB_USED, GPU_TEMP, POWER_USAGE and
+// SM_CLOCK. A board with a memory sensor reads 3 °C above the GPU, one
+// with a fan turns at 30 % plus 0.4 % per point of utilization; the memory
+// clock stays at its maximum. An XID sets lastXid (and it stays); a lost
+// GPU keeps its last values (nvidia-smi shows no value of a lost GPU).
+func liveTelemetry(g *status.GPU, r *telemetry.Reading, now time.Time) status.Telemetry {
+	t := g.Telemetry
+	t.Updated = now.UTC()
+	if r.XID > 0 {
+		x := r.XID
+		t.LastXID = &x
+	}
+	if r.Lost {
+		return t
+	}
+	t.UtilizationGPUPercent = r.UtilizationPercent
+	t.UtilizationMemoryPercent = r.MemoryUtilizationPercent
+	t.MemoryUsedMiB = min(r.MemoryUsedMiB, g.MemoryTotalMiB-g.MemoryReservedMiB)
+	t.TemperatureC = r.TemperatureC
+	if t.MemoryTemperatureC != nil {
+		v := r.TemperatureC + 3
+		t.MemoryTemperatureC = &v
+	}
+	t.PowerDrawW = r.PowerDrawW
+	t.SMClockMHz = r.SMClockMHz
+	if t.FanSpeedPercent != nil {
+		v := 30 + r.UtilizationPercent*2/5
+		t.FanSpeedPercent = &v
+	}
+	return t
+}
