@@ -14,6 +14,7 @@ import (
 
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/faults"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/kube"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/podresources"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
@@ -86,7 +87,7 @@ type liveParts struct {
 	srv       *plugin.Server
 	reg       *registrar
 	tracker   *podresources.Tracker
-	faults    *faultRunner
+	faults    *faults.Runner
 	view      *view.Files
 	telemetry *telemetry.Service
 }
@@ -442,7 +443,7 @@ func (s *selector) apply(ctx context.Context, cfg *options.Config, why, detail s
 		Str("resource", set.Resource()).Str("previous_resource", prev.Resource()).Str("topology", cfg.GPUs.Machine.Name()).
 		Int("devices", set.Len()).Strs("added", report.Added).Strs("removed", report.Removed).Strs("restored", report.Restored).
 		Msg("configuration applied")
-	p.faults.Restart(cfg.Faults.Text, cfg.Faults.Faults, set.GPUIDs())
+	p.faults.Restart(cfg.Faults, set.GPUIDs())
 	observeReconcile(p.obs, report)
 	return nil
 }

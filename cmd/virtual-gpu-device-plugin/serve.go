@@ -21,6 +21,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/admin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/agent"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/faults"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/kube"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/metrics"
@@ -290,10 +291,10 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 		Server:     srv,
 		Logger:     log,
 	}, set.Resource())
-	faultPlan := &faultRunner{log: log, set: func(id string, healthy bool, reason string) error {
+	faultPlan := faults.NewRunner(func(id string, healthy bool, reason string) error {
 		return sel.setHealth(srv, id, healthy, reason, store.CauseFaultInjection)
-	}}
-	faultPlan.Restart(cfg.Faults.Text, cfg.Faults.Faults, set.GPUIDs())
+	}, log)
+	faultPlan.Restart(cfg.Faults, set.GPUIDs())
 	m := metrics.New(metrics.Config{
 		Version:      version,
 		Revision:     revision,

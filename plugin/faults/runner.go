@@ -1,26 +1,24 @@
-package main
+package faults
 
 import (
 	"context"
 	"sync"
 
 	"github.com/rs/zerolog"
-
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/faults"
 )
 
-// faultRunner runs the fault plan of the configuration in force, and a new
-// one from the start whenever a new configuration is applied. Run owns the
+// Runner runs the fault plan of the configuration in force, and a new one
+// from the start whenever a new configuration is applied. Run owns the
 // plan's goroutine; Restart may be called from any goroutine, before and
-// during Run.
-type faultRunner struct {
-	set faults.Setter
+// during Run. Build it with NewRunner.
+type Runner struct {
+	set Setter
 	log zerolog.Logger
 
 	mu     sync.Mutex
 	ctx    context.Context // Run's; nil before Run starts and after it ends
 	text   string          // the plan as given, for the log
-	plan   []faults.Fault
+	plan   []Fault
 	ids    []string
 	stop   context.CancelFunc
 	done   chan struct{}
@@ -28,14 +26,20 @@ type faultRunner struct {
 	starts int // plans started, for the log
 }
 
-// Restart stops the plan running, if any, and runs plan (text as given)
-// over the devices ids from its start; an empty plan runs nothing. Before
-// Run starts it only remembers the plan.
-func (f *faultRunner) Restart(text string, plan []faults.Fault, ids []string) {
+// NewRunner returns a Runner that applies the plans' health changes with
+// set and logs what it does to log.
+func NewRunner(set Setter, log zerolog.Logger) *Runner {
+	return &Runner{set: set, log: log}
+}
+
+// Restart stops the plan running, if any, and runs plan over the devices
+// ids from its start; an empty plan runs nothing. Before Run starts it only
+// remembers the plan.
+func (f *Runner) Restart(plan Plan, ids []string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.stopLocked()
-	f.text, f.plan, f.ids = text, plan, ids
+	f.text, f.plan, f.ids = plan.Text, plan.Faults, ids
 	if f.ctx != nil {
 		f.startLocked()
 	}
@@ -43,7 +47,7 @@ func (f *faultRunner) Restart(text string, plan []faults.Fault, ids []string) {
 
 // Run runs the plan until ctx ends, and every plan Restart gives it; it
 // stops the last one and returns nil when ctx ends.
-func (f *faultRunner) Run(ctx context.Context) error {
+func (f *Runner) Run(ctx context.Context) error {
 	f.mu.Lock()
 	if f.ended {
 		f.mu.Unlock()
@@ -62,7 +66,7 @@ func (f *faultRunner) Run(ctx context.Context) error {
 
 // startLocked runs the current plan, if it has faults. The caller holds
 // mu.
-func (f *faultRunner) startLocked() {
+func (f *Runner) startLocked() {
 	if len(f.plan) == 0 {
 		return
 	}
@@ -78,13 +82,13 @@ func (f *faultRunner) startLocked() {
 	plan, ids, set, log := f.plan, f.ids, f.set, f.log
 	go func() {
 		defer close(done)
-		faults.Run(ctx, plan, ids, set, faults.Options{OnError: func(err error) { log.Error().Err(err).Msg("fault injection") }})
+		Run(ctx, plan, ids, set, Options{OnError: func(err error) { log.Error().Err(err).Msg("fault injection") }})
 	}()
 }
 
 // stopLocked ends the running plan, if any, and waits for it. The caller
 // holds mu.
-func (f *faultRunner) stopLocked() {
+func (f *Runner) stopLocked() {
 	if f.stop == nil {
 		return
 	}
