@@ -44,7 +44,7 @@ const defaultLabelWait = 10 * time.Second
 // kubelet gets the new list as one ListAndWatch message and no health
 // change can slip between; when the resource name changes it does so
 // between ending the old name's Runner and starting the new one
-// (registrar.Switch). Then it restarts the fault plan and brings the GPU
+// (plugin.Registrar.Switch). Then it restarts the fault plan and brings the GPU
 // labels up to date.
 //
 // Its methods are safe for concurrent use; mu serializes every change.
@@ -85,7 +85,7 @@ type liveParts struct {
 	obs       plugin.Observer // told of the devices a reconcile adds
 	st        *store.Store
 	srv       *plugin.Server
-	reg       *registrar
+	reg       *plugin.Registrar
 	tracker   *podresources.Tracker
 	faults    *faults.Runner
 	view      *view.Files

@@ -285,7 +285,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 		return err
 	}
 	defer srv.Close() // the Server is ours, not the Runners'
-	reg := newRegistrar(plugin.RunnerConfig{
+	reg := plugin.NewRegistrar(plugin.RunnerConfig{
 		Dir:        cfg.DevicePluginPath,
 		SocketName: cfg.SocketName,
 		Server:     srv,

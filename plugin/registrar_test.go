@@ -1,4 +1,4 @@
-package main
+package plugin_test
 
 import (
 	"context"
@@ -25,7 +25,7 @@ func TestRegistrar_Switch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	r := newRegistrar(plugin.RunnerConfig{Dir: dir, SocketName: "vgpu.sock", Server: srv}, "example.com/a")
+	r := plugin.NewRegistrar(plugin.RunnerConfig{Dir: dir, SocketName: "vgpu.sock", Server: srv}, "example.com/a")
 	if err := r.Switch("example.com/b", func() error { return nil }); err != nil { // before Run: the name Run registers
 		t.Fatal(err)
 	}

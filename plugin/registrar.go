@@ -1,23 +1,22 @@
-package main
+package plugin
 
 import (
 	"context"
 	"errors"
 	"sync"
 
-	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/metrics"
 )
 
 // registrar keeps the Server registered with the kubelet under the current
-// resource name: one plugin.Runner at a time, all on the same Server and
+// resource name: one Runner at a time, all on the same Server and
 // socket name. A new profile that changes the resource name ends the
 // current Runner (its gRPC server stops and its socket goes: the kubelet
 // marks the old resource's devices unhealthy) and starts one for the new
 // name; Run, which owns the Runners' goroutines, keeps going. Build it with
-// newRegistrar; call Run once. Its methods are safe for concurrent use.
-type registrar struct {
-	base plugin.RunnerConfig // every field but ResourceName
+// NewRegistrar; call Run once. Its methods are safe for concurrent use.
+type Registrar struct {
+	base RunnerConfig // every field but ResourceName
 
 	// mu serializes Run's start and end with Switch, for the whole of a
 	// switch.
@@ -31,23 +30,23 @@ type registrar struct {
 
 	// statMu guards cur and past together, for the metrics.
 	statMu sync.Mutex
-	cur    *plugin.Runner // nil between Runners
-	past   uint64         // registrations of the Runners before cur
+	cur    *Runner // nil between Runners
+	past   uint64  // registrations of the Runners before cur
 }
 
-var _ metrics.Registration = (*registrar)(nil)
+var _ metrics.Registration = (*Registrar)(nil)
 
-// newRegistrar returns a registrar for base (its ResourceName is ignored)
+// NewRegistrar returns a Registrar for base (its ResourceName is ignored)
 // that registers name first.
-func newRegistrar(base plugin.RunnerConfig, name string) *registrar {
-	return &registrar{base: base, name: name, errc: make(chan error, 1)}
+func NewRegistrar(base RunnerConfig, name string) *Registrar {
+	return &Registrar{base: base, name: name, errc: make(chan error, 1)}
 }
 
 // Run starts a Runner for the current resource name and keeps one running
 // until ctx ends; then it ends the current Runner and returns nil. A
-// Runner's error (its socket path is taken, see plugin.Runner.Run) ends Run
+// Runner's error (its socket path is taken, see Runner.Run) ends Run
 // with that error.
-func (r *registrar) Run(ctx context.Context) error {
+func (r *Registrar) Run(ctx context.Context) error {
 	r.mu.Lock()
 	if r.ended {
 		r.mu.Unlock()
@@ -70,7 +69,7 @@ func (r *registrar) Run(ctx context.Context) error {
 }
 
 // ResourceName returns the resource name registered (or to be registered).
-func (r *registrar) ResourceName() string {
+func (r *Registrar) ResourceName() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.name
@@ -82,7 +81,7 @@ func (r *registrar) ResourceName() string {
 // old name again, and returns between's error. Before Run starts it only
 // calls between and sets the name Run registers; after Run ended it calls
 // between only. The same name is between alone.
-func (r *registrar) Switch(name string, between func() error) error {
+func (r *Registrar) Switch(name string, between func() error) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if name == r.name {
@@ -103,10 +102,10 @@ func (r *registrar) Switch(name string, between func() error) error {
 }
 
 // startLocked starts a Runner for r.name under r.ctx. The caller holds mu.
-func (r *registrar) startLocked() error {
+func (r *Registrar) startLocked() error {
 	cfg := r.base
 	cfg.ResourceName = r.name
-	runner, err := plugin.NewRunner(cfg)
+	runner, err := NewRunner(cfg)
 	if err != nil {
 		return err
 	}
@@ -130,7 +129,7 @@ func (r *registrar) startLocked() error {
 
 // stopLocked ends the current Runner, if any, and waits for it. The
 // caller holds mu.
-func (r *registrar) stopLocked() {
+func (r *Registrar) stopLocked() {
 	if r.stop == nil {
 		return
 	}
@@ -145,7 +144,7 @@ func (r *registrar) stopLocked() {
 
 // Registered reports whether the current Runner is registered with the
 // kubelet right now; false between two Runners.
-func (r *registrar) Registered() bool {
+func (r *Registrar) Registered() bool {
 	r.statMu.Lock()
 	defer r.statMu.Unlock()
 	return r.cur != nil && r.cur.Registered()
@@ -153,7 +152,7 @@ func (r *registrar) Registered() bool {
 
 // Registrations counts the successful Register calls of every Runner so
 // far, under every resource name.
-func (r *registrar) Registrations() uint64 {
+func (r *Registrar) Registrations() uint64 {
 	r.statMu.Lock()
 	defer r.statMu.Unlock()
 	n := r.past
