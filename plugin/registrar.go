@@ -8,7 +8,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/metrics"
 )
 
-// registrar keeps the Server registered with the kubelet under the current
+// Registrar keeps a Server registered with the kubelet under the current
 // resource name: one Runner at a time, all on the same Server and
 // socket name. A new profile that changes the resource name ends the
 // current Runner (its gRPC server stops and its socket goes: the kubelet
