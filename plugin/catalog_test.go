@@ -86,7 +86,7 @@ func TestServer_SetCatalog_StreamsGetTheNewList(t *testing.T) {
 	assertStatus(t, err, codes.InvalidArgument, `unknown device "fake-3"`)
 	_, err = client.Allocate(ctx, allocReq([]string{"fake-1"}))
 	assertStatus(t, err, codes.FailedPrecondition, `device "fake-1" is unhealthy: XID 79`)
-	if _, err := srv.SetHealth("fake-3", false, "x", "test"); !errors.Is(err, store.ErrUnknownDevice) {
+	if _, err := srv.SetHealth("fake-3", false, "x"); !errors.Is(err, store.ErrUnknownDevice) {
 		t.Errorf("SetHealth of a removed device: %v, want store.ErrUnknownDevice", err)
 	}
 	resp, err := client.Allocate(ctx, allocReq([]string{"fake-4", "fake-0"}))
@@ -97,7 +97,7 @@ func TestServer_SetCatalog_StreamsGetTheNewList(t *testing.T) {
 		t.Errorf("VIRTUAL_GPU_IDS = %q", got)
 	}
 	// SetHealth acts on the new catalog and reaches the streams.
-	if _, err := srv.SetHealth("fake-4", false, "hot", "test"); err != nil {
+	if _, err := srv.SetHealth("fake-4", false, "hot"); err != nil {
 		t.Fatal(err)
 	}
 	if got := health(recv(t, streams[0])); got != "fake-0=Healthy fake-1=Unhealthy fake-4=Unhealthy " {
@@ -168,8 +168,11 @@ func TestServer_UpdateCatalog_HealthFromStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := mustServer(t, plugin.ServerConfig{Catalog: first, Health: healthStore{st}})
-	if _, err := srv.SetHealth("fake-1", false, "XID 48", "test"); err != nil {
+	srv := mustServer(t, plugin.ServerConfig{Catalog: first})
+	if _, _, err := st.SetHealth("fake-1", false, "XID 48", "test"); err != nil { // stored first, as the agent does
+		t.Fatal(err)
+	}
+	if _, err := srv.SetHealth("fake-1", false, "XID 48"); err != nil {
 		t.Fatal(err)
 	}
 	var seen []gpuset.Device
@@ -201,14 +204,6 @@ func TestServer_UpdateCatalog_HealthFromStore(t *testing.T) {
 	if !slices.Equal(srv.Devices(), want) {
 		t.Errorf("a failed update changed the devices: %+v", srv.Devices())
 	}
-}
-
-// healthStore stores health changes in a real store, as the command does.
-type healthStore struct{ st *store.Store }
-
-func (h healthStore) RecordHealth(id string, healthy bool, reason, cause string) error {
-	_, _, err := h.st.SetHealth(id, healthy, reason, cause)
-	return err
 }
 
 // gateRecorder blocks every record until release is closed, after telling
@@ -324,7 +319,7 @@ func TestServer_SetCatalog_Concurrent(t *testing.T) {
 	})
 	writers.Go(func() {
 		for i := range swaps {
-			if _, err := srv.SetHealth("fake-3", i%2 == 0, "flapping", "test"); err != nil {
+			if _, err := srv.SetHealth("fake-3", i%2 == 0, "flapping"); err != nil {
 				t.Error(err)
 				return
 			}
@@ -664,28 +659,11 @@ func BenchmarkAllocate_Respond(b *testing.B) {
 	}
 }
 
-// healthLog keeps the health changes the Server asks it to record.
-type healthLog struct {
-	mu   sync.Mutex
-	seen []string
-}
-
-func (h *healthLog) RecordHealth(id string, healthy bool, reason, cause string) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.seen = append(h.seen, fmt.Sprintf("%s %v %q %s", id, healthy, reason, cause))
-	return nil
-}
-
-// SetHealthOf changes the replicas of one GPU as one change: recorded once
-// under the GPU's id, one ListAndWatch message, one observation; an
-// unknown id changes nothing.
+// SetHealthOf changes the replicas of one GPU as one change: one
+// ListAndWatch message; an unknown id changes nothing.
 func TestServer_SetHealthOf_OneChange(t *testing.T) {
 	devs := devicesNamed("fake-0::0", "fake-0::1", "fake-1::0", "fake-1::1")
-	rec := &healthLog{}
-	srv := mustServer(t, plugin.ServerConfig{Catalog: plugin.Catalog{Devices: devs}, Health: rec})
-	obs := &recordingObserver{}
-	srv.SetObserver(obs)
+	srv := mustServer(t, plugin.ServerConfig{Catalog: plugin.Catalog{Devices: devs}})
 	client := dial(t, srv)
 	stream, err := client.ListAndWatch(t.Context(), &pluginapi.Empty{})
 	if err != nil {
@@ -693,33 +671,26 @@ func TestServer_SetHealthOf_OneChange(t *testing.T) {
 	}
 	recv(t, stream)
 
-	if _, err := srv.SetHealthOf("fake-1", []string{"fake-1::0", "fake-9::0"}, false, "XID 79", "test"); !errors.Is(err, store.ErrUnknownDevice) {
+	if _, err := srv.SetHealthOf([]string{"fake-1::0", "fake-9::0"}, false, "XID 79"); !errors.Is(err, store.ErrUnknownDevice) {
 		t.Errorf("unknown replica: err = %v, want store.ErrUnknownDevice", err)
 	}
-	if _, err := srv.SetHealthOf("fake-1", nil, false, "XID 79", "test"); !errors.Is(err, store.ErrUnknownDevice) {
+	if _, err := srv.SetHealthOf(nil, false, "XID 79"); !errors.Is(err, store.ErrUnknownDevice) {
 		t.Errorf("no devices: err = %v, want store.ErrUnknownDevice", err)
 	}
-	if changed, err := srv.SetHealthOf("fake-1", []string{"fake-1::0", "fake-1::1"}, false, "XID 79", "test"); err != nil || !changed {
+	if changed, err := srv.SetHealthOf([]string{"fake-1::0", "fake-1::1"}, false, "XID 79"); err != nil || !changed {
 		t.Fatalf("SetHealthOf = %v, %v", changed, err)
 	}
 	if got := health(recv(t, stream)); got != "fake-0::0=Healthy fake-0::1=Healthy fake-1::0=Unhealthy fake-1::1=Unhealthy " {
 		t.Errorf("after SetHealthOf: %s", got)
 	}
-	if changed, _ := srv.SetHealthOf("fake-1", []string{"fake-1::0", "fake-1::1"}, false, "XID 79", "test"); changed {
+	if changed, _ := srv.SetHealthOf([]string{"fake-1::0", "fake-1::1"}, false, "XID 79"); changed {
 		t.Error("the same health again reported a change")
 	}
-	if _, err := srv.SetHealthOf("fake-1", []string{"fake-1::0", "fake-1::1"}, true, "ignored when healthy", "test"); err != nil {
+	if _, err := srv.SetHealthOf([]string{"fake-1::0", "fake-1::1"}, true, "ignored when healthy"); err != nil {
 		t.Fatal(err)
 	}
 	if got := health(recv(t, stream)); got != "fake-0::0=Healthy fake-0::1=Healthy fake-1::0=Healthy fake-1::1=Healthy " {
 		t.Errorf("after healing: %s", got)
-	}
-	want := []string{`fake-1 false "XID 79" test`, `fake-1 true "" test`}
-	if !slices.Equal(rec.seen, want) {
-		t.Errorf("recorded %q, want %q", rec.seen, want)
-	}
-	if got := obs.take(); len(got) != 2 || got[0].call != "HealthChanged fake-1 false test" || got[1].call != "HealthChanged fake-1 true test" {
-		t.Errorf("observed %+v, want two HealthChanged of fake-1", got)
 	}
 	if d := srv.Devices(); d[2].Reason != "" || !d[2].Healthy {
 		t.Errorf("fake-1::0 = %+v, want healthy without a reason", d[2])

@@ -533,7 +533,7 @@ func TestRunner_CatalogSwap_NoReregister(t *testing.T) {
 	reg := k.WaitRegistration(wait)
 	plugintest.NextList(t, reg, wait)
 	plugintest.WaitFor(t, wait, "the Register call to return", r.Registered)
-	if _, err := r.srv.SetHealth("fake-1", false, "XID 79", "test"); err != nil {
+	if _, err := r.srv.SetHealth("fake-1", false, "XID 79"); err != nil {
 		t.Fatal(err)
 	}
 	if got := health(plugintest.NextList(t, reg, wait)); got != "fake-0=Healthy fake-1=Unhealthy fake-2=Healthy fake-3=Healthy " {

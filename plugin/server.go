@@ -25,14 +25,8 @@ import (
 
 // EnvIDs is the environment variable Allocate sets in the container: the
 // allocated device ids, joined by commas, in device-index order, unless the
-// catalog's Env sets it.
-const EnvIDs = "VIRTUAL_GPU_IDS"
-
-// HealthRecorder makes a health change durable before it is broadcast.
-type HealthRecorder interface {
-	// RecordHealth stores the device's new health with its reason and cause.
-	RecordHealth(id string, healthy bool, reason, cause string) error
-}
+// catalog's Env sets it (gpuset.EnvIDs).
+const EnvIDs = gpuset.EnvIDs
 
 // Observer is told what the Server did, for metrics. Its methods are called
 // on the RPC path: they must be fast and safe for concurrent use.
@@ -46,8 +40,6 @@ type Observer interface {
 	// ascending (nil unless metrics.ResultOK), metrics.ResultOK or metrics.ResultFailed, and how
 	// long the choice took.
 	Preferred(chosen []int, result metrics.Result, took time.Duration)
-	// HealthChanged reports a stored and broadcast health change.
-	HealthChanged(id string, healthy bool, cause string)
 }
 
 // ServerConfig configures a Server. Catalog is required.
@@ -58,10 +50,8 @@ type ServerConfig struct {
 	// Recorder stores allocations; nil records nothing (records then have
 	// Seq 0).
 	Recorder Recorder
-	// Health stores health changes; nil keeps them in memory only.
-	Health HealthRecorder
-	// Logger receives one info line per answered allocation, per health
-	// change and per catalog change; the zero Logger discards. Refused
+	// Logger receives one info line per answered allocation and per
+	// catalog change; the zero Logger discards. Refused
 	// and failed calls are not logged here: the Server returns them, and
 	// the Runner logs them.
 	Logger zerolog.Logger
@@ -75,7 +65,6 @@ type Server struct {
 	pluginapi.UnimplementedDevicePluginServer
 
 	recorder Recorder
-	health   HealthRecorder
 	observer atomic.Pointer[observerRef]
 	log      zerolog.Logger
 
@@ -112,7 +101,6 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	s := &Server{
 		recorder: cfg.Recorder,
-		health:   cfg.Health,
 		log:      cfg.Logger,
 		changed:  make(chan struct{}),
 		closed:   make(chan struct{}),
@@ -122,8 +110,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	return s, nil
 }
 
-// SetObserver makes o the Observer told about every later allocation,
-// preference and health change; nil tells nobody (the default). Call it
+// SetObserver makes o the Observer told about every later allocation and
+// preference; nil tells nobody (the default). Call it
 // before the Server is served, so that no call goes unobserved; it is safe
 // at any time.
 func (s *Server) SetObserver(o Observer) {
@@ -209,35 +197,28 @@ func (s *Server) replace(op string, build func(Catalog) (Catalog, error)) error 
 	return nil
 }
 
-// SetHealth changes a device's health in the current catalog, stores it
-// through the HealthRecorder first (if any), and sends the new list to every
-// ListAndWatch stream. It reports whether anything changed; setting the
-// same health and reason again is a no-op. cause says who asked ("admin",
-// "fault-injection", ...). An id the current catalog lacks is an error
-// wrapping store.ErrUnknownDevice.
-func (s *Server) SetHealth(id string, healthy bool, reason, cause string) (bool, error) {
-	return s.SetHealthOf(id, []string{id}, healthy, reason, cause)
+// SetHealth changes a device's health in the current catalog and sends the
+// new list to every ListAndWatch stream: SetHealthOf of one device.
+func (s *Server) SetHealth(id string, healthy bool, reason string) (bool, error) {
+	return s.SetHealthOf([]string{id}, healthy, reason)
 }
 
 // SetHealthOf changes the health of the devices ids of the current catalog
-// as one change, known as name: the replicas of a shared GPU, whose health
-// is the GPU's (name is then the GPU's id, which need not be a device of
-// the catalog). The HealthRecorder stores it once, under name, before
-// anything is published; every ListAndWatch stream then gets one new list,
-// and the Observer is told once, of name. It reports whether any device
-// changed; devices that have the health and reason already are left as
-// they are. An id the current catalog lacks is an error wrapping
+// as one change (the replicas of a shared GPU, whose health is the GPU's):
+// every ListAndWatch stream gets one new list. The health change itself,
+// stored, logged and counted, is the agent's (agent.Agent.SetHealth): the
+// Server only publishes it. It reports whether any device changed;
+// devices that have the health and reason already are left as they are.
+// An id the current catalog lacks is an error wrapping
 // store.ErrUnknownDevice, and so is an empty ids; nothing is changed then.
-// SetHealth(id, …) is SetHealthOf(id, []string{id}, …).
-func (s *Server) SetHealthOf(name string, ids []string, healthy bool, reason, cause string) (bool, error) {
+func (s *Server) SetHealthOf(ids []string, healthy bool, reason string) (bool, error) {
 	if healthy {
 		reason = ""
 	}
 	if len(ids) == 0 {
-		return false, fmt.Errorf("set health of %s: no devices: %w", topology.QuoteID(name), store.ErrUnknownDevice)
+		return false, fmt.Errorf("set health: no devices: %w", store.ErrUnknownDevice)
 	}
-	// Writers take turns; RPCs only see the published catalog, never wait
-	// for the disk.
+	// Writers take turns; RPCs only see the published catalog.
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	cur := s.state.Load()
@@ -254,18 +235,7 @@ func (s *Server) SetHealthOf(name string, ids []string, healthy bool, reason, ca
 	if len(change) == 0 {
 		return false, nil
 	}
-	if s.health != nil {
-		if err := s.health.RecordHealth(name, healthy, reason, cause); err != nil {
-			return false, fmt.Errorf("set health of %s: %w", topology.QuoteID(name), err)
-		}
-	}
 	s.publish(cur.withHealth(change, healthy, reason))
-	ev := s.log.Info().Str("device", name)
-	if len(ids) > 1 || ids[0] != name {
-		ev = ev.Int("devices", len(ids))
-	}
-	ev.Bool("healthy", healthy).Str("reason", reason).Str("cause", cause).Msg("device health changed")
-	s.obs().HealthChanged(name, healthy, cause)
 	return true, nil
 }
 
@@ -569,4 +539,3 @@ type nopObserver struct{}
 
 func (nopObserver) Allocated([]string, metrics.Result, time.Duration) {}
 func (nopObserver) Preferred([]int, metrics.Result, time.Duration)    {}
-func (nopObserver) HealthChanged(string, bool, string)                {}

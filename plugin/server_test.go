@@ -151,7 +151,7 @@ func TestServer_Allocate_Idempotent(t *testing.T) {
 
 func TestServer_Allocate_BadInput(t *testing.T) {
 	srv := mustServer(t, plugin.ServerConfig{})
-	if _, err := srv.SetHealth("fake-1", false, "ECC errors", "test"); err != nil {
+	if _, err := srv.SetHealth("fake-1", false, "ECC errors"); err != nil {
 		t.Fatal(err)
 	}
 	client := dial(t, srv)
@@ -330,7 +330,7 @@ func TestServer_ListAndWatch_BroadcastsToEveryStream(t *testing.T) {
 		}
 		streams = append(streams, s)
 	}
-	if changed, err := srv.SetHealth("fake-2", false, "XID 79", "test"); err != nil || !changed {
+	if changed, err := srv.SetHealth("fake-2", false, "XID 79"); err != nil || !changed {
 		t.Fatalf("SetHealth = %v, %v", changed, err)
 	}
 	for i, s := range streams {
@@ -339,10 +339,10 @@ func TestServer_ListAndWatch_BroadcastsToEveryStream(t *testing.T) {
 		}
 	}
 	// The same health again changes nothing; healing does.
-	if changed, _ := srv.SetHealth("fake-2", false, "XID 79", "test"); changed {
+	if changed, _ := srv.SetHealth("fake-2", false, "XID 79"); changed {
 		t.Error("SetHealth with the same state reported a change")
 	}
-	if _, err := srv.SetHealth("fake-2", true, "", "test"); err != nil {
+	if _, err := srv.SetHealth("fake-2", true, ""); err != nil {
 		t.Fatal(err)
 	}
 	for i, s := range streams {
@@ -375,7 +375,7 @@ func TestServer_ListAndWatch_EndsOnClose(t *testing.T) {
 
 func TestServer_SetHealth_UnknownDevice(t *testing.T) {
 	srv := mustServer(t, plugin.ServerConfig{})
-	if _, err := srv.SetHealth("fake-9", false, "x", "test"); !errors.Is(err, store.ErrUnknownDevice) {
+	if _, err := srv.SetHealth("fake-9", false, "x"); !errors.Is(err, store.ErrUnknownDevice) {
 		t.Errorf("err = %v, want store.ErrUnknownDevice", err)
 	}
 }
@@ -571,10 +571,6 @@ func (o *recordingObserver) Preferred(chosen []int, r metrics.Result, took time.
 	o.add(observation{call: "Preferred", chosen: chosen, result: r, took: took})
 }
 
-func (o *recordingObserver) HealthChanged(id string, healthy bool, cause string) {
-	o.add(observation{call: "HealthChanged " + id + " " + fmt.Sprint(healthy) + " " + cause})
-}
-
 func (o *recordingObserver) take() []observation {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -643,22 +639,6 @@ func TestServer_Observer_Results(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func TestServer_Observer_HealthAndNil(t *testing.T) {
-	srv := mustServer(t, plugin.ServerConfig{})
-	obs := &recordingObserver{}
-	srv.SetObserver(obs)
-	if _, err := srv.SetHealth("fake-1", false, "XID 79", store.CauseAdmin); err != nil {
-		t.Fatal(err)
-	}
-	srv.SetObserver(nil) // nobody is told
-	if _, err := srv.SetHealth("fake-1", true, "", store.CauseAdmin); err != nil {
-		t.Fatal(err)
-	}
-	if got := obs.take(); len(got) != 1 || got[0].call != "HealthChanged fake-1 false admin" {
-		t.Errorf("observed %+v, want one HealthChanged", got)
 	}
 }
 

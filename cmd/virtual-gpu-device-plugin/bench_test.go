@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
+	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/admin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
@@ -34,6 +36,16 @@ func (m *memRecorder) RecordAllocation(_ context.Context, ids []string, envs map
 	defer m.mu.Unlock()
 	m.recs = append(m.recs, ids)
 	return plugin.Record{Seq: uint64(len(m.recs)), IDs: ids, Envs: envs}, nil
+}
+
+// storeRecorder stores allocations in the state file, as the agent does
+// before Allocate answers (agent.Agent.RecordAllocation, less its load
+// socket and its notes to the tracker and the pruner).
+type storeRecorder struct{ st *store.Store }
+
+func (r storeRecorder) RecordAllocation(_ context.Context, ids []string, envs map[string]string) (plugin.Record, error) {
+	a, err := r.st.RecordAllocation(store.Allocation{DeviceIDs: ids, Envs: envs})
+	return plugin.Record{Seq: a.Seq, IDs: a.DeviceIDs, Envs: a.Envs}, err
 }
 
 // BenchmarkAllocate_Store measures the Allocate round trip over a unix socket
@@ -63,7 +75,7 @@ func BenchmarkAllocate_Store(b *testing.B) {
 				if _, err := st.Reconcile(specs); err != nil {
 					b.Fatal(err)
 				}
-				rec = recorder{st: st, kick: func() {}}
+				rec = storeRecorder{st}
 			}
 			var devices []gpuset.Device
 			for i := range machine.Len() {
@@ -124,56 +136,37 @@ func serveForBench(b *testing.B, srv *plugin.Server) pluginapi.DevicePluginClien
 }
 
 // BenchmarkHealthSet_ToListAndWatch measures an operator's health change
-// through the admin socket, the durable store and the Server until the
-// ListAndWatch stream carries it (issue: within 100 ms).
+// through the whole plugin (serve, in this process): the admin socket, the
+// agent's health path (the durable store, the status file, the device
+// plugin) until the kubelet's ListAndWatch stream carries it (issue:
+// within 100 ms).
 func BenchmarkHealthSet_ToListAndWatch(b *testing.B) {
 	dir := plugintest.ShortTempDir(b)
-	st, err := store.Open(filepath.Join(dir, "state.db"), store.Options{})
+	k := plugintest.StartKubelet(b, dir)
+	state := filepath.Join(dir, "state", "state.db")
+	o, err := options.Parse([]string{"-devices=2", "-device-plugin-path=" + dir, "-state=" + state, "-numa-report=never",
+		"-pod-resources-socket=" + filepath.Join(dir, "pr.sock"), "-node-name=node-a"}, func(string) string { return "" })
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer st.Close()
-	if _, err := st.Reconcile([]store.DeviceSpec{{ID: "fake-0", Index: 0}, {ID: "fake-1", Index: 1}}); err != nil {
-		b.Fatal(err)
-	}
-	srv, err := plugin.NewServer(plugin.ServerConfig{
-		Catalog: plugin.Catalog{
-			Devices: []gpuset.Device{{ID: "fake-0", Index: 0, NUMA: -1, Healthy: true}, {ID: "fake-1", Index: 1, NUMA: -1, Healthy: true}},
-			Prefer:  plugin.PreferByIndex(func(a, m []int, n int) ([]int, error) { return a[:n], nil }),
-		},
-		Health: healthRecorder{st},
-	})
+	cfg, profiles, err := o.Load()
 	if err != nil {
 		b.Fatal(err)
 	}
-	client := serveForBench(b, srv)
-	sock := filepath.Join(dir, "admin.sock")
+	env := defaultServeEnv()
+	env.environ = nil
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	adminDone := make(chan error, 1)
-	go func() {
-		adminDone <- admin.NewServer(admin.ServerConfig{Socket: sock, Source: stateSource{st}, Health: func(id string, healthy bool, reason string) error {
-			_, err := srv.SetHealth(id, healthy, reason, store.CauseAdmin)
-			return err
-		}}).Run(ctx)
-	}()
-	defer func() { cancel(); <-adminDone }()
-	ac := admin.NewClient(sock, 5*time.Second)
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		if _, err := ac.Snapshot(ctx, admin.Query{DevicesOnly: true}); err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			b.Fatal(err)
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, o, cfg, profiles, io.Discard, env) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.Error(err)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	stream, err := client.ListAndWatch(ctx, &pluginapi.Empty{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := stream.Recv(); err != nil {
-		b.Fatal(err)
-	}
+	}()
+	reg := k.WaitRegistration(30 * time.Second)
+	plugintest.NextList(b, reg, 10*time.Second)
+	ac := admin.NewClient(filepath.Join(dir, "state", "admin.sock"), 5*time.Second)
 	healthy := true
 	var took []time.Duration
 	for b.Loop() {
@@ -182,10 +175,7 @@ func BenchmarkHealthSet_ToListAndWatch(b *testing.B) {
 		if _, err := ac.SetHealth(ctx, "fake-1", healthy, map[bool]string{false: "bench"}[healthy]); err != nil {
 			b.Fatal(err)
 		}
-		l, err := stream.Recv()
-		if err != nil {
-			b.Fatal(err)
-		}
+		l := plugintest.NextList(b, reg, 10*time.Second)
 		if got := l.Devices[1].Health == pluginapi.Healthy; got != healthy {
 			b.Fatalf("stream says healthy=%v, want %v", got, healthy)
 		}

@@ -22,7 +22,7 @@ import (
 
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/agent"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/kube"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view"
@@ -32,53 +32,20 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
-// viewSet returns the device set of the flags args (with the state file in
-// a temp dir) for node identity "node-a", and its stored devices as a
-// fresh state file would hold them.
-func viewSet(t testing.TB, args ...string) (*deviceSet, []store.Device) {
+// setOf builds the agent's set of cfg for node identity "node-a", and its
+// devices as a fresh state file would store them.
+func setOf(t testing.TB, cfg *options.Config) (*agent.Set, []store.Device) {
 	t.Helper()
-	o, err := options.Parse(append([]string{"-state=" + filepath.Join(t.TempDir(), "state.db"), "-numa-report=never"}, args...), func(string) string { return "" })
+	set, err := agent.NewSet(cfg.Config, "node-a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, _, err := o.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return viewSetOf(t, cfg)
-}
-
-func viewSetOf(t testing.TB, cfg *options.Config) (*deviceSet, []store.Device) {
-	t.Helper()
-	set, err := newDeviceSet(cfg, "node-a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	stored := make([]store.Device, len(set.Specs()))
-	for i, sp := range set.Specs() {
+	specs := set.GPUs.Specs()
+	stored := make([]store.Device, len(specs))
+	for i, sp := range specs {
 		stored[i] = store.Device{ID: sp.ID, Index: sp.Index, NUMA: sp.NUMA, Healthy: true, UUID: sp.UUID, GPU: sp.GPU, Replica: sp.Replica}
 	}
 	return set, stored
-}
-
-// respondFor builds the catalog of set and answers rec for ids with it.
-func respondFor(t *testing.T, set *deviceSet, stored []store.Device, ids ...string) plugin.ContainerSpec {
-	t.Helper()
-	cat, err := set.catalog(stored)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var devs []gpuset.Device
-	for _, d := range cat.Devices {
-		if slices.Contains(ids, d.ID) {
-			devs = append(devs, d)
-		}
-	}
-	spec, err := cat.Respond(plugin.Record{Seq: 7, IDs: ids}, devs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return spec
 }
 
 // runSMI runs an installed nvidia-smi with a container's environment: the
@@ -208,8 +175,8 @@ func TestBinary_Allocate1024_EveryOption(t *testing.T) {
 	}
 	cfg.View.DeviceListStrategies = []view.DeviceListStrategy{view.DeviceListEnvVar, view.DeviceListCDICRI}
 	cfg.View.CDIKind = cdi.DefaultKind // as Validate sets it with cdi-cri
-	set, stored := viewSetOf(t, cfg)
-	cat, err := set.catalog(stored)
+	set, stored := setOf(t, cfg)
+	cat, err := plugin.CatalogOf(set, stored)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/agent"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/kube"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
@@ -44,15 +45,23 @@ func sharingConfig(t testing.TB, body string, args ...string) *options.Config {
 	return cfg
 }
 
-// catalogOf builds the device set of cfg and its catalog from a real store.
-func catalogOf(t testing.TB, cfg *options.Config) (*deviceSet, plugin.Catalog) {
+// catalogOf builds the agent's set of cfg and its device-plugin catalog
+// from a real store.
+func catalogOf(t testing.TB, cfg *options.Config) (*agent.Set, plugin.Catalog) {
 	t.Helper()
-	set, err := newDeviceSet(cfg, "node-a")
+	set, err := agent.NewSet(cfg.Config, "node-a")
 	if err != nil {
 		t.Fatal(err)
 	}
 	st := storetest.MustOpen(t, store.Options{})
-	_, cat, err := reconcile(st, set, store.WhyFlags, "")
+	if _, err := st.Reconcile(set.GPUs.Specs()); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := st.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, err := plugin.CatalogOf(set, stored)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,9 +90,9 @@ func deviceIDs(devs []gpuset.Device) []string {
 	return out
 }
 
-// TestDeviceSet_SharedLabelsAndEvent: the labels and the history's
+// TestSet_SharedLabelsAndEvent: the labels and the history's
 // description of a configuration say how its GPUs are shared.
-func TestDeviceSet_SharedLabelsAndEvent(t *testing.T) {
+func TestSet_SharedLabelsAndEvent(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		cfg      *options.Config
@@ -97,7 +106,7 @@ func TestDeviceSet_SharedLabelsAndEvent(t *testing.T) {
 		{"not shared", sharingConfig(t, "", "-devices=3"), "unicore.mcyou.cc/gpu", 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			set, err := newDeviceSet(tc.cfg, "node-a")
+			set, err := agent.NewSet(tc.cfg.Config, "node-a")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -106,11 +115,11 @@ func TestDeviceSet_SharedLabelsAndEvent(t *testing.T) {
 			if sh.Enabled() {
 				wantReplicas = sh.Replicas
 			}
-			if set.event.Replicas != wantReplicas || set.event.Devices != tc.devices || set.event.ResourceName != tc.resource {
-				t.Errorf("event %+v, want %d replicas, %d devices, %s", set.event, wantReplicas, tc.devices, tc.resource)
+			if set.Event().Replicas != wantReplicas || set.Event().Devices != tc.devices || set.Event().ResourceName != tc.resource {
+				t.Errorf("event %+v, want %d replicas, %d devices, %s", set.Event(), wantReplicas, tc.devices, tc.resource)
 			}
-			if set.labels.Replicas != wantReplicas || set.labels.Renamed != sh.Renamed {
-				t.Errorf("labels %+v", set.labels)
+			if set.Labels().Replicas != wantReplicas || set.Labels().Renamed != sh.Renamed {
+				t.Errorf("labels %+v", set.Labels())
 			}
 		})
 	}

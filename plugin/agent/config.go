@@ -25,3 +25,54 @@ type Config struct {
 	// Faults is the fault-injection plan.
 	Faults faults.Plan
 }
+
+// Choice is a configuration to serve, why it is the one, and what to say
+// about it once: a Source's answer.
+type Choice struct {
+	// Config is the configuration.
+	Config Config
+	// Why says what chose it: one of store's Why constants; Detail says
+	// more (the label and its value, the file). Both go into the history.
+	Why, Detail string
+	// Notes are logged when the configuration is applied; they are not
+	// part of what is compared.
+	Notes Notes
+}
+
+// Notes is what is said about a configuration when it is applied.
+type Notes struct {
+	// File is the file the values came from; "" none.
+	File string
+	// Overridden lists the fields of the file whose value the command line
+	// or the environment replaced.
+	Overridden []string
+	// Ignored lists the fields of the file that have no effect here, with
+	// where and why ("file:line: field: why").
+	Ignored []string
+	// Warnings are what the configuration allows that is unsafe, one
+	// sentence each; logged at warn.
+	Warnings []string
+}
+
+// Source is where the configurations come from: the command line, the
+// environment and the -config file or directory of profiles (the options
+// package). The agent asks it which configuration a node's profile label
+// selects, and to read the profiles again when they changed. Its methods
+// are called with the agent's lock held, one at a time.
+type Source interface {
+	// Fallback is the configuration to serve when no label selects one:
+	// the -config-default profile, the -config file, or flags only.
+	Fallback() Choice
+	// Profiles reports whether there are profiles for a label to select
+	// from (-config is a directory of them).
+	Profiles() bool
+	// Select returns the configuration the profile label value selects
+	// ("" for no label: the default profile). An unknown profile, or one
+	// that does not resolve, is an error naming it.
+	Select(label string) (Choice, error)
+	// Reload reads the profiles again; every one must resolve, as at
+	// start. On an error the profiles in force stay.
+	Reload() error
+	// Dir names the profiles directory, for the log and the history.
+	Dir() string
+}

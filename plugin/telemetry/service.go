@@ -184,7 +184,7 @@ func (t *Service) Follow(set *gpuset.Set, settings Settings) error {
 		}
 	}
 	t.state.Store(&serviceState{exp: exp, handler: exp.Handler(), writable: settings.Writable})
-	t.poke()
+	t.Poke()
 	return nil
 }
 
@@ -250,8 +250,9 @@ func (t *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 var _ http.Handler = (*Service)(nil)
 
-// poke asks Run to write the live values now.
-func (t *Service) poke() {
+// Poke asks Run to write the live values now: after a health change, a
+// lost GPU shows as lost at once.
+func (t *Service) Poke() {
 	select {
 	case t.kick <- struct{}{}:
 	default:
@@ -342,7 +343,7 @@ func (t *Service) SetLoad(ctx context.Context, seq uint64, req loadsock.Request)
 		}
 		t.overrides[k] = loadOverride{holder: holder, o: o, until: until}
 	}
-	t.poke()
+	t.Poke()
 	return len(gpus), nil
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/agent"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/kube"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
@@ -44,6 +45,10 @@ type Profiles struct {
 	// topology files (kind: Topology, or nvidia-smi topo -m output), not
 	// profiles.
 	Skipped []string
+	// Fingerprint is Dir's agent.Fingerprint taken before the profiles
+	// were read: a watch started later compares with it, so a change in
+	// between is not missed.
+	Fingerprint string
 
 	files map[string]*File
 }
@@ -60,11 +65,12 @@ type Profiles struct {
 // field and line. Two files of one profile, or a directory without
 // profiles, is an error. Every error wraps ErrInvalid.
 func LoadProfiles(dir string) (*Profiles, error) {
+	fingerprint := agent.Fingerprint(dir)
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, &FileError{File: dir, Msg: "cannot read the profiles directory", Err: err}
 	}
-	ps := &Profiles{Dir: dir, files: map[string]*File{}}
+	ps := &Profiles{Dir: dir, Fingerprint: fingerprint, files: map[string]*File{}}
 	for _, e := range entries {
 		name := e.Name()
 		profile, ok := profileName(name)

@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"context"
@@ -26,14 +26,14 @@ func watched(t *testing.T, dir string) (seen func() []string, tick chan<- time.T
 		mu  sync.Mutex
 		got []string
 	)
-	w := &dirWatch{dir: dir, poll: time.Hour, ticks: ticks, log: zerolog.New(zerolog.NewTestWriter(t))}
+	w := &DirWatch{Dir: dir, Poll: time.Hour, ticks: ticks, Log: zerolog.New(zerolog.NewTestWriter(t))}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- w.Run(ctx, func() {
 			mu.Lock()
 			defer mu.Unlock()
-			got = append(got, fingerprint(dir))
+			got = append(got, Fingerprint(dir))
 		})
 	}()
 	t.Cleanup(func() {
@@ -159,4 +159,33 @@ func TestDirWatch_LinkRepointed(t *testing.T) {
 	waitSeen(t, seen, "two.yaml")
 	write(t, filepath.Join(root, "two", "later.yaml"), "version: v1\n")
 	waitSeen(t, seen, "later.yaml")
+}
+
+// TestDirWatch_ChangedBeforeRun: a profile edited after the profiles were
+// read (Since) and before the watch was armed is reported at once, not at
+// the next unrelated change or poll.
+func TestDirWatch_ChangedBeforeRun(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("flags: {devices: 2}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	since := Fingerprint(dir) // the profiles are read here
+	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("flags: {devices: 4}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w := &DirWatch{Dir: dir, Poll: time.Hour, Since: since, ticks: make(chan time.Time), Log: zerolog.New(zerolog.NewTestWriter(t))}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	changed := make(chan struct{}, 1)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx, func() { changed <- struct{}{} }) }()
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the change made before Run was not reported")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }

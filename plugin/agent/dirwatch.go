@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"context"
@@ -13,19 +13,19 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Defaults of dirWatch.
+// Defaults of DirWatch.
 const (
-	// defaultProfilePoll is the fallback check of the profiles directory,
+	// DefaultProfilePoll is the fallback check of the profiles directory,
 	// in case an event is missed or the directory is replaced (a kubelet
 	// updates a mounted ConfigMap within about a minute anyway).
-	defaultProfilePoll = 10 * time.Second
+	DefaultProfilePoll = 10 * time.Second
 	// profileSettle is how long the directory must be quiet after an event
 	// before it is read: a file written in several steps is read once,
 	// whole.
 	profileSettle = 100 * time.Millisecond
 )
 
-// dirWatch reports changes of a directory of profiles: a regular file
+// DirWatch reports changes of a directory of profiles: a regular file
 // edited, added, removed or replaced, a symbolic link pointed elsewhere,
 // and a mounted ConfigMap's update (the kubelet writes a new ..<timestamp>
 // directory and swaps the ..data symbolic link to it). It watches the
@@ -38,25 +38,36 @@ const (
 // its own removal or rename event, the parent directory's event creating
 // it again (the parent is watched while the directory is missing), an
 // fsnotify error, or the poll finding another inode at the path. A
-// dirWatch is used by one goroutine (Run).
-type dirWatch struct {
-	dir  string
-	poll time.Duration // default defaultProfilePoll
-	log  zerolog.Logger
+// DirWatch is used by one goroutine (Run).
+type DirWatch struct {
+	// Dir is the directory watched.
+	Dir string
+	// Poll is the fallback check's period (default DefaultProfilePoll).
+	Poll time.Duration
+	// Since is the directory's Fingerprint when its profiles were read;
+	// a change between that read and Run is reported as soon as Run
+	// starts. "" takes the fingerprint Run starts with.
+	Since string
+	// Log receives the watch's failures; the zero Logger discards.
+	Log zerolog.Logger
 	// ticks, if set, replaces the poll's ticker (tests).
 	ticks <-chan time.Time
 }
 
 // Run calls changed, on Run's goroutine, whenever the directory's
-// fingerprint differs from the one it had when Run started or changed was
-// last called, until ctx ends; it returns nil then. If the directory
-// cannot be watched it says so once and polls only.
-func (w *dirWatch) Run(ctx context.Context, changed func()) error {
-	poll := w.poll
+// fingerprint differs from Since (the one it had when Run started, without
+// Since) or from the one when changed was last called, until ctx ends; it
+// returns nil then. If the directory cannot be watched it says so once and
+// polls only.
+func (w *DirWatch) Run(ctx context.Context, changed func()) error {
+	poll := w.Poll
 	if poll <= 0 {
-		poll = defaultProfilePoll
+		poll = DefaultProfilePoll
 	}
-	last := fingerprint(w.dir)
+	last := w.Since
+	if last == "" {
+		last = Fingerprint(w.Dir)
+	}
 	ticks := w.ticks
 	if ticks == nil {
 		ticker := time.NewTicker(poll)
@@ -67,7 +78,7 @@ func (w *dirWatch) Run(ctx context.Context, changed func()) error {
 	settle.Stop()
 	defer settle.Stop()
 	check := func() {
-		if now := fingerprint(w.dir); now != last {
+		if now := Fingerprint(w.Dir); now != last {
 			last = now
 			changed()
 		}
@@ -76,15 +87,16 @@ func (w *dirWatch) Run(ctx context.Context, changed func()) error {
 	var errs chan error
 	fw, err := fsnotify.NewWatcher()
 	if err != nil {
-		w.log.Warn().Err(err).Str("dir", w.dir).Dur("poll", poll).Msg("cannot watch the profiles directory; checking it by polling only")
+		w.Log.Warn().Err(err).Str("dir", w.Dir).Dur("poll", poll).Msg("cannot watch the profiles directory; checking it by polling only")
 	} else {
 		defer fw.Close()
 		events, errs = fw.Events, fw.Errors
 	}
-	a := &dirArm{fw: fw, dir: filepath.Clean(w.dir)}
+	a := &dirArm{fw: fw, dir: filepath.Clean(w.Dir)}
 	if err := a.arm(); err != nil {
-		w.log.Warn().Err(err).Str("dir", w.dir).Dur("poll", poll).Msg("cannot watch the profiles directory; checking it by polling only")
+		w.Log.Warn().Err(err).Str("dir", w.Dir).Dur("poll", poll).Msg("cannot watch the profiles directory; checking it by polling only")
 	}
+	check() // a change since the profiles were read (Since), made before the watch was armed
 	for {
 		select {
 		case <-ctx.Done():
@@ -109,7 +121,7 @@ func (w *dirWatch) Run(ctx context.Context, changed func()) error {
 				errs = nil
 				continue
 			}
-			w.log.Warn().Err(err).Str("dir", w.dir).Msg("profiles directory watch error; watching it again, and polling")
+			w.Log.Warn().Err(err).Str("dir", w.Dir).Msg("profiles directory watch error; watching it again, and polling")
 			a.armed = false // events may be lost: start afresh
 			_ = a.arm()
 			settle.Reset(profileSettle)
@@ -193,11 +205,11 @@ func dirID(path string) string {
 	return ""
 }
 
-// fingerprint describes what of dir a change of its profiles changes: for
+// Fingerprint describes what of dir a change of its profiles changes: for
 // every entry, its name and, following symbolic links, its size,
 // modification time and inode, plus the link's target. A directory that
 // cannot be read has its error as its fingerprint.
-func fingerprint(dir string) string {
+func Fingerprint(dir string) string {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return "error: " + err.Error()
