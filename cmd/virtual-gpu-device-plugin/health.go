@@ -49,7 +49,7 @@ func health(ctx context.Context, args []string, stdout io.Writer, getenv func(st
 		if err != nil {
 			return err
 		}
-		return writeSnapshot(stdout, snap, f)
+		return admin.Print(stdout, snap, f.printOptions())
 	case "set":
 		if len(pos) != 3 {
 			return usagef("health set: want <device> healthy|unhealthy, got %d arguments", len(pos)-1)
@@ -83,7 +83,7 @@ func health(ctx context.Context, args []string, stdout io.Writer, getenv func(st
 		case err != nil: // connected, then no answer: the change may be made
 			return fmt.Errorf("health set: %w (the plugin may have made the change: see health list)", err)
 		}
-		return writeSnapshot(stdout, snap, f)
+		return admin.Print(stdout, snap, f.printOptions())
 	default:
 		return usagef("health: unknown command %q: want list or set", topology.Clip(pos[0]))
 	}

@@ -192,7 +192,7 @@ func TestBinary_Sharing(t *testing.T) {
 		t.Errorf("config event %+v, want 4 replicas, 8 devices, 10 added (2 GPUs, 8 replicas)", e)
 	}
 	table, _, _ := cli(t, "dump", "-state="+n.state)
-	if got := strings.Join(fields(t, table, "fake-0 "), " "); !strings.Contains(got, " 3/4 #1 (allocated),#2 (allocated),#3 (allocated)") &&
+	if got := strings.Join(plugintest.Fields(t, table, "fake-0 "), " "); !strings.Contains(got, " 3/4 #1 (allocated),#2 (allocated),#3 (allocated)") &&
 		!strings.Contains(got, " 3/4 #3 (allocated),#2 (allocated),#1 (allocated)") {
 		t.Errorf("dump table fake-0 = %q", got)
 	}
