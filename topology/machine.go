@@ -179,6 +179,21 @@ func GPUOf(id string) (gpu int, ok bool) {
 	return i, err == nil
 }
 
+// GPUsOf returns the distinct GPUs of device ids, ascending: a replica
+// counts as its GPU (GPUOf); an id that names no GPU is left out. It is
+// what a container of those devices has: the GPUs whose UUIDs, device
+// nodes and status files it gets.
+func GPUsOf(ids ...string) []int {
+	out := make([]int, 0, len(ids))
+	for _, id := range ids {
+		if i, ok := GPUOf(id); ok {
+			out = append(out, i)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
 // NUMA returns the NUMA node of GPU i, or -1 if it is unknown (an N/A
 // affinity in nvidia-smi output) or i is out of range.
 func (m *Machine) NUMA(i int) int {

@@ -347,12 +347,7 @@ func (s *Set) Env(devs []Device) map[string]string {
 		env[EnvIDs] = strings.Join(ids, ",")
 		return env
 	}
-	gpus := make([]int, 0, len(devs))
-	for _, d := range devs {
-		if g := s.GPU(d); len(gpus) == 0 || gpus[len(gpus)-1] != g {
-			gpus = append(gpus, g)
-		}
-	}
+	gpus := s.GPUs(devs)
 	env := m.ContainerEnv(gpus)
 	ids := make([]string, len(gpus))
 	for i, g := range gpus {

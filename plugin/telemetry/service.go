@@ -394,14 +394,7 @@ func (t *Service) held(ctx context.Context, seq uint64) (store.Allocation, error
 // loadGPUs returns the GPU indices a request names among rec's GPUs (a
 // replica's GPU counts), all of them if it names none.
 func loadGPUs(rec store.Allocation, names []string) ([]int, error) {
-	var mine []int
-	for _, id := range rec.DeviceIDs {
-		if i, ok := topology.GPUOf(id); ok {
-			mine = append(mine, i)
-		}
-	}
-	slices.Sort(mine)
-	mine = slices.Compact(mine)
+	mine := topology.GPUsOf(rec.DeviceIDs...)
 	if len(names) == 0 {
 		return mine, nil
 	}

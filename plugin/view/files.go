@@ -316,16 +316,11 @@ func (f *Files) heldGPUs() ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []int
+	var ids []string
 	for _, a := range active {
-		for _, id := range a.DeviceIDs {
-			if i, ok := topology.GPUOf(id); ok {
-				out = append(out, i)
-			}
-		}
+		ids = append(ids, a.DeviceIDs...)
 	}
-	slices.Sort(out)
-	return slices.Compact(out), nil
+	return topology.GPUsOf(ids...), nil
 }
 
 // machineGPUs returns the GPU indices of m.

@@ -1,6 +1,7 @@
 package topology_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -31,4 +32,22 @@ func FuzzGPUOfID(f *testing.F) {
 			t.Fatalf("topology.GPUOf(%q) = %d, but topology.GPUID(%d) = %q", id, i, i, topology.GPUID(i))
 		}
 	})
+}
+
+// TestGPUsOf: the distinct GPUs of device ids, ascending, a replica as its
+// GPU, ids that name no GPU left out.
+func TestGPUsOf(t *testing.T) {
+	for _, tc := range []struct {
+		ids  []string
+		want []int
+	}{
+		{nil, []int{}},
+		{[]string{"fake-3", "fake-1"}, []int{1, 3}},
+		{[]string{"fake-2::1", "fake-2::0", "fake-0", "fake-2"}, []int{0, 2}},
+		{[]string{"GPU-1234", "fake-01", "fake-5::x", "fake-7"}, []int{7}},
+	} {
+		if got := topology.GPUsOf(tc.ids...); !slices.Equal(got, tc.want) {
+			t.Errorf("GPUsOf(%q) = %v, want %v", tc.ids, got, tc.want)
+		}
+	}
 }
