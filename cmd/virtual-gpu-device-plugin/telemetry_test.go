@@ -21,6 +21,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/loadsock"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/nvidiasmi"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 // listenAddress returns the address a running plugin's listener listens
@@ -86,7 +87,7 @@ func TestServe_Telemetry(t *testing.T) {
 	}
 	for gpu, s := range u {
 		if s.Value != "0" || s.Labels["pod"] != "" || s.Labels["Hostname"] != testNode || s.Labels["modelName"] != "NVIDIA A100-SXM4-40GB" ||
-			s.Labels["DCGM_FI_DRIVER_VERSION"] != status.DriverVersion {
+			s.Labels["DCGM_FI_DRIVER_VERSION"] != topology.DriverVersion {
 			t.Errorf("GPU %s before any pod: %+v", gpu, s)
 		}
 	}

@@ -91,7 +91,7 @@ type Exporter struct {
 	byIndex map[int]int    // GPU index -> position in gpus
 	prefix  [][]byte       // per position: `{gpu="…",…,DCGM_FI_DRIVER_VERSION="…"`
 	gm      topology.GPUModel
-	prof    profile
+	prof    topology.Thermal
 	model   Model
 	seed    uint64
 	clock   Clock
@@ -130,7 +130,7 @@ func New(cfg Config) (*Exporter, error) {
 		byIndex:   make(map[int]int, len(gpus)),
 		prefix:    make([][]byte, len(gpus)),
 		gm:        cfg.GPUModel,
-		prof:      profileOf(cfg.GPUModel.Family),
+		prof:      cfg.GPUModel.Thermal(),
 		model:     model,
 		seed:      cfg.Seed,
 		clock:     cfg.Clock,

@@ -6,39 +6,6 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
-// profile is what the model needs of a GPU product beyond topology.GPUModel:
-// clocks and temperatures typical of the architecture family.
-type profile struct {
-	idleClock, baseClock, boostClock int     // SM clock, MHz
-	idleTemp, maxTemp                float64 // °C, idle and at the power limit
-}
-
-// familyProfiles are typical values of each family's data-center part (the
-// SM clock at idle, the base and boost clocks, the idle temperature and the
-// temperature at the power limit): P100, V100, T4, A100, L40S, H100, B200.
-// They are plausible, not exact for every product of a family.
-var familyProfiles = map[string]profile{
-	"kepler":       {324, 562, 875, 30, 80},
-	"maxwell":      {405, 948, 1114, 30, 80},
-	"pascal":       {405, 1328, 1480, 30, 80},
-	"volta":        {135, 1290, 1530, 32, 80},
-	"turing":       {300, 585, 1590, 30, 80},
-	"ampere":       {210, 1095, 1410, 30, 75},
-	"ada-lovelace": {210, 1110, 2520, 30, 85},
-	"hopper":       {345, 1590, 1980, 30, 80},
-	"blackwell":    {345, 1665, 1965, 30, 80},
-}
-
-// defaultProfile is for a family the table lacks.
-var defaultProfile = profile{300, 1000, 1500, 30, 80}
-
-func profileOf(family string) profile {
-	if p, ok := familyProfiles[family]; ok {
-		return p
-	}
-	return defaultProfile
-}
-
 // sample computes one GPU's device-level values from the loads its holders
 // put on it (after overrides), at one second. It scales the holders' loads
 // in place so that they sum to the device's: utilization capped at 100 %,
@@ -57,7 +24,7 @@ func profileOf(family string) profile {
 //   - SM clock: the idle clock when the GPU does nothing, else the boost clock,
 //     falling towards base (half-way at the power limit) above 80 % of the
 //     power range.
-func sample(gm topology.GPUModel, prof profile, gk uint64, sec int64, loads []holderLoad, memMiB []float64) values {
+func sample(gm topology.GPUModel, prof topology.Thermal, gk uint64, sec int64, loads []holderLoad, memMiB []float64) values {
 	var v values
 	for _, l := range loads {
 		v.util += l.util
@@ -95,13 +62,13 @@ func sample(gm topology.GPUModel, prof profile, gk uint64, sec int64, loads []ho
 	}
 	v.power = clamp(v.power, 0, limit)
 	frac := clamp((v.power-idle)/span, 0, 1)
-	idleTemp := prof.idleTemp + 4*unit(draw(gk, tagTemp))
-	v.temp = idleTemp + (prof.maxTemp-idleTemp)*frac + 0.5*signed(draw(sk, tagTempNoise))
+	idleTemp := prof.IdleTempC + 4*unit(draw(gk, tagTemp))
+	v.temp = idleTemp + (prof.MaxTempC-idleTemp)*frac + 0.5*signed(draw(sk, tagTempNoise))
 	if !busy {
-		v.smClock = float64(prof.idleClock)
+		v.smClock = float64(prof.IdleClockMHz)
 	} else {
 		throttle := 0.5 * clamp((frac-0.8)/0.2, 0, 1)
-		v.smClock = float64(prof.boostClock) - float64(prof.boostClock-prof.baseClock)*throttle
+		v.smClock = float64(prof.BoostClockMHz) - float64(prof.BoostClockMHz-prof.BaseClockMHz)*throttle
 	}
 	return v
 }

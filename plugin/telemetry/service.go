@@ -15,7 +15,6 @@ import (
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/loadsock"
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
@@ -199,12 +198,12 @@ func (t *Service) newExporter(set *gpuset.Set, settings Settings) (*Exporter, er
 		return nil, err
 	}
 	gm := set.Machine().GPUModel()
-	gm.MemoryMiB -= status.ReservedMiB(gm.MemoryMiB) // as nvidia-smi counts it: used + free = total − reserved
+	gm.MemoryMiB -= topology.ReservedMiB(gm.MemoryMiB) // as nvidia-smi counts it: used + free = total − reserved
 	return New(Config{
 		GPUs:          gpus,
 		GPUModel:      gm,
 		Hostname:      t.hostname,
-		DriverVersion: status.DriverVersion,
+		DriverVersion: topology.DriverVersion,
 		Devices:       t.devices,
 		Holders:       StoreHolders{Store: t.active},
 		Model:         settings.Model,

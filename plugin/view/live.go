@@ -5,6 +5,7 @@ import (
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 // Live writes rs, the exporter's readings at now, into the status
@@ -50,9 +51,9 @@ func (f *Files) DropLive() error {
 // utilization.gpu, utilization.memory, memory.used (at most total −
 // reserved), temperature.gpu, power.draw and clocks.sm are the exporter's
 // DCGM_FI_DEV_GPU_UTIL, MEM_COPY_UTIL, FB_USED, GPU_TEMP, POWER_USAGE and
-// SM_CLOCK. A board with a memory sensor reads 3 °C above the GPU, one
-// with a fan turns at 30 % plus 0.4 % per point of utilization; the memory
-// clock stays at its maximum. An XID sets lastXid (and it stays); a lost
+// SM_CLOCK. A board with a memory sensor reads topology.MemoryTemperatureC,
+// one with a fan turns at topology.FanSpeedPercent; the memory clock stays
+// at its maximum. An XID sets lastXid (and it stays); a lost
 // GPU keeps its last values (nvidia-smi shows no value of a lost GPU).
 func liveTelemetry(g *status.GPU, r *telemetry.Reading, now time.Time) status.Telemetry {
 	t := g.Telemetry
@@ -69,13 +70,13 @@ func liveTelemetry(g *status.GPU, r *telemetry.Reading, now time.Time) status.Te
 	t.MemoryUsedMiB = min(r.MemoryUsedMiB, g.MemoryTotalMiB-g.MemoryReservedMiB)
 	t.TemperatureC = r.TemperatureC
 	if t.MemoryTemperatureC != nil {
-		v := r.TemperatureC + 3
+		v := topology.MemoryTemperatureC(r.TemperatureC)
 		t.MemoryTemperatureC = &v
 	}
 	t.PowerDrawW = r.PowerDrawW
 	t.SMClockMHz = r.SMClockMHz
 	if t.FanSpeedPercent != nil {
-		v := 30 + r.UtilizationPercent*2/5
+		v := topology.FanSpeedPercent(r.UtilizationPercent)
 		t.FanSpeedPercent = &v
 	}
 	return t

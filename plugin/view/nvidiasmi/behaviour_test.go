@@ -10,6 +10,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/nvidiasmi"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 func TestEnvIDs_IsThePluginsVariable(t *testing.T) {
@@ -330,7 +331,7 @@ func TestQueryXML_Parses(t *testing.T) {
 	if err := xml.Unmarshal([]byte(out), &log); err != nil {
 		t.Fatalf("-q -x is not XML: %v", err)
 	}
-	if log.DriverVersion != status.DriverVersion || log.CUDAVersion != status.CUDAVersion || log.AttachedGPUs != 3 || len(log.GPUs) != 3 {
+	if log.DriverVersion != topology.DriverVersion || log.CUDAVersion != topology.CUDAVersion || log.AttachedGPUs != 3 || len(log.GPUs) != 3 {
 		t.Fatalf("log %+v", log)
 	}
 	for i, g := range log.GPUs {

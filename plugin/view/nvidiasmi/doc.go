@@ -37,7 +37,7 @@
 //
 // # Commands
 //
-// The formats are those of driver R580 (status.DriverVersion, CUDA 13.0);
+// The formats are those of driver R580 (topology.DriverVersion, CUDA 13.0);
 // testdata/README.md cites the real outputs they follow.
 //
 //   - nvidia-smi: the summary table (date, driver and CUDA versions, three

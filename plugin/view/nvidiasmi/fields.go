@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 // A field is one property of --query-gpu: its name (what the CSV header
@@ -82,7 +83,7 @@ func buildFields() []field {
 		return q.now.Format("2006/01/02 15:04:05.000"), true
 	})
 	add("driver_version", nil, "", "The version of the (virtual) NVIDIA driver.", func(*queryContext, *gpu) (string, bool) {
-		return status.DriverVersion, true
+		return topology.DriverVersion, true
 	})
 	nas(notSimulated, "vgpu_driver_capability.heterogenous_multivGPU")
 	add("count", nil, "", "The number of GPUs the container sees.", func(q *queryContext, _ *gpu) (string, bool) {

@@ -6,11 +6,12 @@ import (
 	"strings"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 // helpText is -h: the options this nvidia-smi implements, in the layout of
 // the real tool's help.
-const helpText = `NVIDIA System Management Interface -- v` + status.DriverVersion + ` (virtual-gpu-device-plugin)
+const helpText = `NVIDIA System Management Interface -- v` + topology.DriverVersion + ` (virtual-gpu-device-plugin)
 
 This nvidia-smi shows the virtual GPUs of this container, as the device plugin
 allocated them: their identity and live values come from the status files in
@@ -94,7 +95,7 @@ Options include:
 // writeVersion writes --version as driver R580 prints it.
 func writeVersion(out *bytes.Buffer) {
 	fmt.Fprintf(out, "NVIDIA-SMI version  : %s\nNVML version        : %s\nDRIVER version      : %s\nCUDA Version        : %s\n",
-		status.DriverVersion, status.NVMLVersion, status.DriverVersion, status.CUDAVersion)
+		topology.DriverVersion, topology.NVMLVersion, topology.DriverVersion, topology.CUDAVersion)
 }
 
 // writeHelpQueryGPU writes --help-query-gpu: every field, its aliases and

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 // writeList writes `nvidia-smi -L`: "GPU <index>: <name> (UUID: <uuid>)",
@@ -172,9 +172,9 @@ func writeTopology(out *bytes.Buffer, m *machine) int {
 }
 
 // driverVersion and cudaVersion are the fake driver's, the same for every
-// GPU (status.DriverVersion, status.CUDAVersion).
-func driverVersion() string { return status.DriverVersion }
-func cudaVersion() string   { return status.CUDAVersion }
+// GPU (topology.DriverVersion, topology.CUDAVersion).
+func driverVersion() string { return topology.DriverVersion }
+func cudaVersion() string   { return topology.CUDAVersion }
 
 // padLabel pads a -q label, with its indentation, to the column of the
 // colon.

@@ -11,7 +11,7 @@
 // virtual-gpu.unicore.mcyou.cc/v1, kind GPUStatus): the identity of the GPU
 // (device id, UUID, host index and minor number, serial, product, memory,
 // PCI bus id, compute capability, power limit, maximum clocks, NUMA node and
-// CPU affinity), the fake driver's versions (DriverVersion, CUDAVersion),
+// CPU affinity), the fake driver's versions (topology.DriverVersion, topology.CUDAVersion),
 // its health (healthy, reason, since) and its live telemetry (utilization,
 // memory used, temperatures, power draw, clocks, fan, last XID, updated).
 // Example, for GPU fake-0 of the hgx-h100 preset on node "node-a", idle

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 // The document type of a status file.
@@ -16,23 +18,6 @@ const (
 	APIVersion = "virtual-gpu.unicore.mcyou.cc/v1"
 	// Kind is the kind of a status file.
 	Kind = "GPUStatus"
-)
-
-// The fake driver the plugin's GPUs report, in one place: nvidia-smi prints
-// these versions in its header, in -q and for --query-gpu=driver_version, and
-// the plugin writes them into every status file. R580 is the last driver
-// branch that supports every architecture of the built-in machines (Pascal
-// and Volta, dropped after R580, up to Hopper and Blackwell); 580.173.02
-// reports CUDA 13.0, as a real 580.173.02 driver does (nvidia-smi --version
-// in utkuozdemir/nvidia_gpu_exporter, internal/captures/
-// linux-x86_64__nvidia-h200__580.173.02.txt).
-const (
-	// DriverVersion is the NVIDIA driver version the fake driver reports.
-	DriverVersion = "580.173.02"
-	// NVMLVersion is the NVML library version of that driver.
-	NVMLVersion = "580.173"
-	// CUDAVersion is the highest CUDA version the fake driver supports.
-	CUDAVersion = "13.0"
 )
 
 // Container environment and paths.
@@ -97,10 +82,10 @@ type GPU struct {
 	PowerLimitW int `json:"powerLimitW"`
 	// MaxClocks are the GPU's maximum clocks; zero means unknown.
 	MaxClocks Clocks `json:"maxClocks"`
-	// DriverVersion is the driver version, DriverVersion when written by
+	// DriverVersion is the driver version, topology.DriverVersion when written by
 	// this package.
 	DriverVersion string `json:"driverVersion"`
-	// CUDAVersion is the CUDA version of the driver, CUDAVersion when
+	// CUDAVersion is the CUDA version of the driver, topology.CUDAVersion when
 	// written by this package.
 	CUDAVersion string `json:"cudaVersion"`
 
@@ -220,9 +205,9 @@ func (g *GPU) Validate() error {
 	case !validClocks(g.MaxClocks):
 		return bad("maxClocks", g.MaxClocks, "0..100000 MHz each")
 	case g.DriverVersion == "" || len(g.DriverVersion) > 32 || !printable(g.DriverVersion) || strings.Contains(g.DriverVersion, " "):
-		return bad("driverVersion", fmt.Sprintf("%q", g.DriverVersion), "a version like "+DriverVersion)
+		return bad("driverVersion", fmt.Sprintf("%q", g.DriverVersion), "a version like "+topology.DriverVersion)
 	case g.CUDAVersion == "" || len(g.CUDAVersion) > 32 || !printable(g.CUDAVersion) || strings.Contains(g.CUDAVersion, " "):
-		return bad("cudaVersion", fmt.Sprintf("%q", g.CUDAVersion), "a version like "+CUDAVersion)
+		return bad("cudaVersion", fmt.Sprintf("%q", g.CUDAVersion), "a version like "+topology.CUDAVersion)
 	case len(g.Health.Reason) > 1024 || strings.ContainsFunc(g.Health.Reason, func(r rune) bool { return r < 0x20 || r == 0x7f }):
 		return bad("health.reason", fmt.Sprintf("%q", g.Health.Reason), "at most 1024 bytes on one line")
 	case g.Health.Healthy && g.Health.Reason != "":

@@ -105,7 +105,7 @@ func TestNewGPU_Identity(t *testing.T) {
 		t.Errorf("compute %s %s, want %s %s", g.ComputeCapability, g.Family, model.Compute, model.Family)
 	case g.PCIBusID != m.PCIBusID(5) || g.NUMANode != m.NUMA(5) || g.CPUAffinity != m.CPUAffinity(5):
 		t.Errorf("bus %s numa %d cpus %s, want %s %d %s", g.PCIBusID, g.NUMANode, g.CPUAffinity, m.PCIBusID(5), m.NUMA(5), m.CPUAffinity(5))
-	case g.DriverVersion != status.DriverVersion || g.CUDAVersion != status.CUDAVersion:
+	case g.DriverVersion != topology.DriverVersion || g.CUDAVersion != topology.CUDAVersion:
 		t.Errorf("driver %s cuda %s", g.DriverVersion, g.CUDAVersion)
 	case !g.Health.Healthy || !g.Health.Since.Equal(testTime) || !g.Telemetry.Updated.Equal(testTime):
 		t.Errorf("health %+v updated %v, want healthy since and updated %v", g.Health, g.Telemetry.Updated, testTime)
