@@ -641,11 +641,3 @@ func TestServer_Observer_Results(t *testing.T) {
 		})
 	}
 }
-
-func TestResult_String(t *testing.T) {
-	for r, want := range map[metrics.Result]string{metrics.ResultOK: "ok", metrics.ResultRejected: "rejected", metrics.ResultFailed: "failed", 7: "Result(7)"} {
-		if got := r.String(); got != want {
-			t.Errorf("%d.String() = %q, want %q", int(r), got, want)
-		}
-	}
-}

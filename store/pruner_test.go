@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
+	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
 )
 
-var _ store.Clock = (*plugintest.Clock)(nil)
+var _ store.Clock = (*storetest.Clock)(nil)
 
 type pruneReport struct {
 	at  time.Time
@@ -20,9 +20,9 @@ type pruneReport struct {
 
 // startPruner runs a pruner on s with a fake clock until the test ends and
 // returns the clock and the reports.
-func startPruner(t *testing.T, s *store.Store, o store.PruneOptions) (*plugintest.Clock, *store.Pruner, chan pruneReport) {
+func startPruner(t *testing.T, s *store.Store, o store.PruneOptions) (*storetest.Clock, *store.Pruner, chan pruneReport) {
 	t.Helper()
-	c := plugintest.NewClock(t, time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	c := storetest.NewClock(t, time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	reports := make(chan pruneReport, 100)
 	p, err := store.NewPruner(s, o, store.PrunerConfig{Clock: c, Report: func(r store.PruneResult, err error) {
 		reports <- pruneReport{c.Now(), r, err}

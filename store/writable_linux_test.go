@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
 )
@@ -66,7 +65,7 @@ func fill(t *testing.T, dir string) string {
 // other write, at most once a second.
 func TestWritable_DiskFull(t *testing.T) {
 	dir := smallFS(t, 1<<20)
-	c := plugintest.NewClock(t, time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	c := storetest.NewClock(t, time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	path := filepath.Join(dir, "state.db")
 	s := storetest.MustOpenPath(t, path, store.Options{Now: c.Now})
 	if _, err := s.Reconcile(specs(2)); err != nil {

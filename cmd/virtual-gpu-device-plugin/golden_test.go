@@ -23,6 +23,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/kube"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
+	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
 )
 
 // The golden tests pin what the plugin answers and shows, byte for byte, so
@@ -239,7 +240,7 @@ func TestGolden_TelemetryScrape(t *testing.T) {
 	env := defaultServeEnv()
 	env.newAPI = func(kube.Options) (kube.API, error) { return nil, fmt.Errorf("test: %w", kube.ErrNoAPIAccess) }
 	env.environ = nil
-	env.clock = plugintest.NewClock(t, time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC))
+	env.clock = storetest.NewClock(t, time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- serve(ctx, o, cfg, profiles, logs, env) }()

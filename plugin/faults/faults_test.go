@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/faults"
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
+	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
 )
 
-var _ faults.Clock = (*plugintest.Clock)(nil)
+var _ faults.Clock = (*storetest.Clock)(nil)
 
 func TestParse_Valid(t *testing.T) {
 	tests := []struct {
@@ -107,7 +107,7 @@ type change struct {
 
 // player runs a plan on a fake clock and records the changes.
 type player struct {
-	clock  *plugintest.Clock
+	clock  *storetest.Clock
 	start  time.Time
 	mu     sync.Mutex
 	got    []change
@@ -130,7 +130,7 @@ func play(t *testing.T, plan string, devices []string, setErr error) *player {
 func playFaults(t *testing.T, plan []faults.Fault, devices []string, setErr error) *player {
 	t.Helper()
 	start := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
-	pl := &player{clock: plugintest.NewClock(t, start), start: start, done: make(chan struct{})}
+	pl := &player{clock: storetest.NewClock(t, start), start: start, done: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	pl.cancel = cancel
 	go func() {

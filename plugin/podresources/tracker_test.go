@@ -27,7 +27,7 @@ const (
 	abandon = time.Minute
 )
 
-var _ podresources.Clock = (*plugintest.Clock)(nil)
+var _ podresources.Clock = (*storetest.Clock)(nil)
 
 // fixture is a real store, a scripted PodResources socket, a Tracker on a
 // fake clock, and a client for Sync.
@@ -35,13 +35,13 @@ type fixture struct {
 	st     *store.Store
 	pr     *plugintest.PodResources
 	tr     *podresources.Tracker
-	clock  *plugintest.Clock
+	clock  *storetest.Clock
 	client podresourcesapi.PodResourcesListerClient
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	f := &fixture{st: storetest.MustOpen(t, store.Options{}), clock: plugintest.NewClock(t, time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC))}
+	f := &fixture{st: storetest.MustOpen(t, store.Options{}), clock: storetest.NewClock(t, time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC))}
 	var specs []store.DeviceSpec
 	for i := range 4 {
 		specs = append(specs, store.DeviceSpec{ID: "fake-" + string(rune('0'+i)), Index: i})
@@ -285,7 +285,7 @@ func TestTracker_Run_SocketAbsentThenPresent(t *testing.T) {
 	}
 	sock := filepath.Join(plugintest.ShortTempDir(t), "pr.sock")
 	var logs plugintest.LogBuffer
-	f := &fixture{st: st, clock: plugintest.NewClock(t, time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC))}
+	f := &fixture{st: st, clock: storetest.NewClock(t, time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC))}
 	f.tr = mustTracker(t, st, sock, f.clock, zerolog.New(&logs))
 	seq := f.allocate(t, "fake-0")
 	f.run(t)

@@ -10,8 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
+	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
 )
 
 // benchExporter is a 128-GPU generic machine: GPUs 0-63 held one container
@@ -39,7 +39,7 @@ func benchExporter(b *testing.B, n int, perPod bool) *telemetry.Exporter {
 	devs.SetHealth(3, false, "XID 79")
 	devs.SetHealth(n-1, false, "XID 48")
 	return mustNew(b, telemetry.Config{GPUs: gpus, GPUModel: m.GPUModel(), Hostname: "node-1", DriverVersion: "550.54.15",
-		Devices: devs, Holders: hs, Seed: 7, Clock: plugintest.NewClock(b, epoch), PerPod: perPod})
+		Devices: devs, Holders: hs, Seed: 7, Clock: storetest.NewClock(b, epoch), PerPod: perPod})
 }
 
 // BenchmarkScrape is a whole /metrics scrape at 128 GPUs, without and with

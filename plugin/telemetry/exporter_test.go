@@ -13,7 +13,6 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
@@ -162,7 +161,7 @@ func TestHandler(t *testing.T) {
 	hs := &holdings{}
 	var logs bytes.Buffer
 	e := mustNew(t, telemetry.Config{GPUs: machineGPUs(m, nil), GPUModel: m.GPUModel(), Holders: hs,
-		Clock: plugintest.NewClock(t, epoch), Logger: zerolog.New(&logs)})
+		Clock: storetest.NewClock(t, epoch), Logger: zerolog.New(&logs)})
 	srv := httptest.NewServer(e.Handler())
 	defer srv.Close()
 
@@ -250,7 +249,7 @@ func TestStoreHolders(t *testing.T) {
 	// Wired into an exporter: the shared GPU 0 carries the newest holder.
 	m := mustMachine(t, "dgx-a100")
 	gpus := machineGPUs(m, map[int]int{0: 4})[:2]
-	e := mustNew(t, telemetry.Config{GPUs: gpus, GPUModel: m.GPUModel(), Holders: telemetry.StoreHolders{Store: s}, Clock: plugintest.NewClock(t, epoch)})
+	e := mustNew(t, telemetry.Config{GPUs: gpus, GPUModel: m.GPUModel(), Holders: telemetry.StoreHolders{Store: s}, Clock: storetest.NewClock(t, epoch)})
 	rs := mustReadings(t, e)
 	if len(rs[0].Holders) != 2 || rs[0].Holders[1].Pod != "second" || rs[0].Holders[1].VGPU != "3" || len(rs[1].Holders) != 1 {
 		t.Errorf("readings from the store: %+v", rs)

@@ -14,8 +14,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
+	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
@@ -46,7 +46,7 @@ func scenario(t testing.TB, m telemetry.Model, perPod bool) *telemetry.Exporter 
 	)
 	e := mustNew(t, telemetry.Config{
 		GPUs: gpus, GPUModel: machine.GPUModel(), Hostname: "node-1", DriverVersion: "550.54.15",
-		Devices: devs, Holders: hs, Model: m, Seed: 42, Clock: plugintest.NewClock(t, epoch), PerPod: perPod,
+		Devices: devs, Holders: hs, Model: m, Seed: 42, Clock: storetest.NewClock(t, epoch), PerPod: perPod,
 	})
 	if err := e.SetOverride(7, telemetry.Holder{Namespace: "bench", Pod: "burn", Container: "burn"},
 		telemetry.Override{UtilizationPercent: ptr(100.0), MemoryUsedMiB: ptr(30000)}); err != nil {

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
+	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
 )
 
 func TestParseXID(t *testing.T) {
@@ -94,7 +94,7 @@ func TestExporter_UnhealthyGPUShowsXIDOnly(t *testing.T) {
 	devs := newDevices(gpus)
 	hs := &holdings{}
 	hs.Set(hold("ml", "job", "main", "fake-1"))
-	e := mustNew(t, telemetry.Config{GPUs: gpus, GPUModel: m.GPUModel(), Devices: devs, Holders: hs, Seed: 1, Clock: plugintest.NewClock(t, epoch)})
+	e := mustNew(t, telemetry.Config{GPUs: gpus, GPUModel: m.GPUModel(), Devices: devs, Holders: hs, Seed: 1, Clock: storetest.NewClock(t, epoch)})
 	healthy := series(exposition(t, e), "1")
 	if len(healthy) != 9 {
 		t.Fatalf("healthy held GPU has %d series, want 9:\n%s", len(healthy), strings.Join(healthy, "\n"))

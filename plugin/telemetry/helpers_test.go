@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
+	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
@@ -85,7 +85,7 @@ func (d *devices) SetHealth(gpu int, healthy bool, reason string) {
 var (
 	_ telemetry.HolderSource = (*holdings)(nil)
 	_ telemetry.Devices      = (*devices)(nil)
-	_ telemetry.Clock        = (*plugintest.Clock)(nil)
+	_ telemetry.Clock        = (*storetest.Clock)(nil)
 )
 
 // uuid returns a fixed, made-up UUID for GPU i.

@@ -7,19 +7,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
+	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
 )
 
 // overrideScenario: an A100 machine (40960 MiB), GPU 0 held by ml/job/main,
 // GPU 1 shared by ml/job/main and ml/other/main.
-func overrideScenario(t *testing.T) (*telemetry.Exporter, *plugintest.Clock, *holdings) {
+func overrideScenario(t *testing.T) (*telemetry.Exporter, *storetest.Clock, *holdings) {
 	t.Helper()
 	m := mustMachine(t, "dgx-a100")
 	hs := &holdings{}
 	hs.Set(hold("ml", "job", "main", "fake-0", "fake-1"), hold("ml", "other", "main", "fake-1"))
-	c := plugintest.NewClock(t, epoch)
+	c := storetest.NewClock(t, epoch)
 	e := mustNew(t, telemetry.Config{GPUs: machineGPUs(m, nil)[:3], GPUModel: m.GPUModel(), Holders: hs, Clock: c, Seed: 3})
 	return e, c, hs
 }

@@ -61,7 +61,7 @@ type serviceRig struct {
 	files    *view.Files
 	status   string // the status directory
 	devices  *staticDevices
-	clock    *plugintest.Clock
+	clock    *storetest.Clock
 	tel      *telemetry.Service
 	logs     *plugintest.LogBuffer
 }
@@ -117,7 +117,7 @@ func newServiceRig(t testing.TB, machine string, replicas int, settings telemetr
 		t.Fatalf("status files not written:\n%s", logs)
 	}
 	r := &serviceRig{set: set, settings: settings, st: st, files: files, status: vcfg.StatusDir, devices: &staticDevices{devs: devs},
-		clock: plugintest.NewClock(t, time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)), logs: logs}
+		clock: storetest.NewClock(t, time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)), logs: logs}
 	r.tel = telemetry.NewService(telemetry.ServiceConfig{Store: st, Devices: r.devices, Live: files, Hostname: "node-a", Clock: r.clock, Logger: zerolog.New(logs)})
 	if err := r.tel.Follow(set, settings); err != nil {
 		t.Fatal(err)

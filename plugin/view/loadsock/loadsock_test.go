@@ -18,6 +18,7 @@ import (
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/loadsock"
+	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -275,7 +276,7 @@ func TestServer_RefusesBadInput(t *testing.T) {
 }
 
 func TestServer_RateLimit(t *testing.T) {
-	clock := plugintest.NewClock(t, time.Unix(1_700_000_000, 0))
+	clock := storetest.NewClock(t, time.Unix(1_700_000_000, 0))
 	h := &recorder{}
 	s := newServer(t, loadsock.Config{Handler: h, Rate: 2, Burst: 3, Now: clock.Now})
 	if err := s.Open(1, []string{"fake-1"}); err != nil {

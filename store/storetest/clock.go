@@ -1,4 +1,4 @@
-package plugintest
+package storetest
 
 import (
 	"slices"
@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Clock is a fake clock for code with a clock seam (lifecycle.Clock,
+// Clock is a fake clock for code with a clock seam (podresources.Clock,
 // faults.Clock: Now and NewTimer; store.Clock: Now and After): time stands
 // still until the test moves it with Advance, Set or Next, and timers fire
 // only then. Build it with NewClock;
