@@ -1,5 +1,11 @@
-// Package plugin is the only package of virtual-gpu-device-plugin that speaks
-// gRPC and the kubelet's device plugin API (v1beta1).
+// Package plugin is the device plugin: the only package of
+// virtual-gpu-device-plugin that speaks the kubelet's device plugin API
+// (v1beta1). It serves what the agent (package agent) decides, as one of
+// its kubelet API targets: [Target] turns the agent's sets into catalogs
+// ([CatalogOf]) and its health changes into ListAndWatch messages, and
+// keeps the Server registered under the set's resource name ([Registrar]).
+// The rest of the plugin (the view, the telemetry, the admin API, the
+// metrics) speaks the agent's device type, gpuset.Device, not this API.
 //
 // It has two halves, kept apart on purpose:
 //
@@ -37,5 +43,7 @@
 //     Run and runs a new Runner on the same Server.
 //
 // Both are safe for concurrent use; the zero values are not usable: build them
-// with [NewServer] and [NewRunner].
+// with [NewServer] and [NewRunner] (or the whole with [NewTarget]). The
+// Server publishes health changes; storing, logging and counting them is
+// the agent's one health path.
 package plugin
