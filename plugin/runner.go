@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/atomicfile"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/unixsock"
 )
 
@@ -459,7 +460,7 @@ func absentReason(path string, err error) string {
 		return "its socket does not exist yet"
 	}
 	if fi, lerr := os.Lstat(path); lerr == nil && fi.Mode().Type() != fs.ModeSocket {
-		return "its socket is " + unixsock.Kind(fi.Mode()) + ", not a socket"
+		return "its socket is " + atomicfile.Kind(fi.Mode()) + ", not a socket"
 	}
 	return err.Error()
 }

@@ -28,7 +28,7 @@ var allowedImports = map[string][]string{
 	"store/storetest":       {"store"},
 	"allocator":             {"topology"},
 	"plugin/atomicfile":     nil,
-	"plugin/unixsock":       nil,
+	"plugin/unixsock":       {"plugin/atomicfile"},
 	"plugin/view/loadsock":  nil,
 	"plugin/view/status":    {"plugin/atomicfile", "topology"},
 	"plugin/view/cdi":       {"plugin/atomicfile"},
@@ -44,7 +44,7 @@ var allowedImports = map[string][]string{
 	"plugin/admin": {"plugin/gpuset", "plugin/unixsock", "store", "topology"},
 	"plugin/agent": {"plugin/faults", "plugin/gpuset", "plugin/kube", "plugin/telemetry", "plugin/view", "plugin/view/loadsock",
 		"store", "topology"},
-	"plugin":            {"plugin/agent", "plugin/gpuset", "plugin/metrics", "plugin/telemetry", "plugin/unixsock", "plugin/view", "store", "topology"},
+	"plugin":            {"plugin/agent", "plugin/atomicfile", "plugin/gpuset", "plugin/metrics", "plugin/telemetry", "plugin/unixsock", "plugin/view", "store", "topology"},
 	"plugin/plugintest": nil,
 }
 

@@ -94,3 +94,25 @@ func SyncDir(dir string) error {
 	}
 	return nil
 }
+
+// Kind names the type of a file mode, with its article, for messages about
+// what stands at a path: "a directory", "a named pipe", "a symbolic link".
+func Kind(m fs.FileMode) string {
+	switch m.Type() {
+	case 0:
+		return "a regular file"
+	case fs.ModeDir:
+		return "a directory"
+	case fs.ModeSymlink:
+		return "a symbolic link"
+	case fs.ModeNamedPipe:
+		return "a named pipe"
+	case fs.ModeSocket:
+		return "a socket"
+	case fs.ModeDevice:
+		return "a block device"
+	case fs.ModeDevice | fs.ModeCharDevice:
+		return "a character device"
+	}
+	return "a " + m.Type().String() + " file"
+}

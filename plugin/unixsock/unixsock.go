@@ -12,6 +12,8 @@ import (
 	"os"
 	"syscall"
 	"time"
+
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/atomicfile"
 )
 
 // DefaultProbeTimeout bounds Claim's connect to an existing
@@ -44,7 +46,7 @@ func Claim(path string, timeout time.Duration) error {
 	case err != nil:
 		return fmt.Errorf("socket %s: %w", path, err)
 	case fi.Mode().Type() != fs.ModeSocket:
-		return fmt.Errorf("socket path %s is %s: %w", path, Kind(fi.Mode()), ErrNotSocket)
+		return fmt.Errorf("socket path %s is %s: %w", path, atomicfile.Kind(fi.Mode()), ErrNotSocket)
 	}
 	listening, err := socketListened(path, timeout)
 	if err != nil {
@@ -76,21 +78,4 @@ func socketListened(path string, timeout time.Duration) (bool, error) {
 		return true, nil // a full backlog: a listener that does not accept
 	}
 	return false, fmt.Errorf("probe: %w", err)
-}
-
-// Kind names what a file of mode m is, with its article.
-func Kind(m fs.FileMode) string {
-	switch {
-	case m.IsRegular():
-		return "a regular file"
-	case m.IsDir():
-		return "a directory"
-	case m&fs.ModeSymlink != 0:
-		return "a symlink"
-	case m&fs.ModeNamedPipe != 0:
-		return "a named pipe"
-	case m&fs.ModeDevice != 0:
-		return "a device"
-	}
-	return "not a socket"
 }

@@ -32,7 +32,7 @@ func installTool(src, dir, name string) (changed bool, err error) {
 	// What stands there must be a file (or a link to one, or nothing): a
 	// directory would make the rename fail, a FIFO block the comparison.
 	if fi, err := os.Stat(dst); err == nil && !fi.Mode().IsRegular() {
-		return false, fmt.Errorf("install %s: %q is %s, not a file: remove it (the plugin installs its %s there)", name, dst, fileKind(fi.Mode()), name)
+		return false, fmt.Errorf("install %s: %q is %s, not a file: remove it (the plugin installs its %s there)", name, dst, atomicfile.Kind(fi.Mode()), name)
 	}
 	in, err := os.Open(src)
 	if err != nil {
@@ -67,27 +67,6 @@ func installTool(src, dir, name string) (changed bool, err error) {
 		return true, fmt.Errorf("install %s: %w", name, err)
 	}
 	return true, nil
-}
-
-// fileKind names the type of a file mode: "a directory", "a named pipe".
-func fileKind(m fs.FileMode) string {
-	switch m.Type() {
-	case 0:
-		return "a regular file"
-	case fs.ModeDir:
-		return "a directory"
-	case fs.ModeSymlink:
-		return "a symbolic link"
-	case fs.ModeNamedPipe:
-		return "a named pipe"
-	case fs.ModeSocket:
-		return "a socket"
-	case fs.ModeDevice:
-		return "a block device"
-	case fs.ModeDevice | fs.ModeCharDevice:
-		return "a character device"
-	}
-	return "a " + m.Type().String() + " file"
 }
 
 // sameContent reports whether the file at path holds exactly what r reads
