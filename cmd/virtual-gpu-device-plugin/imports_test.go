@@ -45,7 +45,7 @@ var allowedImports = map[string][]string{
 	"plugin/agent": {"plugin/faults", "plugin/gpuset", "plugin/kube", "plugin/telemetry", "plugin/view", "plugin/view/loadsock",
 		"store", "topology"},
 	"plugin":            {"plugin/agent", "plugin/atomicfile", "plugin/gpuset", "plugin/metrics", "plugin/telemetry", "plugin/unixsock", "plugin/view", "store", "topology"},
-	"plugin/plugintest": nil,
+	"plugin/plugintest": {"allocator", "plugin/gpuset", "plugin/view", "store", "topology"},
 }
 
 // The kubelet's device-plugin API is a leaf: only the device-plugin server

@@ -6,13 +6,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/rs/zerolog"
 
-	"github.com/unicore/virtual-gpu-device-plugin/allocator"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/agent"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/faults"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
@@ -22,7 +22,6 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
-	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 // journal records, in order, what the parts of an agent were told.
@@ -116,19 +115,10 @@ func (s *source) Dir() string   { return "profiles" }
 // view's files under dir.
 func config(t *testing.T, dir, profile string, n, replicas int) agent.Config {
 	t.Helper()
-	m, err := topology.Generic(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return agent.Config{
-		Profile: profile,
-		GPUs: gpuset.Config{ResourceName: "unicore.mcyou.cc/gpu", Machine: m, NUMAReport: topology.NUMAReportNever,
-			AllocationPolicy: allocator.PolicyBestConnected,
-			Sharing:          gpuset.Sharing{Replicas: replicas, ResourceName: "unicore.mcyou.cc/gpu", PolicyName: allocator.SharedPolicyDistributed}},
-		View: view.Config{DeviceListStrategies: []view.DeviceListStrategy{view.DeviceListEnvVar}, DeviceNodeSource: "/dev/null",
-			ToolsDir: filepath.Join(dir, "bin"), StatusDir: filepath.Join(dir, "status"), CDISpecDir: filepath.Join(dir, "cdi"),
-			Owner: filepath.Join(dir, "state.db"), LoadSocketDir: filepath.Join(dir, "load")},
-	}
+	cfg := agent.Config{Profile: profile, GPUs: plugintest.GPUConfig(t, "generic-"+strconv.Itoa(n), gpuset.Sharing{Replicas: replicas}),
+		View: plugintest.ViewConfig(dir)}
+	cfg.View.NvidiaSMI = false
+	return cfg
 }
 
 // started is an agent begun and started on a real state file and status

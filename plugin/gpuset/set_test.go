@@ -9,6 +9,7 @@ import (
 
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
@@ -18,24 +19,9 @@ import (
 // "generic-<n>" name) with sharing sh, the NUMA nodes always reported.
 func config(t testing.TB, machine string, sh gpuset.Sharing) gpuset.Config {
 	t.Helper()
-	var m *topology.Machine
-	var err error
-	if n, ok := strings.CutPrefix(machine, "generic-"); ok {
-		m, err = topology.Generic(map[string]int{"2": 2, "3": 3, "4": 4}[n])
-	} else {
-		m, err = topology.Preset(machine)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	if sh.ResourceName == "" {
-		sh.ResourceName = "unicore.mcyou.cc/gpu"
-	}
-	if sh.PolicyName == "" {
-		sh.PolicyName = allocator.SharedPolicyDistributed
-	}
-	return gpuset.Config{ResourceName: "unicore.mcyou.cc/gpu", Topology: machine, Machine: m, NUMAReport: topology.NUMAReportAlways,
-		SysfsRoot: t.TempDir(), AllocationPolicy: allocator.PolicyBestConnected, Sharing: sh}
+	c := plugintest.GPUConfig(t, machine, sh)
+	c.NUMAReport, c.SysfsRoot = topology.NUMAReportAlways, t.TempDir()
+	return c
 }
 
 // devicesOf builds the set of cfg and its devices as a real store has them
@@ -47,17 +33,7 @@ func devicesOf(t testing.TB, cfg gpuset.Config) (*gpuset.Set, []gpuset.Device) {
 		t.Fatal(err)
 	}
 	st := storetest.MustOpen(t, store.Options{})
-	if _, err := st.Reconcile(set.Specs()); err != nil {
-		t.Fatal(err)
-	}
-	stored, err := st.Devices()
-	if err != nil {
-		t.Fatal(err)
-	}
-	devs, err := set.Devices(stored)
-	if err != nil {
-		t.Fatal(err)
-	}
+	devs := plugintest.Served(t, st, set)
 	return set, devs
 }
 

@@ -73,41 +73,15 @@ type serviceRig struct {
 func newServiceRig(t testing.TB, machine string, replicas int, settings telemetry.Settings) *serviceRig {
 	t.Helper()
 	dir := plugintest.ShortTempDir(t)
-	var m *topology.Machine
-	var err error
-	if n, ok := strings.CutPrefix(machine, "generic-"); ok {
-		var gpus int
-		if gpus, err = strconv.Atoi(n); err == nil {
-			m, err = topology.Generic(gpus)
-		}
-	} else {
-		m, err = topology.Preset(machine)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := gpuset.New(gpuset.Config{ResourceName: "unicore.mcyou.cc/gpu", Machine: m, NUMAReport: topology.NUMAReportNever,
-		AllocationPolicy: allocator.PolicyBestConnected, Sharing: gpuset.Sharing{Replicas: replicas, ResourceName: "unicore.mcyou.cc/gpu",
-			PolicyName: allocator.SharedPolicyDistributed}}, "node-a")
+	set, err := gpuset.New(plugintest.GPUConfig(t, machine, gpuset.Sharing{Replicas: replicas}), "node-a")
 	if err != nil {
 		t.Fatal(err)
 	}
 	st := storetest.MustOpenPath(t, filepath.Join(dir, "state.db"), store.Options{})
-	if _, err := st.Reconcile(set.Specs()); err != nil {
-		t.Fatal(err)
-	}
-	stored, err := st.Devices()
-	if err != nil {
-		t.Fatal(err)
-	}
-	devs, err := set.Devices(stored)
-	if err != nil {
-		t.Fatal(err)
-	}
+	devs := plugintest.Served(t, st, set)
 	logs := &plugintest.LogBuffer{}
-	vcfg := view.Config{DeviceListStrategies: []view.DeviceListStrategy{view.DeviceListEnvVar}, NvidiaSMI: true, DeviceNodeSource: "/dev/null",
-		ToolsDir: filepath.Join(dir, "bin"), StatusDir: filepath.Join(dir, "status"), CDISpecDir: filepath.Join(dir, "cdi"),
-		Owner: filepath.Join(dir, "state.db"), LoadSockets: settings.Writable, LoadSocketDir: filepath.Join(dir, "load")}
+	vcfg := plugintest.ViewConfig(dir)
+	vcfg.LoadSockets = settings.Writable
 	files, err := view.NewFiles(vcfg, st, os.Args[0], "node-a", zerolog.New(logs))
 	if err != nil {
 		t.Fatal(err)

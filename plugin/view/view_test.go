@@ -5,12 +5,11 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
-	"github.com/unicore/virtual-gpu-device-plugin/allocator"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/cdi"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/loadsock"
@@ -25,29 +24,11 @@ import (
 // and its devices as a fresh state file would store them.
 func viewOf(t testing.TB, machine string, replicas int, opts ...func(*view.Config)) (*view.View, []store.Device) {
 	t.Helper()
-	var m *topology.Machine
-	var err error
-	if n, ok := strings.CutPrefix(machine, "generic-"); ok {
-		var gpus int
-		if gpus, err = strconv.Atoi(n); err == nil {
-			m, err = topology.Generic(gpus)
-		}
-	} else {
-		m, err = topology.Preset(machine)
-	}
+	set, err := gpuset.New(plugintest.GPUConfig(t, machine, gpuset.Sharing{Replicas: replicas}), "node-a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, err := gpuset.New(gpuset.Config{ResourceName: "unicore.mcyou.cc/gpu", Machine: m, NUMAReport: topology.NUMAReportNever,
-		AllocationPolicy: allocator.PolicyBestConnected, Sharing: gpuset.Sharing{Replicas: replicas, ResourceName: "unicore.mcyou.cc/gpu",
-			PolicyName: allocator.SharedPolicyDistributed}}, "node-a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	cfg := view.Config{DeviceListStrategies: []view.DeviceListStrategy{view.DeviceListEnvVar}, NvidiaSMI: true, DeviceNodeSource: "/dev/null",
-		ToolsDir: filepath.Join(dir, "bin"), StatusDir: filepath.Join(dir, "status"), CDISpecDir: filepath.Join(dir, "cdi"),
-		Owner: filepath.Join(dir, "state.db"), LoadSocketDir: filepath.Join(dir, "load")}
+	cfg := plugintest.ViewConfig(t.TempDir())
 	for _, o := range opts {
 		o(&cfg)
 	}
