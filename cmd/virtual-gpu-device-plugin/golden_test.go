@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -261,22 +259,8 @@ func TestGolden_TelemetryScrape(t *testing.T) {
 	reg := k.WaitRegistration(30 * time.Second)
 	allocate(t, reg, "fake-2", "fake-3")
 	pr.SetPod("default", "trainer", "unicore.mcyou.cc/gpu", plugintest.Container{Name: "main", IDs: []string{"fake-2", "fake-3"}})
-	addr := regexp.MustCompile(`"address":"(127\.0\.0\.1:\d+)"[^\n]*serving GPU telemetry`).FindStringSubmatch(logs.String())
-	if addr == nil {
-		t.Fatalf("no telemetry address in the log:\n%s", logs)
-	}
-	scrape := func() []byte {
-		resp, err := http.Get("http://" + addr[1] + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
+	url := "http://" + listenAddress(t, logs, "serving GPU telemetry") + "/metrics"
+	scrape := func() []byte { return []byte(httpGet(t, url)) }
 	if _, errOut, code := cli(t, "health", "set", "-state="+state, "fake-5", "unhealthy", "--reason", "XID 79: GPU has fallen off the bus"); code != 0 {
 		t.Fatalf("health set: exit %d: %s", code, errOut)
 	}
