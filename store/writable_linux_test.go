@@ -4,7 +4,6 @@ package store_test
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,55 +15,13 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
 )
 
-// smallFS mounts a tmpfs of size bytes in a fresh directory for the test
-// and returns the directory. It skips the test where mounting is not
-// allowed.
-func smallFS(t *testing.T, size int) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a small tmpfs to fill needs root")
-	}
-	dir := filepath.Join(t.TempDir(), "small")
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0700", size)); err != nil {
-		t.Skipf("cannot mount a tmpfs here: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(dir, 0); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	return dir
-}
-
-// fill writes a file in dir until the file system is full.
-func fill(t *testing.T, dir string) string {
-	t.Helper()
-	path := filepath.Join(dir, "filler")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	chunk := make([]byte, 4096)
-	for {
-		if _, err := f.Write(chunk); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatalf("fill: %v", err)
-			}
-			return path
-		}
-	}
-}
-
 // TestWritable_DiskFull fills a real file system under a store: writes fail
 // with a clear error naming their operation once, Writable reports it, and
 // once space is freed Writable recovers through its own probe, without any
 // other write, at most once a second.
 func TestWritable_DiskFull(t *testing.T) {
-	dir := smallFS(t, 1<<20)
+	dir := filepath.Join(t.TempDir(), "small")
+	storetest.MountSmallFS(t, dir, 1<<20)
 	c := storetest.NewClock(t, time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	path := filepath.Join(dir, "state.db")
 	s := storetest.MustOpenPath(t, path, store.Options{Now: c.Now})
@@ -77,7 +34,7 @@ func TestWritable_DiskFull(t *testing.T) {
 	if err := s.Writable(); err != nil {
 		t.Fatalf("Writable() before the disk is full = %v", err)
 	}
-	filler := fill(t, dir)
+	filler := storetest.FillFS(t, dir)
 
 	// Writes go on into free pages the file already has, then fail.
 	var err error

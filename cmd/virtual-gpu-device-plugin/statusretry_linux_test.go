@@ -3,7 +3,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,49 +13,9 @@ import (
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
+	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
-
-// mountSmallFS mounts a tmpfs of size bytes on dir (made if missing) for
-// the test; it skips the test where mounting is not allowed.
-func mountSmallFS(t *testing.T, dir string, size int) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a small tmpfs to fill needs root")
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0755", size)); err != nil {
-		t.Skipf("cannot mount a tmpfs here: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(dir, 0); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-}
-
-// fillFS writes a file in dir until its file system is full and returns
-// its path.
-func fillFS(t *testing.T, dir string) string {
-	t.Helper()
-	path := filepath.Join(dir, "filler")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	chunk := make([]byte, 4096)
-	for {
-		if _, err := f.Write(chunk); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatalf("fill %s: %v", dir, err)
-			}
-			return path
-		}
-	}
-}
 
 // TestBinary_StatusFiles_WrittenAgainAfterAFullDisk: with the status
 // directory's file system full, two GPUs are set unhealthy (the store takes
@@ -68,7 +27,7 @@ func fillFS(t *testing.T, dir string) string {
 func TestBinary_StatusFiles_WrittenAgainAfterAFullDisk(t *testing.T) {
 	n := newNode(t)
 	statusDir := filepath.Join(filepath.Dir(n.state), "status")
-	mountSmallFS(t, statusDir, 256<<10)
+	storetest.MountSmallFS(t, statusDir, 256<<10)
 	profiles := filepath.Join(n.dir, "profiles")
 	if err := os.Mkdir(profiles, 0o755); err != nil {
 		t.Fatal(err)
@@ -116,7 +75,7 @@ func TestBinary_StatusFiles_WrittenAgainAfterAFullDisk(t *testing.T) {
 		}
 	}
 
-	filler := fillFS(t, statusDir)
+	filler := storetest.FillFS(t, statusDir)
 	for _, id := range []string{"fake-1", "fake-2"} {
 		if _, errOut, code := cli(t, "health", "set", id, "unhealthy", "--reason", "XID 79", "-state="+n.state); code != 0 {
 			t.Fatalf("health set %s on a full status directory: exit %d: %s (the store is elsewhere and takes it)", id, code, errOut)
