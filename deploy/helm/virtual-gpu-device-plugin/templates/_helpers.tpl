@@ -130,6 +130,7 @@ log-level: logLevel
 - devices
 - topology
 - resource-name
+- kubelet-api
 - allocation-policy
 - shared-devices-allocation-policy
 - device-list-strategy
