@@ -43,6 +43,14 @@ const (
 	KubeletAPIDRA KubeletAPI = "dra"
 )
 
+// OrDefault returns k, or KubeletAPIDevicePlugin when k is empty.
+func (k KubeletAPI) OrDefault() KubeletAPI {
+	if k == "" {
+		return KubeletAPIDevicePlugin
+	}
+	return k
+}
+
 // KubeletAPIs are the kubelet APIs, in the order the flag lists them.
 var KubeletAPIs = []KubeletAPI{KubeletAPIDevicePlugin, KubeletAPIDRA}
 

@@ -1,5 +1,13 @@
 package dra
 
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/unixsock"
+)
+
 // Defaults of Config: the kubelet's own directories (pkg/kubelet/config)
 // and the driver's name.
 const (
@@ -28,4 +36,34 @@ type Config struct {
 	// PluginsDir is the kubelet's plugins directory (default
 	// DefaultPluginsDir).
 	PluginsDir string
+}
+
+// SocketDir returns the directory of the driver's DRA socket,
+// <PluginsDir>/<DriverName>.
+func (c Config) SocketDir() string { return filepath.Join(c.PluginsDir, c.DriverName) }
+
+// Socket returns the driver's DRA socket, <SocketDir>/dra.sock.
+func (c Config) Socket() string { return filepath.Join(c.SocketDir(), "dra.sock") }
+
+// RegistrationSocket returns the driver's registration socket in the
+// kubelet's registry directory, <RegistryDir>/<DriverName>-reg.sock.
+func (c Config) RegistrationSocket() string {
+	return filepath.Join(c.RegistryDir, c.DriverName+"-reg.sock")
+}
+
+// Check refuses, before anything is written, sockets another process
+// serves on (a second driver of the same name on this node) or paths that
+// are not sockets; stale sockets are left to the library, which replaces
+// them.
+func (c Config) Check() error {
+	for _, p := range []string{c.RegistrationSocket(), c.Socket()} {
+		err := unixsock.Claim(p, 0)
+		switch {
+		case errors.Is(err, unixsock.ErrInUse):
+			return fmt.Errorf("%w; stop that process, or give this driver another name (-dra-driver-name)", err)
+		case errors.Is(err, unixsock.ErrNotSocket):
+			return err
+		}
+	}
+	return nil
 }

@@ -263,6 +263,9 @@ func (s Settings) Validate() (*Config, error) {
 		return nil, s.bad("replicas", s.Replicas, "%d GPUs shared %d ways are %d devices; at most %d fit the kubelet's ListAndWatch message",
 			c.GPUs.Machine.Len(), c.GPUs.Sharing.Replicas, advertised, maxAdvertised)
 	}
+	if err := s.checkDRA(c); err != nil {
+		return nil, err
+	}
 	if f := s.file; f != nil {
 		c.Profile, c.File, c.Ignored = f.Profile, f.Path, f.Ignored
 		for name, v := range f.values {
@@ -681,6 +684,24 @@ func kubeletAPINames() []string {
 		out[i] = string(a)
 	}
 	return out
+}
+
+// checkDRA refuses, with -kubelet-api=dra, what only the device plugin
+// serves: time-slicing replicas (a DRA device is a whole GPU; pods share a
+// GPU by sharing a claim) and the per-allocation load sockets of
+// -telemetry-writable (a claim has no allocation record to name one).
+func (s *Settings) checkDRA(c *Config) error {
+	if c.KubeletAPI != agent.KubeletAPIDRA {
+		return nil
+	}
+	if c.GPUs.Sharing.Enabled() {
+		return s.bad("replicas", c.GPUs.Sharing.Replicas, "time-slicing replicas are served through the device plugin only, not with %s=dra: "+
+			"through DRA, pods share a GPU by sharing a ResourceClaim", s.name("kubelet-api"))
+	}
+	if c.Telemetry.Writable {
+		return s.bad("telemetry-writable", true, "the per-allocation load sockets are served through the device plugin only, not with %s=dra", s.name("kubelet-api"))
+	}
+	return nil
 }
 
 // validateKubeletAPI checks -kubelet-api and the DRA driver's name and
