@@ -88,10 +88,11 @@ func (m *Machine) NVLinkDomains() []int {
 func NVLinkDomainName(d int) string { return "nvlink-" + strconv.Itoa(d) }
 
 // KubernetesPCIBusID returns GPU i's PCI bus id in the form of
-// resource.kubernetes.io/pciBusID and sysfs, "0000:41:00.0" (a 4-digit
-// domain, where nvidia-smi prints 8), or "" for an index out of range.
+// resource.kubernetes.io/pciBusID and sysfs, "0000:c1:00.0" (a 4-digit
+// domain, where nvidia-smi prints 8, and lower-case hex digits, as the
+// API's pattern wants), or "" for an index out of range.
 func (m *Machine) KubernetesPCIBusID(i int) string {
-	id := m.PCIBusID(i)
+	id := strings.ToLower(m.PCIBusID(i))
 	if dom, rest, ok := strings.Cut(id, ":"); ok && len(dom) == 8 {
 		return dom[4:] + ":" + rest
 	}

@@ -1,6 +1,7 @@
 package topology_test
 
 import (
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -68,6 +69,12 @@ func TestPCIeRoots(t *testing.T) {
 		}
 	}
 	m, _ := topology.Preset("dgx-a100")
+	bdf := regexp.MustCompile(`^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]$`) // deviceattribute's pattern
+	for i := range m.Len() {
+		if got := m.KubernetesPCIBusID(i); !bdf.MatchString(got) {
+			t.Errorf("KubernetesPCIBusID(%d) = %q, want <domain>:<bus>:<device>.<function> in lower-case hex", i, got)
+		}
+	}
 	if got := m.KubernetesPCIBusID(0); len(got) != len("0000:07:00.0") || !strings.HasSuffix(got, ":00.0") {
 		t.Errorf("KubernetesPCIBusID(0) = %q, want 0000:bb:00.0", got)
 	}

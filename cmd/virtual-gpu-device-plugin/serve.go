@@ -482,11 +482,12 @@ func logPrune(log zerolog.Logger, r store.PruneResult, err error) {
 	switch {
 	case err != nil:
 		log.Error().Err(err).Msg("prune history")
-	case r.ActiveAllocations > 0:
-		log.Warn().Int("active_allocations", r.ActiveAllocations).Int("allocations", r.Allocations).Int("health_events", r.HealthEvents).
-			Msg("pruned records of allocations still active: only those were left over -history-max-records or -history-max-bytes")
-	case r.Allocations > 0 || r.HealthEvents > 0:
-		log.Debug().Int("allocations", r.Allocations).Int("health_events", r.HealthEvents).Msg("pruned history")
+	case r.ActiveAllocations > 0 || r.ActiveClaims > 0:
+		log.Warn().Int("active_allocations", r.ActiveAllocations).Int("active_claims", r.ActiveClaims).Int("allocations", r.Allocations).
+			Int("claims", r.Claims).Int("health_events", r.HealthEvents).
+			Msg("pruned records of allocations or claims still active: only those were left over -history-max-records or -history-max-bytes")
+	case r.Allocations > 0 || r.Claims > 0 || r.HealthEvents > 0:
+		log.Debug().Int("allocations", r.Allocations).Int("claims", r.Claims).Int("health_events", r.HealthEvents).Msg("pruned history")
 	}
 	if r.Quarantined > 0 {
 		log.Warn().Int("records", r.Quarantined).Msg("damaged records found while pruning were moved into quarantine (kept in the state file)")
