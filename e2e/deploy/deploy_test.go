@@ -558,13 +558,19 @@ func overlays(t *testing.T) []string {
 	return names
 }
 
-// standaloneExamples lists the YAML files directly in deploy/examples, applied with kubectl -f.
+// standaloneExamples lists the YAML files directly in deploy/examples and in
+// deploy/examples/dra (the DRA claims), applied with kubectl -f.
 func standaloneExamples(t *testing.T) []string {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(repoRoot, "deploy", "examples", "*.yaml"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no examples in deploy/examples (%v)", err)
 	}
+	dra, err := filepath.Glob(filepath.Join(repoRoot, "deploy", "examples", "dra", "*.yaml"))
+	if err != nil || len(dra) == 0 {
+		t.Fatalf("no examples in deploy/examples/dra (%v)", err)
+	}
+	files = append(files, dra...)
 	for i, f := range files {
 		rel, _ := filepath.Rel(repoRoot, f)
 		files[i] = filepath.ToSlash(rel)
@@ -945,6 +951,13 @@ func TestDeploy_EveryManifestDecodesStrictly(t *testing.T) {
 		case "DeviceClass":
 			// Checked against the DaemonSet's flags in TestDeploy_DaemonSetInvariants.
 			err = decodeStrict(o, &resourcev1.DeviceClass{})
+		case "ResourceClaim", "ResourceClaimTemplate":
+			// Checked against the DeviceClass in TestDeploy_DRAExamples.
+			if kind == "ResourceClaim" {
+				err = decodeStrict(o, &resourcev1.ResourceClaim{})
+			} else {
+				err = decodeStrict(o, &resourcev1.ResourceClaimTemplate{})
+			}
 		case "PodMonitor", "ServiceMonitor":
 			// Prometheus Operator types: checked against the DaemonSet in TestDeploy_Metrics.
 		default:
@@ -1017,8 +1030,8 @@ func TestDeploy_EveryManifestDecodesStrictly(t *testing.T) {
 	}
 }
 
-// checkGPURequests: an extended resource's request must equal its limit, or the API server
-// refuses the pod.
+// checkGPURequests: a pod asks for GPUs, as the extended resource or through a DRA claim; an
+// extended resource's request must equal its limit, or the API server refuses the pod.
 func checkGPURequests(t *testing.T, where string, spec corev1.PodSpec) {
 	t.Helper()
 	asked := false
@@ -1028,10 +1041,10 @@ func checkGPURequests(t *testing.T, where string, spec corev1.PodSpec) {
 		if hasReq && (!hasLim || !lim.Equal(req)) {
 			t.Errorf("%s: container %s: %s request %s != limit %s", where, c.Name, options.DefaultResourceName, req.String(), lim.String())
 		}
-		asked = asked || hasLim
+		asked = asked || hasLim || len(c.Resources.Claims) > 0
 	}
 	if !asked {
-		t.Errorf("%s: no container asks for %s", where, options.DefaultResourceName)
+		t.Errorf("%s: no container asks for %s or names a resource claim", where, options.DefaultResourceName)
 	}
 }
 
@@ -1732,6 +1745,191 @@ func TestDeploy_FlagValueByName(t *testing.T) {
 	}
 	if got, ok := flagValue(s, o, "no-such-flag"); ok {
 		t.Errorf("flagValue(-no-such-flag) = %q, true", got)
+	}
+}
+
+// draExample is an object of deploy/examples/dra, decoded.
+type draExample struct {
+	where     string
+	templates map[string]resourcev1.ResourceClaimTemplate
+	claims    map[string]resourcev1.ResourceClaim
+	pods      []corev1.Pod
+}
+
+func readDRAExamples(t *testing.T) draExample {
+	t.Helper()
+	ex := draExample{where: "deploy/examples/dra", templates: map[string]resourcev1.ResourceClaimTemplate{}, claims: map[string]resourcev1.ResourceClaim{}}
+	files, err := filepath.Glob(filepath.Join(repoRoot, "deploy", "examples", "dra", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no examples in deploy/examples/dra (%v)", err)
+	}
+	for _, f := range files {
+		rel, _ := filepath.Rel(repoRoot, f)
+		objs, err := readObjects(rel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range objs {
+			var err error
+			switch o["kind"] {
+			case "ResourceClaimTemplate":
+				var rct resourcev1.ResourceClaimTemplate
+				err = decodeStrict(o, &rct)
+				ex.templates[rct.Name] = rct
+			case "ResourceClaim":
+				var rc resourcev1.ResourceClaim
+				err = decodeStrict(o, &rc)
+				ex.claims[rc.Name] = rc
+			case "Pod":
+				var pod corev1.Pod
+				err = decodeStrict(o, &pod)
+				ex.pods = append(ex.pods, pod)
+			default:
+				err = fmt.Errorf("kind %v: the DRA examples are claims, claim templates and pods", o["kind"])
+			}
+			if err != nil {
+				t.Fatalf("%s: %s: %v", rel, name(o), err)
+			}
+		}
+	}
+	return ex
+}
+
+// TestDeploy_DRAExamples: the claims of deploy/examples/dra ask for devices of the DeviceClass
+// that deploy/overlays/dra installs, their constraints name attributes of its driver or
+// Kubernetes' standard ones, every claim a pod names is an example's and every container's
+// claim is its pod's; and the examples the README lists are there: whole GPUs from a claim
+// template, an NVLink-connected pair, the same NUMA node, a claim two pods share, and a pod
+// asking for the class's extended resource exactly as the vgpu-demo pod asks the device plugin.
+func TestDeploy_DRAExamples(t *testing.T) {
+	ds, objs := renderedDaemonSet(t, "deploy/overlays/dra")
+	flags := containerFlags(t, ds.Spec.Template.Spec.Containers[0])
+	var class resourcev1.DeviceClass
+	for _, o := range objs {
+		if o["kind"] == "DeviceClass" {
+			if err := decodeStrict(o, &class); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if class.Name == "" || class.Spec.ExtendedResourceName == nil {
+		t.Fatalf("deploy/overlays/dra: no DeviceClass with an extendedResourceName (%+v)", class)
+	}
+	ex := readDRAExamples(t)
+
+	constrained := map[string]bool{}
+	checkClaim := func(what string, spec resourcev1.ResourceClaimSpec) {
+		t.Helper()
+		requests := map[string]bool{}
+		for _, r := range spec.Devices.Requests {
+			requests[r.Name] = true
+			classes := []string{}
+			if r.Exactly != nil {
+				classes = append(classes, r.Exactly.DeviceClassName)
+			}
+			for _, sub := range r.FirstAvailable {
+				classes = append(classes, sub.DeviceClassName)
+			}
+			if len(classes) == 0 || slices.ContainsFunc(classes, func(c string) bool { return c != class.Name }) {
+				t.Errorf("%s: request %s asks for devices of the classes %v, want %s", what, r.Name, classes, class.Name)
+			}
+		}
+		if len(requests) == 0 {
+			t.Errorf("%s: no request", what)
+		}
+		for _, c := range spec.Devices.Constraints {
+			for _, r := range c.Requests {
+				if !requests[r] {
+					t.Errorf("%s: a constraint names the request %s, which the claim does not have", what, r)
+				}
+			}
+			if c.MatchAttribute == nil {
+				continue
+			}
+			attr := string(*c.MatchAttribute)
+			if domain, _, ok := strings.Cut(attr, "/"); !ok || (domain != flags.draDriverName && domain != "resource.kubernetes.io") {
+				t.Errorf("%s: matchAttribute %s: want an attribute of the driver %s/… or a standard resource.kubernetes.io/… one", what, attr, flags.draDriverName)
+			}
+			constrained[attr] = true
+		}
+	}
+	for n, rct := range ex.templates {
+		checkClaim("ResourceClaimTemplate "+n, rct.Spec.Spec)
+	}
+	for n, rc := range ex.claims {
+		checkClaim("ResourceClaim "+n, rc.Spec)
+	}
+
+	usedTemplates, claimPods := map[string]bool{}, map[string]int{}
+	var extended []corev1.Pod
+	for _, pod := range ex.pods {
+		what := "pod " + pod.Name
+		podClaims := map[string]bool{}
+		for _, rc := range pod.Spec.ResourceClaims {
+			podClaims[rc.Name] = true
+			switch {
+			case (rc.ResourceClaimName == nil) == (rc.ResourceClaimTemplateName == nil):
+				t.Errorf("%s: claim %s names %v claim and %v template: want one of the two", what, rc.Name, rc.ResourceClaimName, rc.ResourceClaimTemplateName)
+			case rc.ResourceClaimName != nil:
+				if _, ok := ex.claims[*rc.ResourceClaimName]; !ok {
+					t.Errorf("%s: claim %s: no ResourceClaim %s in the examples", what, rc.Name, *rc.ResourceClaimName)
+				}
+				claimPods[*rc.ResourceClaimName]++
+			default:
+				if _, ok := ex.templates[*rc.ResourceClaimTemplateName]; !ok {
+					t.Errorf("%s: claim %s: no ResourceClaimTemplate %s in the examples", what, rc.Name, *rc.ResourceClaimTemplateName)
+				}
+				usedTemplates[*rc.ResourceClaimTemplateName] = true
+			}
+		}
+		for _, c := range append(slices.Clone(pod.Spec.InitContainers), pod.Spec.Containers...) {
+			for _, cl := range c.Resources.Claims {
+				if !podClaims[cl.Name] {
+					t.Errorf("%s: container %s uses the claim %s, which the pod does not name", what, c.Name, cl.Name)
+				}
+			}
+			if _, ok := c.Resources.Limits[corev1.ResourceName(*class.Spec.ExtendedResourceName)]; ok {
+				extended = append(extended, pod)
+			}
+		}
+	}
+	for n := range ex.templates {
+		if !usedTemplates[n] {
+			t.Errorf("ResourceClaimTemplate %s: no pod of the examples uses it", n)
+		}
+	}
+	for n := range ex.claims {
+		if claimPods[n] < 2 {
+			t.Errorf("ResourceClaim %s: %d pods name it, want the two that share it", n, claimPods[n])
+		}
+	}
+	for _, attr := range []string{flags.draDriverName + "/nvlinkDomain", "resource.kubernetes.io/numaNode"} {
+		if !constrained[attr] {
+			t.Errorf("no example claim constrains its devices with matchAttribute %s", attr)
+		}
+	}
+	if len(usedTemplates) == 0 || len(claimPods) == 0 {
+		t.Errorf("claim templates used %v, shared claims %v: want both kinds", usedTemplates, claimPods)
+	}
+
+	// The extended resource: the same request as the device plugin's demo pod.
+	demo, err := readObjects("deploy/examples/vgpu-demo.yaml")
+	if err != nil || len(demo) != 1 {
+		t.Fatalf("deploy/examples/vgpu-demo.yaml: %d objects, %v", len(demo), err)
+	}
+	var demoPod corev1.Pod
+	if err := decodeStrict(demo[0], &demoPod); err != nil {
+		t.Fatal(err)
+	}
+	if len(extended) != 1 {
+		t.Fatalf("%d example pods ask for the extended resource %s, want 1", len(extended), *class.Spec.ExtendedResourceName)
+	}
+	got, want := extended[0].Spec.Containers, demoPod.Spec.Containers
+	if len(got) != 1 || len(want) != 1 || !reflect.DeepEqual(got[0].Resources, want[0].Resources) {
+		t.Errorf("pod %s asks for %+v, the vgpu-demo pod for %+v: want the same", extended[0].Name, got, want)
+	}
+	if _, ok := want[0].Resources.Limits[corev1.ResourceName(*class.Spec.ExtendedResourceName)]; !ok {
+		t.Errorf("the vgpu-demo pod does not ask for the DeviceClass's extended resource %s", *class.Spec.ExtendedResourceName)
 	}
 }
 
