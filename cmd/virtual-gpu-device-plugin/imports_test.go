@@ -46,7 +46,8 @@ var allowedImports = map[string][]string{
 		"store", "topology"},
 	"plugin":            {"plugin/agent", "plugin/atomicfile", "plugin/gpuset", "plugin/metrics", "plugin/telemetry", "plugin/unixsock", "plugin/view", "store", "topology"},
 	"plugin/plugintest": {"allocator", "plugin/gpuset", "plugin/view", "store", "topology"},
-	"plugin/dra": {"plugin/agent", "plugin/gpuset", "plugin/metrics", "plugin/telemetry", "plugin/unixsock", "plugin/view/cdi",
+	"plugin/dra/endpoint": {"plugin/unixsock"},
+	"plugin/dra": {"plugin/agent", "plugin/dra/endpoint", "plugin/gpuset", "plugin/metrics", "plugin/telemetry", "plugin/unixsock", "plugin/view/cdi",
 		"store", "topology"},
 }
 

@@ -19,6 +19,7 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/agent"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/dra/endpoint"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/metrics"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/cdi"
@@ -42,7 +43,7 @@ const (
 // Store, Set and Stored are required.
 type DriverConfig struct {
 	// Config names the driver and the kubelet's directories.
-	Config
+	endpoint.Config
 	// NodeName is the node's name: the driver's pool is named after it,
 	// and its slices belong to its Node.
 	NodeName string

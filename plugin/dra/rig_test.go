@@ -14,6 +14,7 @@ import (
 	cdilib "tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/agent"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/dra/endpoint"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
@@ -75,7 +76,7 @@ func (r *rig) stored() []store.Device {
 // build it over the same state file and directories.
 func (r *rig) newDriver() *Driver {
 	r.t.Helper()
-	d, err := NewDriver(DriverConfig{Config: Config{DriverName: DefaultDriverName, RegistryDir: filepath.Join(r.dir, "registry"),
+	d, err := NewDriver(DriverConfig{Config: endpoint.Config{DriverName: endpoint.DefaultDriverName, RegistryDir: filepath.Join(r.dir, "registry"),
 		PluginsDir: filepath.Join(r.dir, "plugins")}, NodeName: testNode, Client: r.client, Store: r.st, Set: r.set, Stored: r.stored()})
 	if err != nil {
 		r.t.Fatal(err)
@@ -119,7 +120,7 @@ func claimOf(uid, name string, results ...resourceapi.DeviceRequestAllocationRes
 
 // result is the allocation of device to request, in the node's pool.
 func result(request, device string) resourceapi.DeviceRequestAllocationResult {
-	return resourceapi.DeviceRequestAllocationResult{Request: request, Driver: DefaultDriverName, Pool: testNode, Device: device}
+	return resourceapi.DeviceRequestAllocationResult{Request: request, Driver: endpoint.DefaultDriverName, Pool: testNode, Device: device}
 }
 
 // withConfig adds an opaque configuration of the driver for requests
@@ -129,7 +130,7 @@ func withConfig(c *resourceapi.ResourceClaim, raw string, requests ...string) *r
 		Source:   resourceapi.AllocationConfigSourceClaim,
 		Requests: requests,
 		DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
-			Driver: DefaultDriverName, Parameters: runtime.RawExtension{Raw: []byte(raw)}}},
+			Driver: endpoint.DefaultDriverName, Parameters: runtime.RawExtension{Raw: []byte(raw)}}},
 	})
 	return c
 }

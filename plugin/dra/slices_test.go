@@ -9,6 +9,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/dra/endpoint"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
@@ -28,7 +29,7 @@ func (r *rig) resourcesOf(unhealthy map[string]string) []resourceapi.Device {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	res, err := Resources(DefaultDriverName, testNode, r.set.GPUs, devs, stored)
+	res, err := Resources(endpoint.DefaultDriverName, testNode, r.set.GPUs, devs, stored)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -209,8 +210,8 @@ func TestResources_ManyGPUs(t *testing.T) {
 func TestResources_Taints(t *testing.T) {
 	devs := newRig(t, "dgx-a100").resourcesOf(map[string]string{"fake-1": "XID 79: GPU has fallen off the bus", "fake-2": "too hot"})
 	want := map[string]resourceapi.DeviceTaint{
-		"fake-1": {Key: DefaultDriverName + "/xid", Value: "79", Effect: resourceapi.DeviceTaintEffectNoSchedule},
-		"fake-2": {Key: DefaultDriverName + "/unhealthy", Effect: resourceapi.DeviceTaintEffectNoSchedule},
+		"fake-1": {Key: endpoint.DefaultDriverName + "/xid", Value: "79", Effect: resourceapi.DeviceTaintEffectNoSchedule},
+		"fake-2": {Key: endpoint.DefaultDriverName + "/unhealthy", Effect: resourceapi.DeviceTaintEffectNoSchedule},
 	}
 	for _, d := range devs {
 		w, unhealthy := want[d.Name]
@@ -253,7 +254,7 @@ func TestSemver(t *testing.T) {
 // turned unhealthy, to the second.
 func TestTaint_Since(t *testing.T) {
 	at := time.Date(2026, 12, 1, 10, 0, 0, 500_000_000, time.UTC)
-	tt := Taint(DefaultDriverName, "XID 48: double bit ECC", since([]store.Device{{ID: "fake-0", Since: at}}, "fake-0"))
+	tt := Taint(endpoint.DefaultDriverName, "XID 48: double bit ECC", since([]store.Device{{ID: "fake-0", Since: at}}, "fake-0"))
 	if tt.TimeAdded == nil || !tt.TimeAdded.Time.Equal(at.Truncate(time.Second)) {
 		t.Errorf("TimeAdded %v, want %v", tt.TimeAdded, at.Truncate(time.Second))
 	}

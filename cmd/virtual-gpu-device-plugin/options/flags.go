@@ -16,7 +16,7 @@ import (
 
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/agent"
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/dra"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/dra/endpoint"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/podresources"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view"
@@ -260,9 +260,9 @@ func newFlagSet(s *Settings, b *bootstrap) *flag.FlagSet {
 	fs.IntVar(&s.Devices, "devices", DefaultDevices, "number of virtual GPUs, named fake-0 … fake-N-1 (1–1024)")
 	fs.StringVar(&s.ResourceName, "resource-name", DefaultResourceName, "extended resource `name` registered with the kubelet (<domain>/<name>)")
 	fs.StringVar(&s.KubeletAPI, "kubelet-api", string(agent.KubeletAPIDevicePlugin), "the kubelet `API` the GPUs are served through: device-plugin (an extended resource, Allocate) or dra (ResourceSlices and ResourceClaims; needs -node-name and API access)")
-	fs.StringVar(&s.DRADriverName, "dra-driver-name", dra.DefaultDriverName, "the DRA driver's `name` (-kubelet-api=dra): the domain of its attributes, DeviceClass and device taints")
-	fs.StringVar(&s.KubeletRegistryDir, "kubelet-registry-dir", dra.DefaultRegistryDir, "the kubelet's plugin registration `directory` (-kubelet-api=dra)")
-	fs.StringVar(&s.KubeletPluginsDir, "kubelet-plugins-dir", dra.DefaultPluginsDir, "the kubelet's plugins `directory`; the DRA driver's socket is in <dir>/<driver-name> (-kubelet-api=dra)")
+	fs.StringVar(&s.DRADriverName, "dra-driver-name", endpoint.DefaultDriverName, "the DRA driver's `name` (-kubelet-api=dra): the domain of its attributes, DeviceClass and device taints")
+	fs.StringVar(&s.KubeletRegistryDir, "kubelet-registry-dir", endpoint.DefaultRegistryDir, "the kubelet's plugin registration `directory` (-kubelet-api=dra)")
+	fs.StringVar(&s.KubeletPluginsDir, "kubelet-plugins-dir", endpoint.DefaultPluginsDir, "the kubelet's plugins `directory`; the DRA driver's socket is in <dir>/<driver-name> (-kubelet-api=dra)")
 	fs.StringVar(&s.DevicePluginPath, "device-plugin-path", DefaultDevicePluginPath, "kubelet device-plugin `directory` (holds kubelet.sock and the plugin's socket)")
 	fs.StringVar(&s.SocketName, "socket-name", DefaultSocketName, "file `name` of the plugin's socket in -device-plugin-path")
 	fs.StringVar(&s.LogLevel, "log-level", "info", "log `level`: "+strings.Join(logLevelNames, ", "))

@@ -1,4 +1,10 @@
-package dra
+// Package endpoint names the DRA driver and says where its sockets are on
+// the node: its registration socket in the kubelet's plugin registry, its
+// DRA socket in its own directory under the kubelet's plugins directory.
+// It is apart from package dra, and imports none of the DRA libraries, so
+// that the process's options (and the suites that parse them) can name
+// the driver without building it.
+package endpoint
 
 import (
 	"errors"
