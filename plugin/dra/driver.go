@@ -92,8 +92,8 @@ type Driver struct {
 	stored  []store.Device
 	devs    []gpuset.Device
 	changed chan struct{} // closed at every change of the devices or their health
-	helper  *kubeletplugin.Helper
-	ctx     context.Context // Run's, for publishing
+
+	republish chan struct{} // a change to publish; buffered, one pending at most
 
 	observer Observer // set before Run; nil counts nothing
 
@@ -138,7 +138,7 @@ func NewDriver(cfg DriverConfig) (*Driver, error) {
 		return nil, err
 	}
 	d := &Driver{cfg: cfg, st: cfg.Store, specs: specs, log: cfg.Logger.With().Str("component", "dra").Logger(),
-		held: map[string]string{}, set: cfg.Set, stored: slices.Clone(cfg.Stored), devs: devs, changed: make(chan struct{}), fatal: make(chan error, 1)}
+		held: map[string]string{}, set: cfg.Set, stored: slices.Clone(cfg.Stored), devs: devs, changed: make(chan struct{}), republish: make(chan struct{}, 1), fatal: make(chan error, 1)}
 	prepared, err := d.st.PreparedClaims()
 	if err != nil {
 		return nil, err
@@ -186,15 +186,14 @@ func (d *Driver) Run(ctx context.Context) error {
 		return fmt.Errorf("dra driver %s: %w", d.cfg.DriverName, err)
 	}
 	defer helper.Stop()
-	d.mu.Lock()
-	d.helper, d.ctx = helper, lctx
-	err = d.publishLocked()
-	d.mu.Unlock()
-	if err != nil {
-		return err
-	}
 	d.log.Info().Str("driver", d.cfg.DriverName).Str("pool", d.cfg.NodeName).Str("socket", d.cfg.Socket()).
 		Str("registration", d.cfg.RegistrationSocket()).Msg("DRA driver started: publishing ResourceSlices, waiting for the kubelet")
+	published := make(chan struct{})
+	go func() {
+		defer close(published)
+		d.publish(lctx, helper)
+	}()
+	defer func() { cancel(); <-published }()
 	d.collect(ctx)
 	tick := time.NewTicker(d.cfg.GCInterval)
 	defer tick.Stop()
@@ -288,19 +287,51 @@ func (d *Driver) SetHealth(_ string, ids []string, healthy bool, reason string) 
 	return d.publishLocked()
 }
 
-// publishLocked publishes the devices (once Run started the library) and
-// tells the health stream; d.mu is held.
+// publishLocked asks for the devices to be published, and tells the
+// health stream; d.mu is held. The publisher (publish) does it off the
+// agent's path: the library waits for the API server.
 func (d *Driver) publishLocked() error {
 	close(d.changed)
 	d.changed = make(chan struct{})
-	if d.helper == nil {
-		return nil
+	select {
+	case d.republish <- struct{}{}:
+	default: // one is pending: it publishes what is current then
 	}
-	res, err := Resources(d.cfg.DriverName, d.cfg.NodeName, d.set.GPUs, d.devs, d.stored)
-	if err != nil {
-		return err
+	return nil
+}
+
+// publishRetry is how long the publisher waits after the library refused
+// the resources before it tries again.
+const publishRetry = time.Second
+
+// publish hands the library the devices as they are now, at start and at
+// every change, until ctx ends. The library's controller keeps the
+// slices as given, retrying the API server on its own; the first call
+// waits until it has read the slices there.
+func (d *Driver) publish(ctx context.Context, helper *kubeletplugin.Helper) {
+	for {
+		d.mu.Lock()
+		set, stored, devs := d.set, d.stored, slices.Clone(d.devs)
+		d.mu.Unlock()
+		res, err := Resources(d.cfg.DriverName, d.cfg.NodeName, set.GPUs, devs, stored)
+		if err == nil {
+			err = helper.PublishResources(ctx, res)
+		}
+		if err != nil && ctx.Err() == nil {
+			d.log.Error().Err(err).Msg("ResourceSlices not published; retrying")
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(publishRetry):
+				continue
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.republish:
+		}
 	}
-	return d.helper.PublishResources(d.ctx, res)
 }
 
 // current returns the set served, the stored devices and the devices.
