@@ -108,6 +108,12 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	if err != nil {
 		return err
 	}
+	var client kubernetes.Interface // the DRA driver's
+	if startDRA {                   // refused before the state file is touched
+		if client, err = draClient(o, start.Profile, api, apiErr); err != nil {
+			return err
+		}
+	}
 	st, err := openState(start, log)
 	if err != nil {
 		return err
@@ -133,10 +139,11 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 		return err
 	}
 	useDRA := set.Config.KubeletAPI.OrDefault() == agent.KubeletAPIDRA
-	var client kubernetes.Interface
 	if useDRA {
-		if client, err = draClient(o, set, api, apiErr); err != nil {
-			return err
+		if client == nil { // a node's profile chose DRA
+			if client, err = draClient(o, set.Config.Profile, api, apiErr); err != nil {
+				return err
+			}
 		}
 		klog.SetLogger(dra.Logr(log)) // client-go's and the DRA libraries' lines without a context logger
 	}
@@ -429,10 +436,11 @@ type registration interface {
 // draClient returns the typed client the DRA driver needs, or the error
 // that says why it cannot run: it needs -node-name (its pool and slices are
 // the node's) and API access (it publishes ResourceSlices and reads
-// ResourceClaims). apiErr is connectAPI's reason for having none.
-func draClient(o *options.Options, set *agent.Set, api kube.API, apiErr error) (kubernetes.Interface, error) {
+// ResourceClaims). profile is the profile in force, apiErr connectAPI's
+// reason for having no API access.
+func draClient(o *options.Options, profile string, api kube.API, apiErr error) (kubernetes.Interface, error) {
 	what := "-kubelet-api=dra"
-	if p := set.Config.Profile; p != "" {
+	if p := profile; p != "" {
 		what = fmt.Sprintf("-kubelet-api=dra (profile %q)", p)
 	}
 	if o.NodeName == "" {

@@ -695,11 +695,11 @@ func (s *Settings) checkDRA(c *Config) error {
 		return nil
 	}
 	if c.GPUs.Sharing.Enabled() {
-		return s.bad("replicas", c.GPUs.Sharing.Replicas, "time-slicing replicas are served through the device plugin only, not with %s=dra: "+
+		return s.bad("replicas", c.GPUs.Sharing.Replicas, "time-slicing replicas are served through the device plugin only, not while %s is dra: "+
 			"through DRA, pods share a GPU by sharing a ResourceClaim", s.name("kubelet-api"))
 	}
 	if c.Telemetry.Writable {
-		return s.bad("telemetry-writable", true, "the per-allocation load sockets are served through the device plugin only, not with %s=dra", s.name("kubelet-api"))
+		return s.bad("telemetry-writable", true, "the per-allocation load sockets are served through the device plugin only, not while %s is dra", s.name("kubelet-api"))
 	}
 	return nil
 }
