@@ -281,3 +281,46 @@ func TestAgent_LiveChange(t *testing.T) {
 		t.Errorf("the refusal is not logged:\n%s", s.logs)
 	}
 }
+
+// TestAgent_LiveChangeToAnotherKubeletAPI: a profile that serves the GPUs
+// through another kubelet API than the one the plugin started with is
+// refused, logged at each SIGHUP naming the profile and both APIs; nothing
+// is applied or stored, and the set in force stays.
+func TestAgent_LiveChangeToAnotherKubeletAPI(t *testing.T) {
+	s := start(t)
+	ctx := context.Background()
+	dra := config(t, s.dir, "dra", 4, 1)
+	dra.KubeletAPI = agent.KubeletAPIDRA
+	s.src.profiles["dra"] = dra
+	events, err := s.st.ConfigEvents(store.ConfigFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.src.fallback = "dra"
+	for range 2 {
+		s.ag.Reload(ctx, agent.CauseSIGHUP)
+	}
+	if got := s.j.take(); len(got) != 0 {
+		t.Errorf("journal %q, want nothing applied", got)
+	}
+	if set := s.ag.Current(); set.Config.Profile != "four" {
+		t.Errorf("in force %q, want four", set.Config.Profile)
+	}
+	after, err := s.st.ConfigEvents(store.ConfigFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != len(events) {
+		t.Errorf("%d configuration events, want %d: the refused change is stored", len(after), len(events))
+	}
+	want := `profile \"dra\" serves the GPUs through the kubelet API \"dra\", but the plugin started with \"device-plugin\": the kubelet API is chosen at start; restart the plugin (delete its pod) to switch`
+	if n := s.logs.Count(want); n != 2 {
+		t.Errorf("%d refusal lines, want one per SIGHUP:\n%s", n, s.logs)
+	}
+	// A profile on the same API applies again.
+	s.src.fallback = "shared"
+	s.ag.Reload(ctx, agent.CauseSIGHUP)
+	if got := s.j.take(); !slices.Equal(got, []string{"apply shared"}) {
+		t.Errorf("journal %q, want the shared profile applied", got)
+	}
+}

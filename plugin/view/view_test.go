@@ -208,3 +208,39 @@ func TestView_LoadSocket(t *testing.T) {
 		t.Error("without -telemetry-writable the record says it has a load socket")
 	}
 }
+
+// TestView_Claim: a DRA claim's container gets what the envvar strategy
+// gives (the UUIDs, nvidia-smi, the status directory, device nodes when
+// on) whatever device-list strategies are in force, and never a CDI name
+// of the device plugin's kind.
+func TestView_Claim(t *testing.T) {
+	for _, s := range [][]view.DeviceListStrategy{{view.DeviceListEnvVar}, {view.DeviceListCDICRI}} {
+		v, stored := viewOf(t, "dgx1-volta", 1, strategies(s...), func(c *view.Config) { c.DeviceNodes, c.VisibleDevicesEnv = true, true })
+		all, err := v.Set().Devices(stored)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := v.Claim(gpuset.UUIDs(stored), []gpuset.Device{all[2], all[5]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		uuids := topology.DeriveUUID("node-a", "fake-2") + "," + topology.DeriveUUID("node-a", "fake-5")
+		if got.Envs["VIRTUAL_GPU_UUIDS"] != uuids || got.Envs["NVIDIA_VISIBLE_DEVICES"] != uuids {
+			t.Errorf("%v: envs %v", s, got.Envs)
+		}
+		if len(got.CDIDevices) != 0 {
+			t.Errorf("%v: CDI devices %v, want none", s, got.CDIDevices)
+		}
+		var paths []string
+		for _, m := range got.Mounts {
+			paths = append(paths, m.ContainerPath)
+		}
+		for _, n := range got.DeviceNodes {
+			paths = append(paths, n.ContainerPath)
+		}
+		want := []string{"/usr/bin/nvidia-smi", "/run/virtual-gpu", "/dev/nvidia2", "/dev/nvidia5", "/dev/nvidiactl", "/dev/nvidia-uvm"}
+		if !slices.Equal(paths, want) {
+			t.Errorf("%v: mounts and nodes %v, want %v", s, paths, want)
+		}
+	}
+}
