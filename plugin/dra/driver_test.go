@@ -23,7 +23,7 @@ import (
 )
 
 // dial connects to the unix socket path.
-func dial(t *testing.T, path string) *grpc.ClientConn {
+func dial(t testing.TB, path string) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -36,7 +36,7 @@ func dial(t *testing.T, path string) *grpc.ClientConn {
 // run starts the rig's driver until the test ends, with a Node for its
 // slices' owner, and returns when the kubelet could reach it: its
 // registration socket answers.
-func (r *rig) run(t *testing.T) context.Context {
+func (r *rig) run(t testing.TB) context.Context {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode, UID: "node-uid"}}

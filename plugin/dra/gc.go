@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -11,8 +12,11 @@ import (
 // collect unprepares what no kubelet will unprepare: the claims prepared
 // here that the API server no longer has (deleted, replaced by a claim of
 // the same name, or deallocated: their pods are gone, or the claim would
-// still be reserved and allocated), and removes the CDI specs of the
-// driver's kind for claims not prepared (left by a crash between the
+// still be reserved and allocated); writes again the CDI spec of a claim
+// still prepared whose spec is gone or damaged (a reboot empties
+// /var/run/cdi, and the kubelet, which keeps its prepared claims in a
+// checkpoint, does not prepare them again); and removes the CDI specs of
+// the driver's kind for claims not prepared (left by a crash between the
 // record and the spec). A claim the API server cannot be asked about now
 // is left for the next round.
 func (d *Driver) collect(ctx context.Context) {
@@ -40,6 +44,7 @@ func (d *Driver) collect(ctx context.Context) {
 		case got.Status.Allocation == nil:
 			why = "the claim was deallocated"
 		default:
+			d.restoreSpec(ctx, got)
 			continue
 		}
 		d.log.Warn().Str("claim", name).Str("uid", c.UID).Str("why", why).Msg("unpreparing a claim the kubelet did not unprepare")
@@ -69,5 +74,17 @@ func (d *Driver) collect(ctx context.Context) {
 		case removed:
 			d.log.Info().Str("uid", uid).Str("spec", d.specs.Path(uid)).Msg("removed the CDI spec of a claim not prepared")
 		}
+	}
+}
+
+// restoreSpec writes the CDI spec of claim, prepared here, again if it is
+// gone or damaged, through Prepare's path for a claim prepared before.
+func (d *Driver) restoreSpec(ctx context.Context, claim *resourceapi.ResourceClaim) {
+	if ok, err := d.specs.Exists(string(claim.UID)); err != nil || ok {
+		return
+	}
+	if _, err := d.Prepare(ctx, claim); err != nil {
+		d.log.Error().Err(err).Str("claim", claim.Namespace+"/"+claim.Name).Str("uid", string(claim.UID)).
+			Msg("CDI spec of a prepared claim is gone and not written again; retrying later")
 	}
 }

@@ -1,6 +1,7 @@
 package dra
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -91,4 +92,47 @@ func TestCollect_APIUnreachable(t *testing.T) {
 	if rec, err := r.st.Claim(uidA); err != nil || !rec.Prepared() {
 		t.Errorf("record %+v (%v): want it prepared", rec, err)
 	}
+}
+
+// TestCollect_RestoresSpecs: a claim still prepared whose CDI spec is gone
+// (a reboot emptied /var/run/cdi; the kubelet does not prepare it again)
+// or damaged (empty: the machine crashed before it reached the disk) gets
+// its spec written again, the same as Prepare wrote it; the CDI library
+// loads it.
+func TestCollect_RestoresSpecs(t *testing.T) {
+	r := newRig(t, "dgx-a100")
+	ctx := context.Background()
+	const gone, empty = "00000000-0000-0000-0000-0000000000a1", "00000000-0000-0000-0000-0000000000a2"
+	want := map[string][]byte{}
+	for i, uid := range []string{gone, empty} {
+		c := claimOf(uid, "claim-"+uid[len(uid)-1:], result("gpus", "fake-"+string(rune('0'+i))))
+		mustPrepare(t, r.d, c)
+		if _, err := r.client.ResourceV1().ResourceClaims(c.Namespace).Create(ctx, c, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(r.d.specs.Path(uid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[uid] = b
+	}
+	if err := os.Remove(r.d.specs.Path(gone)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(r.d.specs.Path(empty), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	r.d.collect(ctx)
+
+	for uid, b := range want {
+		got, err := os.ReadFile(r.d.specs.Path(uid))
+		if err != nil || !bytes.Equal(got, b) {
+			t.Errorf("claim %s: spec %q, %v; want it written again as before", uid, got, err)
+		}
+		if rec, err := r.st.Claim(uid); err != nil || !rec.Prepared() {
+			t.Errorf("claim %s: %+v, %v; want it still prepared", uid, rec, err)
+		}
+	}
+	r.inject(mustPrepare(t, r.d, claimOf(gone, "claim-1", result("gpus", "fake-0"))))
 }

@@ -1,6 +1,7 @@
 package cdi
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"sync"
 
+	"go.yaml.in/yaml/v3"
+	cdilib "tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 )
@@ -165,10 +168,14 @@ func BuildClaim(cfg ClaimConfig) (*specs.Spec, error) {
 }
 
 // ClaimWriter writes and removes the specs of claims, one file per claim,
-// in a spec directory, for one Owner, with the guarantees of Writer: each
-// write replaces the file atomically, only the owner's files are replaced
-// or removed (ErrForeignSpec), and a write or removal is flushed to disk
-// before it returns. The file of claim uid is
+// in a spec directory, for one Owner, with the guarantees of Writer but
+// one: each write replaces the file atomically and only the owner's files
+// are replaced or removed (ErrForeignSpec), but nothing is flushed to
+// disk. A claim's spec is derived from its record, which the driver
+// commits to its store first and which is what lasts: the driver writes
+// the spec again when it is gone or damaged (Exists), as after a reboot,
+// when the spec directory (/var/run/cdi) is a tmpfs anyway, and removes a
+// spec without a prepared record. The file of claim uid is
 // "<vendor>-<class>_<uid>.yaml", the CDI library's name of a transient
 // spec (GenerateTransientSpecName). It is safe for concurrent use.
 type ClaimWriter struct {
@@ -224,23 +231,46 @@ func (w *ClaimWriter) Write(cfg ClaimConfig) error {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return writeOwned(w.dir, w.Path(cfg.UID), w.tmpPrefix(), w.owner, spec)
+	path := w.Path(cfg.UID)
+	if old, err := os.ReadFile(path); err == nil && damaged(old) {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove damaged cdi claim spec: %w", err)
+		}
+	}
+	return writeOwned(w.dir, path, w.tmpPrefix(), w.owner, spec, false)
 }
 
-// Exists reports whether the spec of claim uid is there.
+// damaged reports whether the content of a claim's spec file is what a
+// crash of the machine leaves of a spec that never reached the disk: empty,
+// or not YAML. Nobody else writes files of the claim's name (its UID is
+// the API server's), so the writer replaces it.
+func damaged(data []byte) bool {
+	if len(bytes.TrimSpace(bytes.Trim(data, "\x00"))) == 0 {
+		return true
+	}
+	var v any
+	return yaml.Unmarshal(data, &v) != nil
+}
+
+// Exists reports whether the spec of claim uid is there and the CDI
+// library loads it. A spec it cannot load (cut short by a crash of the
+// machine before it reached the disk) is not: it is written again.
 func (w *ClaimWriter) Exists(uid string) (bool, error) {
-	_, err := os.Lstat(w.Path(uid))
+	path := w.Path(uid)
+	_, err := os.Lstat(path)
 	switch {
-	case err == nil:
-		return true, nil
 	case errors.Is(err, fs.ErrNotExist):
 		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("cdi claim spec: %w", err)
 	}
-	return false, fmt.Errorf("cdi claim spec: %w", err)
+	if _, err := cdilib.ReadSpec(path, 0); err != nil {
+		return false, nil
+	}
+	return true, nil
 }
 
-// Remove removes the spec of claim uid, and flushes the directory: true if
-// there was one. A missing spec is not an error (unprepare is idempotent);
+// Remove removes the spec of claim uid: true if there was one. A missing spec is not an error (unprepare is idempotent);
 // a spec of another owner is left, with an error wrapping ErrForeignSpec.
 func (w *ClaimWriter) Remove(uid string) (bool, error) {
 	w.mu.Lock()
@@ -259,7 +289,7 @@ func (w *ClaimWriter) Remove(uid string) (bool, error) {
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false, fmt.Errorf("remove cdi claim spec: %w", err)
 	}
-	return true, syncDir(w.dir)
+	return true, nil
 }
 
 // UIDs returns the claims whose specs of the writer's kind are in the

@@ -143,13 +143,13 @@ func (w *Writer) Write(cfg Config) error {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return writeOwned(w.dir, w.Path(), w.tmpPrefix(), w.owner, spec)
+	return writeOwned(w.dir, w.Path(), w.tmpPrefix(), w.owner, spec, true)
 }
 
 // writeOwned makes the spec the content of the file final in dir, behind
 // the owner mark (see Writer.Write), its temporary file named with
-// tmpPrefix.
-func writeOwned(dir, final, tmpPrefix string, owner Owner, spec *specs.Spec) error {
+// tmpPrefix; durable flushes the file and the directory to disk.
+func writeOwned(dir, final, tmpPrefix string, owner Owner, spec *specs.Spec, durable bool) error {
 	body, err := Marshal(spec)
 	if err != nil {
 		return err
@@ -166,8 +166,11 @@ func writeOwned(dir, final, tmpPrefix string, owner Owner, spec *specs.Spec) err
 	case !errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("read cdi spec: %w", err)
 	}
-	if err := replace(final, tmpPrefix, data); err != nil {
+	if err := replace(final, tmpPrefix, data, durable); err != nil {
 		return err
+	}
+	if !durable {
+		return nil
 	}
 	return syncDir(dir)
 }
@@ -215,10 +218,11 @@ func ownerOf(data []byte) (id string, marked bool, err error) {
 	return "", false, nil
 }
 
-// replace writes data into a temporary file named with tmpPrefix,
-// validates it with the CDI library and renames it over final.
-func replace(final, tmpPrefix string, data []byte) error {
-	err := atomicfile.Replace(final, atomicfile.Options{Prefix: tmpPrefix, Mode: FileMode, Check: func(tmp string) error {
+// replace writes data into a temporary file named with tmpPrefix (flushed
+// to disk when durable), validates it with the CDI library and renames it
+// over final.
+func replace(final, tmpPrefix string, data []byte, durable bool) error {
+	err := atomicfile.Replace(final, atomicfile.Options{Prefix: tmpPrefix, Mode: FileMode, NoSync: !durable, Check: func(tmp string) error {
 		if _, err := cdilib.ReadSpec(tmp, 0); err != nil {
 			return fmt.Errorf("load with the cdi library: %w: %w", ErrInvalidSpec, err)
 		}
