@@ -183,10 +183,10 @@ func dump(ctx context.Context, args []string, stdout io.Writer, getenv func(stri
 	fset.StringVar(&device, "device", "", "only history of this device `id`")
 	fset.StringVar(&since, "since", "", "only history since this RFC 3339 `time` or this long ago (e.g. 1h)")
 	fset.IntVar(&limit, "limit", 0, "at most this many history records of each kind, newest first; 0 means all")
-	fset.BoolVar(&active, "active", false, "only allocations that still hold their devices")
+	fset.BoolVar(&active, "active", false, "only allocations and claims that still hold their devices")
 	pos, err := parseSubcommand(fset, args, getenv)
 	if errors.Is(err, flag.ErrHelp) {
-		printUsage(fset, stdout, dumpSynopsis, "Shows the devices (health, NUMA node, holder), the allocation history, the health events and the\n"+
+		printUsage(fset, stdout, dumpSynopsis, "Shows the devices (health, NUMA node, holder), the history of allocations and DRA claims, the health events and the\n"+
 			"configuration changes, newest first, from the running plugin or, when none runs, from the state file (read-only).")
 		return nil
 	}
