@@ -270,20 +270,20 @@ func (d *Driver) SetHealth(_ string, ids []string, healthy bool, reason string) 
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	now := time.Now().UTC()
-	for i := range d.devs {
-		for _, id := range ids {
-			if d.devs[i].ID == id {
-				d.devs[i].Healthy, d.devs[i].Reason = healthy, reason
-			}
+	// New slices, never the old ones changed: current's callers read them
+	// without the lock.
+	devs, stored := slices.Clone(d.devs), slices.Clone(d.stored)
+	for i := range devs {
+		if slices.Contains(ids, devs[i].ID) {
+			devs[i].Healthy, devs[i].Reason = healthy, reason
 		}
 	}
-	for i := range d.stored {
-		for _, id := range ids {
-			if d.stored[i].ID == id {
-				d.stored[i].Healthy, d.stored[i].Reason, d.stored[i].Since = healthy, reason, now
-			}
+	for i := range stored {
+		if slices.Contains(ids, stored[i].ID) {
+			stored[i].Healthy, stored[i].Reason, stored[i].Since = healthy, reason, now
 		}
 	}
+	d.devs, d.stored = devs, stored
 	return d.publishLocked()
 }
 
@@ -334,7 +334,8 @@ func (d *Driver) publish(ctx context.Context, helper *kubeletplugin.Helper) {
 	}
 }
 
-// current returns the set served, the stored devices and the devices.
+// current returns the set served, the stored devices and the devices;
+// the caller must not modify them (they are replaced, never changed).
 func (d *Driver) current() (*agent.Set, []store.Device, []gpuset.Device) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
