@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/faults"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
 )
@@ -191,6 +192,8 @@ func TestRun_Down(t *testing.T) {
 				pl.clock.Next()
 			}
 			pl.clock.WaitTimers(0) // the fault is over
+			// The last timer fired; its change may not be applied yet.
+			plugintest.WaitFor(t, 10*time.Second, "every change applied", func() bool { return len(pl.changes()) >= len(tt.want) })
 			pl.stop()
 			if got := pl.changes(); !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("changes = %+v, want %+v", got, tt.want)
