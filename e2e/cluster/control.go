@@ -195,7 +195,7 @@ func (c *Cluster) startControlPlaneComponent(ctx context.Context, name, dir stri
 		"--cert-dir=" + dir,
 		"--profiling=false",
 		"-v=2",
-	}, extra...)
+	}, append(c.featureGateArgs(), extra...)...)
 	p, err := c.reg.start(processSpec{name: name, argv: argv, dir: dir, logPath: c.logPath(name)})
 	if err != nil {
 		return nil, err

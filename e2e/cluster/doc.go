@@ -2,7 +2,9 @@
 // end-to-end tests of the virtual GPU device plugin: etcd (Debian's etcd-server), a kube-apiserver,
 // kube-scheduler and kube-controller-manager, and per node a kubelet with its own containerd + runc
 // running real containers from locally built busybox images. The Kubernetes binaries are built from the
-// pinned k8s.io/kubernetes version of this module's go.mod.
+// pinned k8s.io/kubernetes version of this module's go.mod, or another release named by
+// $VGPU_E2E_K8S_VERSION (Options.KubernetesVersion), built in a module generated for it; either way once,
+// into a cache keyed by version (EnsureKubeBinariesVersion).
 //
 // Everything lives in one temporary directory. Each node's kubelet and containerd run inside a private
 // mount namespace of the node (held by a `sleep` process started with `unshare`) in which /var/lib,

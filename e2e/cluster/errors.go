@@ -16,3 +16,11 @@ var ErrPodPhase = errors.New("pod reached another terminal phase")
 
 // ErrPodScheduled is returned by WaitPodUnschedulable when the pod was bound to a node.
 var ErrPodScheduled = errors.New("pod was scheduled")
+
+// ErrKubernetesVersion is returned when a Kubernetes version to build is not a release of
+// k8s.io/kubernetes (v1.<minor>.<patch>) or the Go module proxy does not serve it.
+var ErrKubernetesVersion = errors.New("not a Kubernetes release on the Go module proxy")
+
+// ErrUnknownFeatureGate is returned by Cluster.FeatureEnabled when the component does not know the
+// feature gate (its Kubernetes version has none of that name).
+var ErrUnknownFeatureGate = errors.New("unknown feature gate")
