@@ -139,11 +139,23 @@ func (s *Store) RecordAllocation(a Allocation) (Allocation, error) {
 }
 
 func validateAllocation(a Allocation) error {
-	if len(a.DeviceIDs) == 0 {
+	if err := validateDeviceIDs(a.DeviceIDs); err != nil {
+		return err
+	}
+	if !ValidState(a.State) {
+		return fmt.Errorf("state %q: %w", a.State, ErrInvalid)
+	}
+	return validateGPUIDs(a.GPUIDs)
+}
+
+// validateDeviceIDs checks the device ids of an allocation or a claim: at
+// least one, none empty, none twice.
+func validateDeviceIDs(ids []string) error {
+	if len(ids) == 0 {
 		return fmt.Errorf("no device ids: %w", ErrInvalid)
 	}
-	seen := make(map[string]bool, len(a.DeviceIDs))
-	for _, id := range a.DeviceIDs {
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
 		if id == "" {
 			return fmt.Errorf("empty device id: %w", ErrInvalid)
 		}
@@ -152,11 +164,14 @@ func validateAllocation(a Allocation) error {
 		}
 		seen[id] = true
 	}
-	if !ValidState(a.State) {
-		return fmt.Errorf("state %q: %w", a.State, ErrInvalid)
-	}
-	gpus := make(map[string]bool, len(a.GPUIDs))
-	for _, id := range a.GPUIDs {
+	return nil
+}
+
+// validateGPUIDs checks the GPU ids of an allocation or a claim: none
+// empty, none twice.
+func validateGPUIDs(ids []string) error {
+	gpus := make(map[string]bool, len(ids))
+	for _, id := range ids {
 		if id == "" || gpus[id] {
 			return fmt.Errorf("GPU id %q empty or listed twice: %w", id, ErrInvalid)
 		}

@@ -1,7 +1,8 @@
 // Package store keeps the plugin's durable state in one bbolt file: the
 // virtual devices with their health and GPU UUIDs, the history of health
-// changes, the history of configuration changes, and the history of
-// allocations handed to the kubelet. The file lives on a hostPath
+// changes, the history of configuration changes, the history of
+// allocations handed to the kubelet, and the history of the claims the DRA
+// driver prepared. The file lives on a hostPath
 // and survives plugin restarts. The package imports nothing else from the
 // project and logs nothing: it returns errors (see errors.go) and reports
 // (ReconcileReport, Stats) for the caller to log.
@@ -53,11 +54,13 @@
 // # Damaged records
 //
 // One bad record must not hide the rest. Open also checks every record
-// value (devices, allocations, health_events, config_events): it must be a
-// JSON object that decodes into its type and makes sense (a device's "id"
-// and a record's "seq" match the key, times are set, an allocation has
-// device ids and a known state, a health event a device id, a configuration
-// event a "why", no negative count and no empty or repeated device id). A read-write Open moves every value
+// value (devices, allocations, health_events, config_events, claims): it
+// must be a JSON object that decodes into its type and makes sense (a
+// device's "id" and a record's "seq" match the key, times are set, an
+// allocation has device ids and a known state, a health event a device id,
+// a configuration event a "why", a claim a uid, namespace, name, device ids
+// and no "unprepared_at" before its "prepared_at", no negative count and no
+// empty or repeated device id). A read-write Open moves every value
 // that fails into the quarantine bucket, with its original bytes, the bucket
 // and key it came from, the reason and the time, deleting it from its bucket,
 // all in one transaction; a file without damage is not written. A read-only
@@ -66,8 +69,9 @@
 // with the same checks and skips (and reports through Damaged) a value
 // damaged after Open, instead of failing the whole list; the calls that ask
 // for one record return ErrDamaged for it; the write transactions that walk
-// records (Reconcile over the devices, Prune over the oldest history)
-// quarantine one they meet. A quarantined device is no longer
+// records (Reconcile over the devices, Prune over the oldest history,
+// RecordClaimPrepared over the newest record of its uid) quarantine one
+// they meet. A quarantined device is no longer
 // known: Reconcile adds it again as new, healthy, and lists it in
 // ReconcileReport.Recreated. Quarantine entries are never pruned.
 //
@@ -103,7 +107,21 @@
 // AllocationFilter.DeviceID with a GPU id selects the records of its
 // replicas too.
 //
-// # Schema (version 4)
+// # Claims (version 5)
+//
+// The DRA driver records every ResourceClaim it prepares (Claim): its uid,
+// namespace and name, its devices (and their GPUs, as an allocation's), the
+// environment its containers get, the consumers it is reserved for, and
+// when it was prepared and unprepared. RecordClaimPrepared is idempotent: a
+// claim whose newest record is still prepared is answered with that record,
+// so that the kubelet's retry and a restarted driver get the same answer;
+// a uid unprepared and prepared again gets a new record, so the history
+// keeps both. The claim_uids index names each uid's newest record, so that
+// Claim, RecordClaimPrepared and RecordClaimUnprepared find it without
+// walking the history. Claims are history as allocations are: an
+// unprepared claim is the released kind, a prepared one is active.
+//
+// # Schema (version 5)
 //
 // Top-level buckets; integers in keys are 8-byte big-endian, so byte order
 // is numeric order; values are JSON objects with snake_case keys and RFC 3339
@@ -120,6 +138,11 @@
 //	config_events         seq (uint64)     -> ConfigEvent {"seq","time","profile","previous_profile","why","detail",
 //	                                                       "resource_name","machine","devices","replicas",
 //	                                                       "added","removed","restored"}                 (version 3)
+//	claims                seq (uint64)     -> Claim       {"seq","uid","namespace","name","device_ids","gpu_ids",
+//	                                                       "envs","reserved_for":[{"resource","name","uid"}],
+//	                                                       "prepared_at","unprepared_at"}                (version 5)
+//	claim_uids            uid              -> seq (uint64, 8 bytes big-endian)                           (version 5)
+//	inactive_claims       since+seq        -> empty       (16-byte key, as inactive_allocations)         (version 5)
 //
 // Sequence numbers come from the bucket's NextSequence: they start at 1, only
 // grow and are never reused, even after Prune deletes the oldest records. The
@@ -136,10 +159,15 @@
 // number of "devices" advertised (a shared GPU counting as its replicas)
 // and of "replicas" per GPU (absent: not shared), and
 // the device ids Reconcile "added", flagged "removed" and "restored" for it;
-// every id names a device of the devices bucket. A quarantine
-// entry holds a damaged record: "bucket" it came from, its "key" and "value"
-// bytes exactly as found (base64, as JSON encodes bytes), the "reason" it was
-// refused and the "time" it was moved.
+// every id names a device of the devices bucket. A claim record's "uid"
+// is the ResourceClaim's metadata.uid (at most MaxClaimUID bytes),
+// "device_ids" name devices of the devices bucket in the order of the
+// claim's devices, "reserved_for" lists the claim's consumers ("resource"
+// "pods" for a pod, its "name" and "uid"), and "unprepared_at" is absent
+// while the claim is prepared. A quarantine entry holds a damaged record:
+// "bucket" it came from, its "key" and "value" bytes exactly as found
+// (base64, as JSON encodes bytes), the "reason" it was refused and the
+// "time" it was moved.
 //
 // inactive_allocations indexes the allocation records no longer active
 // (released or abandoned) by when they became so: the key is that time
@@ -148,12 +176,18 @@
 // Every write of an allocation record updates it in the same transaction; it
 // is derived data, and a read-write Open brings it back in step with the
 // records if it is not. Prune walks it to delete inactive records first
-// without decoding every record.
+// without decoding every record. inactive_claims is the same index for the
+// claim records, keyed by "unprepared_at". claim_uids maps each uid to the
+// seq of its newest record; every write of a claim record updates it in
+// the same transaction, Prune deletes a uid's entry with the record it
+// names, and a read-write Open brings both indexes back in step with the
+// records (an entry that names no record or an older one of its uid is
+// replaced).
 //
 // Records written by earlier builds may carry an "annotations" object in
 // allocations; readers ignore it and a rewrite drops it. The JSON tags of
-// Device, Allocation, HealthEvent and ConfigEvent describe this file format
-// only; they are nobody's output format.
+// Device, Allocation, HealthEvent, ConfigEvent and Claim describe this file
+// format only; they are nobody's output format.
 //
 // # Versions and migration
 //
@@ -172,26 +206,29 @@
 // lists them in ReconcileReport.UUIDsAssigned. The 3→4 step writes nothing
 // but the version: the fields of replicas and their allocations are
 // optional, and a build of version 3 must not take replica records for
-// GPUs. A read-only Store reads an older file as it is (a missing bucket
-// reads as empty). To change the layout, bump SchemaVersion and append a step; never edit
-// a shipped step.
+// GPUs. The 4→5 step creates the claims, claim_uids and inactive_claims
+// buckets, empty; every other bucket keeps its keys and values as they
+// are. A read-only Store reads an older file as it is (a missing bucket
+// reads as empty: a file of version 4 has no claims). To change the
+// layout, bump SchemaVersion and append a step; never edit a shipped step.
 //
 // # Retention
 //
-// History grows with every Allocate, health change and configuration
-// change. Prune deletes records beyond a count per kind
-// (PruneOptions.MaxRecords), beyond a byte size of the three kinds together
+// History grows with every Allocate, claim prepared, health change and
+// configuration change. Prune deletes records beyond a count per kind
+// (PruneOptions.MaxRecords), beyond a byte size of the four kinds together
 // (MaxBytes: keys plus JSON values, as Stats.HistoryBytes reports; the file
 // is about twice that, from bbolt's page overhead and free pages) and
 // inactive records older than an age (MaxAge, counted from when they became
 // inactive), in small transactions, oldest first across the kinds. The
 // newest configuration event is never deleted: it describes the
 // configuration in force. What is still active is kept: records of
-// allocations in state allocated or held go only after every inactive
-// record (released or abandoned allocations, health and configuration
-// events) that a limit could take instead, oldest first, and never for
-// their age; only when nothing but active records is
-// left over a count or byte limit are the oldest of them deleted, so that
+// allocations in state allocated or held, and of claims still prepared, go
+// only after every inactive record (released or abandoned allocations,
+// unprepared claims, health and configuration events) that a limit could
+// take instead, oldest first, and never for their age; only when nothing
+// but active records is left over a count or byte limit are the oldest of
+// them deleted (by when they were recorded, across the two kinds), so that
 // the file stays bounded when every record stays allocated (the lifecycle
 // tracker off). Counting bytes reads bbolt's page statistics, as counting
 // records does, not every record. bbolt reuses the freed pages, so with

@@ -28,20 +28,22 @@ var (
 	// passed to Reconcile). Removed devices are known.
 	ErrUnknownDevice = errors.New("unknown device")
 
-	// ErrNotFound means no allocation record has the given sequence number
-	// (it never existed or was pruned).
-	ErrNotFound = errors.New("allocation record not found")
+	// ErrNotFound means no allocation record has the given sequence number,
+	// or no claim record the given uid (it never existed or was pruned).
+	ErrNotFound = errors.New("record not found")
 
 	// ErrDamaged means the one record asked for (Device, Allocation,
-	// SetHealth, UpdateAllocation) has a stored value the store refuses: not
-	// JSON, or nonsense. Nothing was changed; the message names the record
-	// and the reason, and Store.Damaged lists it. Lists skip such records
-	// instead of failing, and a read-write Open moves them into quarantine.
+	// SetHealth, UpdateAllocation, Claim, RecordClaimUnprepared) has a
+	// stored value the store refuses: not JSON, or nonsense. Nothing was
+	// changed; the message names the record and the reason, and
+	// Store.Damaged lists it. Lists skip such records instead of failing,
+	// and a read-write Open moves them into quarantine.
 	ErrDamaged = errors.New("damaged record")
 
 	// ErrInvalid means an argument was rejected before anything was written:
 	// an empty or duplicate device id, index or UUID, an unknown allocation
-	// state, a changed sequence number, a configuration event without a why.
+	// state, a changed sequence number, a configuration event without a why,
+	// a claim without uid, namespace or name.
 	ErrInvalid = errors.New("invalid argument")
 
 	// ErrNotRegularFile means the state path exists but is not a regular

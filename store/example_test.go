@@ -267,6 +267,62 @@ func ExampleStore_Prune() {
 	// deleted 3 kept 5 4
 }
 
+// The DRA driver records the claims it prepares: Prepare is idempotent, so
+// the kubelet's retry (or a restarted driver) gets the stored record back;
+// Unprepare marks it unprepared, and a claim prepared again gets a new
+// record.
+func ExampleStore_RecordClaimPrepared() {
+	dir, cleanup := exampleDir()
+	defer cleanup()
+	s, err := store.Open(filepath.Join(dir, "state.db"), store.Options{Now: exampleClock})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close()
+	if _, err := s.Reconcile([]store.DeviceSpec{{ID: "fake-0", Index: 0}, {ID: "fake-1", Index: 1}}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	c := store.Claim{
+		UID: "6e1f5b0c-2d7a-4c39-9f0e-8b3a1d2c4e5f", Namespace: "default", Name: "trainer-gpus",
+		DeviceIDs:   []string{"fake-0", "fake-1"},
+		Envs:        map[string]string{"VIRTUAL_GPU_IDS": "fake-0,fake-1"},
+		ReservedFor: []store.ClaimConsumer{{Resource: store.ConsumerPods, Name: "trainer", UID: "0b8e2c4a-9d1f-4e3b-a6c5-7f2d8e9a0b1c"}},
+	}
+	stored, created, err := s.RecordClaimPrepared(c)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	out, _ := json.Marshal(stored)
+	fmt.Println(created, string(out))
+
+	again, created, _ := s.RecordClaimPrepared(c) // the kubelet retries
+	fmt.Println(created, again.Seq)
+
+	if _, changed, err := s.RecordClaimUnprepared(c.UID, time.Time{}); err != nil || !changed {
+		fmt.Println(changed, err)
+		return
+	}
+	if _, _, err := s.RecordClaimPrepared(c); err != nil { // prepared again: record 2
+		fmt.Println(err)
+		return
+	}
+	all, _ := s.Claims(store.ClaimFilter{DeviceID: "fake-1"})
+	for _, c := range all {
+		fmt.Println(c.Seq, c.Namespace+"/"+c.Name, "prepared:", c.Prepared())
+	}
+	prepared, _ := s.PreparedClaims()
+	fmt.Println("prepared:", len(prepared))
+	// Output:
+	// true {"seq":1,"uid":"6e1f5b0c-2d7a-4c39-9f0e-8b3a1d2c4e5f","namespace":"default","name":"trainer-gpus","device_ids":["fake-0","fake-1"],"envs":{"VIRTUAL_GPU_IDS":"fake-0,fake-1"},"reserved_for":[{"resource":"pods","name":"trainer","uid":"0b8e2c4a-9d1f-4e3b-a6c5-7f2d8e9a0b1c"}],"prepared_at":"2026-03-01T12:00:00Z"}
+	// false 1
+	// 2 default/trainer-gpus prepared: true
+	// 1 default/trainer-gpus prepared: false
+	// prepared: 1
+}
+
 // A damaged file is refused with ErrCorrupt; MoveAside keeps it for
 // inspection and the next Open starts fresh.
 func ExampleMoveAside() {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 )
@@ -25,6 +26,9 @@ func FuzzOpen(f *testing.F) {
 		mustRecord(f, s, store.Allocation{DeviceIDs: []string{"fake-1"}, Envs: map[string]string{"K": "V"}})
 	}
 	mustConfig(f, s, store.ConfigEvent{Profile: "p", Why: store.WhyNodeLabel, Devices: 2, Added: []string{"fake-0", "fake-1"}})
+	mustPrepare(f, s, claim("uid-a", "fake-0"))
+	mustPrepare(f, s, claim("uid-b", "fake-1"))
+	mustUnprepare(f, s, "uid-a", time.Time{})
 	s.Close()
 	valid, err := os.ReadFile(seed)
 	if err != nil {
@@ -55,6 +59,13 @@ func FuzzOpen(f *testing.F) {
 				func() error { _, err := s.Allocations(store.AllocationFilter{}); return err },
 				func() error { _, err := s.HealthEvents(store.EventFilter{}); return err },
 				func() error { _, err := s.ConfigEvents(store.ConfigFilter{}); return err },
+				func() error { _, err := s.Claims(store.ClaimFilter{}); return err },
+				func() error {
+					if _, err := s.Claim("uid-b"); !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrDamaged) {
+						return err
+					}
+					return nil
+				},
 				func() error { _, err := s.Stats(); return err },
 				func() error { _, err := s.Damaged(); return err },
 			} {

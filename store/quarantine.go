@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -15,8 +16,8 @@ import (
 // that does not match its key, a missing time, an unknown state). The rest of
 // the file stays readable; see Store.Damaged.
 type DamagedRecord struct {
-	// Bucket is where the record was: devices, allocations, health_events
-	// or config_events (quarantine for a damaged quarantine entry).
+	// Bucket is where the record was: devices, allocations, health_events,
+	// config_events or claims (quarantine for a damaged quarantine entry).
 	Bucket string
 	// Key names the record: the device id, or the sequence number in
 	// decimal; a key that is neither is shown in hex ("0x…").
@@ -150,25 +151,61 @@ func (s *Store) quarantine(tx *bolt.Tx, bucket []byte, k, v []byte, err error) e
 	return nil
 }
 
-// recordScan is what checkRecords found: damaged records, and the
-// inactive_allocations entries to add and to delete so that the index
-// matches the records.
+// recordScan is what checkRecords found: damaged records, and the changes
+// that bring the indexes (inactive_allocations, inactive_claims,
+// claim_uids) in step with the records.
 type recordScan struct {
-	damaged       []damage
-	index, unused [][]byte
+	damaged []damage
+	fixes   []indexFix
 }
 
-func (r recordScan) empty() bool {
-	return len(r.damaged) == 0 && len(r.index) == 0 && len(r.unused) == 0
+func (r recordScan) empty() bool { return len(r.damaged) == 0 && len(r.fixes) == 0 }
+
+// indexFix is what brings one index bucket in step with the records: the
+// entries to delete, and those to add or set.
+type indexFix struct {
+	bucket []byte
+	del    [][]byte
+	put    [][2][]byte // key, value
+}
+
+// diffIndex compares the index bucket name in tx with want (key -> value,
+// as the records call for) and returns what differs; ok false when
+// nothing does or the bucket is missing (an older file, read-only).
+func diffIndex(tx *bolt.Tx, name []byte, want map[string][]byte) (fix indexFix, ok bool, err error) {
+	idx := tx.Bucket(name)
+	if idx == nil {
+		return indexFix{}, false, nil
+	}
+	fix.bucket = name
+	left := maps.Clone(want)
+	err = idx.ForEach(func(k, v []byte) error {
+		w, wanted := left[string(k)]
+		switch {
+		case !wanted:
+			fix.del = append(fix.del, bytes.Clone(k))
+		case !bytes.Equal(v, w):
+			fix.put = append(fix.put, [2][]byte{bytes.Clone(k), w})
+		}
+		delete(left, string(k))
+		return nil
+	})
+	for _, k := range slices.Sorted(maps.Keys(left)) {
+		fix.put = append(fix.put, [2][]byte{[]byte(k), left[k]})
+	}
+	return fix, len(fix.del) > 0 || len(fix.put) > 0, err
 }
 
 // scanRecords checks every record of the record buckets in tx, and the
-// inactive_allocations index against the allocation records. A nested bucket
-// where records belong is not a record value but a layout no build writes:
-// ErrCorrupt.
+// indexes against the records: inactive_allocations, and for the claims
+// inactive_claims and claim_uids (each uid's newest record). A nested
+// bucket where records belong is not a record value but a layout no build
+// writes: ErrCorrupt.
 func scanRecords(tx *bolt.Tx) (recordScan, error) {
 	var r recordScan
-	want := map[string]bool{} // index keys the records call for
+	inactive := map[string][]byte{}       // inactive_allocations keys the records call for
+	inactiveClaims := map[string][]byte{} // inactive_claims keys
+	claimUIDs := map[string][]byte{}      // claim_uids: uid -> newest seq
 	for _, name := range recordBuckets {
 		b := tx.Bucket(name)
 		if b == nil { // an older file, read-only
@@ -185,12 +222,20 @@ func scanRecords(tx *bolt.Tx) (recordScan, error) {
 			case string(bucketAllocations):
 				var a Allocation
 				if a, err = decodeAllocation(k, v); err == nil && !a.Active() {
-					want[string(inactiveKey(a))] = true
+					inactive[string(inactiveKey(a))] = []byte{}
 				}
 			case string(bucketEvents):
 				_, err = decodeEvent(k, v)
 			case string(bucketConfig):
 				_, err = decodeConfigEvent(k, v)
+			case string(bucketClaims):
+				var c Claim
+				if c, err = decodeClaim(k, v); err == nil {
+					if !c.Prepared() {
+						inactiveClaims[string(claimInactiveKey(c))] = []byte{}
+					}
+					claimUIDs[c.UID] = u64(c.Seq) // keys ascend: the newest last
+				}
 			}
 			if err != nil {
 				r.damaged = append(r.damaged, damage{bucket: string(name), key: bytes.Clone(k), value: bytes.Clone(v), reason: reasonOf(err)})
@@ -201,28 +246,25 @@ func scanRecords(tx *bolt.Tx) (recordScan, error) {
 			return recordScan{}, err
 		}
 	}
-	idx := tx.Bucket(bucketInactive)
-	if idx == nil { // an older file, read-only
-		return r, nil
-	}
-	err := idx.ForEach(func(k, _ []byte) error {
-		if want[string(k)] {
-			delete(want, string(k))
-		} else {
-			r.unused = append(r.unused, bytes.Clone(k))
+	for _, ix := range []struct {
+		name []byte
+		want map[string][]byte
+	}{{bucketInactive, inactive}, {bucketInactiveClaims, inactiveClaims}, {bucketClaimUIDs, claimUIDs}} {
+		fix, ok, err := diffIndex(tx, ix.name, ix.want)
+		if err != nil {
+			return recordScan{}, err
 		}
-		return nil
-	})
-	for k := range want {
-		r.index = append(r.index, []byte(k))
+		if ok {
+			r.fixes = append(r.fixes, fix)
+		}
 	}
-	return r, err
+	return r, nil
 }
 
 // checkRecords runs at Open. It checks every record; a read-only Store
 // remembers the damaged ones, a read-write Store moves them into the
-// quarantine bucket and brings the inactive_allocations index in step with
-// the records, in one transaction. A sound file is not written.
+// quarantine bucket and brings the indexes in step with the records, in
+// one transaction. A sound file is not written.
 func (s *Store) checkRecords() error {
 	var r recordScan
 	err := s.db.View(func(tx *bolt.Tx) error {
@@ -248,15 +290,17 @@ func (s *Store) checkRecords() error {
 				return err
 			}
 		}
-		idx := tx.Bucket(bucketInactive)
-		for _, k := range r.unused {
-			if err := idx.Delete(k); err != nil {
-				return fmt.Errorf("fix inactive allocations index: %w", err)
+		for _, fix := range r.fixes {
+			idx := tx.Bucket(fix.bucket)
+			for _, k := range fix.del {
+				if err := idx.Delete(k); err != nil {
+					return fmt.Errorf("fix index %s: %w", fix.bucket, err)
+				}
 			}
-		}
-		for _, k := range r.index {
-			if err := idx.Put(k, []byte{}); err != nil {
-				return fmt.Errorf("fix inactive allocations index: %w", err)
+			for _, kv := range fix.put {
+				if err := idx.Put(kv[0], kv[1]); err != nil {
+					return fmt.Errorf("fix index %s: %w", fix.bucket, err)
+				}
 			}
 		}
 		return nil

@@ -10,11 +10,11 @@ import (
 )
 
 // Record validation. Every value read from the devices, allocations,
-// health_events and config_events buckets goes through one of the decode
-// functions below, at Open and in every reader, so that what Open accepted
-// the readers accept too. A value they refuse is a damaged record: Open moves it to the
-// quarantine bucket (read-write) or reports it (read-only), readers skip
-// and report it (see Store.Damaged).
+// health_events, config_events and claims buckets goes through one of the
+// decode functions below, at Open and in every reader, so that what Open
+// accepted the readers accept too. A value they refuse is a damaged record:
+// Open moves it to the quarantine bucket (read-write) or reports it
+// (read-only), readers skip and report it (see Store.Damaged).
 
 // errRecord is the reason a record value is refused. It is wrapped with
 // ErrDamaged where a caller asked for that very record.
@@ -162,6 +162,28 @@ func decodeConfigEvent(k, v []byte) (ConfigEvent, error) {
 		return ConfigEvent{}, damaged("%v", err)
 	}
 	return e, nil
+}
+
+// decodeClaim decodes and checks the claim record stored under key k: a
+// JSON object whose "seq" is the key, with what RecordClaimPrepared
+// accepts (a uid, namespace, name, device ids, a prepared time) and no
+// unprepared time before the prepared one.
+func decodeClaim(k, v []byte) (Claim, error) {
+	seq, err := seqKey(k)
+	if err != nil {
+		return Claim{}, err
+	}
+	var c Claim
+	if err := decodeObject(v, &c); err != nil {
+		return Claim{}, err
+	}
+	if c.Seq != seq {
+		return Claim{}, damaged("seq %d does not match its key %d", c.Seq, seq)
+	}
+	if err := validateClaim(c); err != nil {
+		return Claim{}, damaged("%v", err)
+	}
+	return c, nil
 }
 
 // keyName renders a record key for people: a device id as it is, a

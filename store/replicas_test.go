@@ -247,7 +247,7 @@ func TestOpen_DamagedReplicaRecords(t *testing.T) {
 }
 
 // TestOpen_MigratesV3: a version-3 file is read as it is, and read-write
-// gets version 4 with every record as it was.
+// gets the current version with every record as it was.
 func TestOpen_MigratesV3(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.db")
 	s := storetest.MustOpenPath(t, path, store.Options{Now: newClock().Now})
@@ -264,8 +264,8 @@ func TestOpen_MigratesV3(t *testing.T) {
 		return tx.Bucket([]byte("meta")).Put([]byte("schema_version"), binary.BigEndian.AppendUint64(nil, 3))
 	})
 	s = storetest.MustOpenPath(t, path, store.Options{})
-	if v, migrated := s.MigratedFrom(); v != 3 || !migrated || s.SchemaVersion() != 4 {
-		t.Errorf("MigratedFrom() = %d, %v, SchemaVersion() = %d; want 3, true, 4", v, migrated, s.SchemaVersion())
+	if v, migrated := s.MigratedFrom(); v != 3 || !migrated || s.SchemaVersion() != store.SchemaVersion {
+		t.Errorf("MigratedFrom() = %d, %v, SchemaVersion() = %d; want 3, true, %d", v, migrated, s.SchemaVersion(), store.SchemaVersion)
 	}
 	after, err := s.Devices()
 	if err != nil || !reflect.DeepEqual(after, before) {

@@ -10,18 +10,21 @@ import (
 // SchemaVersion is the layout version this build reads and writes. Open
 // migrates files with a smaller version (see doc.go) and refuses files with a
 // larger one (ErrNewerSchema).
-const SchemaVersion = 4
+const SchemaVersion = 5
 
 // Bucket and key names. They are part of the on-disk format: never rename them
 // without a migration step.
 var (
-	bucketMeta        = []byte("meta")
-	bucketDevices     = []byte("devices")
-	bucketAllocations = []byte("allocations")
-	bucketEvents      = []byte("health_events")
-	bucketQuarantine  = []byte("quarantine")           // since version 2
-	bucketInactive    = []byte("inactive_allocations") // since version 2
-	bucketConfig      = []byte("config_events")        // since version 3
+	bucketMeta           = []byte("meta")
+	bucketDevices        = []byte("devices")
+	bucketAllocations    = []byte("allocations")
+	bucketEvents         = []byte("health_events")
+	bucketQuarantine     = []byte("quarantine")           // since version 2
+	bucketInactive       = []byte("inactive_allocations") // since version 2
+	bucketConfig         = []byte("config_events")        // since version 3
+	bucketClaims         = []byte("claims")               // since version 5
+	bucketClaimUIDs      = []byte("claim_uids")           // since version 5
+	bucketInactiveClaims = []byte("inactive_claims")      // since version 5
 
 	keySchemaVersion = []byte("schema_version")
 )
@@ -36,12 +39,13 @@ const appendFillPercent = 0.9
 var dataBuckets = [][]byte{bucketDevices, bucketAllocations, bucketEvents}
 
 // recordBuckets are the buckets whose values are records Open checks (and
-// quarantines when damaged): dataBuckets and, since version 3,
-// config_events.
-var recordBuckets = [][]byte{bucketDevices, bucketAllocations, bucketEvents, bucketConfig}
+// quarantines when damaged): dataBuckets, config_events (since version 3)
+// and claims (since version 5).
+var recordBuckets = [][]byte{bucketDevices, bucketAllocations, bucketEvents, bucketConfig, bucketClaims}
 
 // currentBuckets are every top-level bucket a file of SchemaVersion has.
-var currentBuckets = [][]byte{bucketMeta, bucketDevices, bucketAllocations, bucketEvents, bucketQuarantine, bucketInactive, bucketConfig}
+var currentBuckets = [][]byte{bucketMeta, bucketDevices, bucketAllocations, bucketEvents, bucketQuarantine, bucketInactive, bucketConfig,
+	bucketClaims, bucketClaimUIDs, bucketInactiveClaims}
 
 // migration is one step of the schema history: it turns a file of version
 // from into a file of version from+1. Steps run inside the single read-write
@@ -61,6 +65,7 @@ var migrations = []migration{
 	{from: 1, name: "create the quarantine bucket and index inactive allocations", apply: migrateV1toV2},
 	{from: 2, name: "create the config_events bucket", apply: migrateV2toV3},
 	{from: 3, name: "admit replica device records and allocation GPU ids", apply: migrateV3toV4},
+	{from: 4, name: "create the claims bucket and its indexes", apply: migrateV4toV5},
 }
 
 // migrateV0toV1 adopts a version-0 file: one without a meta bucket. That is a
@@ -140,6 +145,18 @@ func migrateV2toV3(tx *bolt.Tx) error {
 // records for GPUs of their own (and show them with a health of their own),
 // refuses the file instead.
 func migrateV3toV4(*bolt.Tx) error { return nil }
+
+// migrateV4toV5 creates the buckets of the DRA driver's claim records: claims
+// and its two indexes, claim_uids and inactive_claims, all empty (a file of
+// version 4 has no claim). Every other bucket and record stays as it is.
+func migrateV4toV5(tx *bolt.Tx) error {
+	for _, name := range [][]byte{bucketClaims, bucketClaimUIDs, bucketInactiveClaims} {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return fmt.Errorf("create bucket %q: %w", name, err)
+		}
+	}
+	return nil
+}
 
 // readVersion returns the schema version recorded in tx: 0 when there is no
 // meta bucket.

@@ -368,9 +368,10 @@ type Stats struct {
 	Devices        int   // all devices, removed ones included
 	RemovedDevices int   // devices flagged removed
 	Allocations    int   // allocation records kept
+	Claims         int   // claim records kept
 	HealthEvents   int   // health events kept
 	ConfigEvents   int   // configuration events kept
-	HistoryBytes   int64 // keys and values of the allocation records, health events and configuration events, as PruneOptions.MaxBytes counts them
+	HistoryBytes   int64 // keys and values of the allocation records, claim records, health events and configuration events, as PruneOptions.MaxBytes counts them
 	Damaged        int   // damaged records: quarantined, and found in place (see Store.Damaged)
 	FileSize       int64 // bytes on disk; bbolt grows the file ahead of use
 	DataSize       int64 // bytes up to bbolt's high-water mark
@@ -402,7 +403,7 @@ func (s *Store) Stats() (Stats, error) {
 		for _, kind := range []struct {
 			name []byte
 			n    *int
-		}{{bucketAllocations, &st.Allocations}, {bucketEvents, &st.HealthEvents}, {bucketConfig, &st.ConfigEvents}} {
+		}{{bucketAllocations, &st.Allocations}, {bucketClaims, &st.Claims}, {bucketEvents, &st.HealthEvents}, {bucketConfig, &st.ConfigEvents}} {
 			if b := tx.Bucket(kind.name); b != nil {
 				n, size := kvStats(b)
 				*kind.n += n

@@ -148,3 +148,31 @@ func (g GPUModel) Thermal() Thermal {
 	}
 	return defaultThermal
 }
+
+// Brand is the Product Brand nvidia-smi prints for a product (and NVIDIA's
+// DRA driver publishes as brand): Tesla for the Tesla boards, GeForce,
+// NVIDIA RTX for the RTX workstation cards, else NVIDIA.
+func Brand(product string) string {
+	switch {
+	case strings.HasPrefix(product, "Tesla"):
+		return "Tesla"
+	case strings.Contains(product, "GeForce"):
+		return "GeForce"
+	case strings.Contains(product, "RTX"):
+		return "NVIDIA RTX"
+	}
+	return "NVIDIA"
+}
+
+// Architecture is the Product Architecture nvidia-smi prints for a family
+// (and NVIDIA's DRA driver publishes as architecture): "Ampere", "Hopper",
+// "Ada Lovelace"; "" for no family.
+func Architecture(family string) string {
+	switch family {
+	case "ada-lovelace":
+		return "Ada Lovelace"
+	case "":
+		return ""
+	}
+	return strings.ToUpper(family[:1]) + family[1:]
+}

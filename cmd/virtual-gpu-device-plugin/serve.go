@@ -15,11 +15,14 @@ import (
 
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/admin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/agent"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/dra"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/faults"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/kube"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/metrics"
@@ -100,7 +103,8 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 		}
 	}
 	identity := identityFor(o.NodeName, env.machineIDPath, log)
-	api, err := connectAPI(o, profiles, env, log)
+	startDRA := start.KubeletAPI.OrDefault() == agent.KubeletAPIDRA
+	api, apiErr, err := connectAPI(o, profiles, startDRA, env, log)
 	if err != nil {
 		return err
 	}
@@ -127,6 +131,14 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	set, stored, err := ag.Begin()
 	if err != nil {
 		return err
+	}
+	useDRA := set.Config.KubeletAPI.OrDefault() == agent.KubeletAPIDRA
+	var client kubernetes.Interface
+	if useDRA {
+		if client, err = draClient(o, set, api, apiErr); err != nil {
+			return err
+		}
+		klog.SetLogger(dra.Logr(log)) // client-go's and the DRA libraries' lines without a context logger
 	}
 
 	// Everything this process must have to itself is claimed before it
@@ -156,7 +168,11 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 		}
 		defer telemetryLis.Close() // on an early return; metrics.Serve closes it too
 	}
-	if err := checkPluginSocket(start); err != nil {
+	if useDRA {
+		if err := start.DRA.Check(); err != nil {
+			return err
+		}
+	} else if err := checkPluginSocket(start); err != nil {
 		return err
 	}
 
@@ -173,79 +189,119 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	// The load sockets of -telemetry-writable, one per allocation whose
 	// record says it has one (whatever the configuration in force): those
 	// of the active allocations exist again before the plugin registers.
+	// The device plugin's alone, as the tracker of its allocations.
 	var telemetryRef atomic.Pointer[telemetry.Service] // set below, with -telemetry-address
-	loads, err := loadsock.NewServer(loadsock.Config{Dir: start.View.LoadSocketDir, Logger: log, MaxSockets: ag.MaxLoadSockets,
-		Handler: loadsock.HandlerFunc(func(ctx context.Context, seq uint64, req loadsock.Request) (int, error) {
-			t := telemetryRef.Load()
-			if t == nil {
-				return 0, loadsock.Refusef(loadsock.CauseOff, "the plugin's telemetry is off (-telemetry-address)")
-			}
-			return t.SetLoad(ctx, seq, req)
-		})})
-	if err != nil {
-		return err
+	var (
+		loads    *loadsock.Server
+		tracker  *podresources.Tracker
+		dpTarget *plugin.Target
+		driver   *dra.Driver
+		target   agent.Target
+		reg      registration
+	)
+	if !useDRA {
+		loads, err = loadsock.NewServer(loadsock.Config{Dir: start.View.LoadSocketDir, Logger: log, MaxSockets: ag.MaxLoadSockets,
+			Handler: loadsock.HandlerFunc(func(ctx context.Context, seq uint64, req loadsock.Request) (int, error) {
+				t := telemetryRef.Load()
+				if t == nil {
+					return 0, loadsock.Refusef(loadsock.CauseOff, "the plugin's telemetry is off (-telemetry-address)")
+				}
+				return t.SetLoad(ctx, seq, req)
+			})})
+		if err != nil {
+			return err
+		}
+		defer loads.Close()
+		if err := loads.Sync(ag.LoadSockets); err != nil {
+			log.Error().Err(err).Msg("load sockets of active allocations not all created again; retrying")
+		}
+		tracker, err = podresources.New(podresources.Config{
+			Socket:       start.PodResourcesSocket,
+			ResourceName: set.Resource(),
+			Store:        st,
+			Interval:     start.ReconcileInterval,
+			AbandonAfter: start.AbandonAfter,
+			Logger:       log,
+		})
+		if err != nil {
+			return err
+		}
+		dpTarget, err = plugin.NewTarget(plugin.TargetConfig{Set: set, Stored: stored, Record: ag.RecordAllocation,
+			Dir: start.DevicePluginPath, SocketName: start.SocketName, Logger: log})
+		if err != nil {
+			return err
+		}
+		defer dpTarget.Close() // the Server is ours, not the Runners'
+		target, reg = dpTarget, dpTarget.Registrar()
+	} else {
+		driver, err = dra.NewDriver(dra.DriverConfig{Config: start.DRA, NodeName: o.NodeName, Client: client, Store: st,
+			Set: set, Stored: stored, Logger: log})
+		if err != nil {
+			return err
+		}
+		target, reg = driver, driver
 	}
-	defer loads.Close()
-	if err := loads.Sync(ag.LoadSockets); err != nil {
-		log.Error().Err(err).Msg("load sockets of active allocations not all created again; retrying")
-	}
-	tracker, err := podresources.New(podresources.Config{
-		Socket:       start.PodResourcesSocket,
-		ResourceName: set.Resource(),
-		Store:        st,
-		Interval:     start.ReconcileInterval,
-		AbandonAfter: start.AbandonAfter,
-		Logger:       log,
-	})
-	if err != nil {
-		return err
-	}
-	target, err := plugin.NewTarget(plugin.TargetConfig{Set: set, Stored: stored, Record: ag.RecordAllocation,
-		Dir: start.DevicePluginPath, SocketName: start.SocketName, Logger: log})
-	if err != nil {
-		return err
-	}
-	defer target.Close() // the Server is ours, not the Runners'
 	faultPlan := faults.NewRunner(ag.HealthSetter(store.CauseFaultInjection), log)
 	m := metrics.New(metrics.Config{
 		Version:      version,
 		Revision:     revision,
 		Devices:      ag,
-		Registration: target.Registrar(),
+		Registration: reg,
 		Allocations:  st,
 		Score:        ag.Score,
 		Logger:       log,
 	})
-	target.Server().SetObserver(m) // before anything serves it
+	if useDRA {
+		driver.SetObserver(m) // before anything serves it
+	} else {
+		dpTarget.Server().SetObserver(m) // before anything serves it
+	}
 	nodeName := o.NodeName
 	if nodeName == "" {
 		nodeName, _ = os.Hostname()
 	}
 	var telem *telemetry.Service
 	if start.TelemetryAddress != "" {
-		telem = telemetry.NewService(telemetry.ServiceConfig{Store: st, Active: ag.Active(), Devices: ag, Live: files, Hostname: nodeName,
-			Notify: tracker.Notify, Clock: env.clock, Logger: log})
+		tc := telemetry.ServiceConfig{Store: st, Active: ag.Active(), Devices: ag, Live: files, Hostname: nodeName, Clock: env.clock, Logger: log}
+		if useDRA {
+			tc.Holders = dra.Holders{Store: st}
+		} else {
+			tc.Notify = tracker.Notify
+		}
+		telem = telemetry.NewService(tc)
 		telemetryRef.Store(telem)
 		log.Info().Str("address", telemetryLis.Addr().String()).Str("model", start.Telemetry.Model.String()).
 			Bool("writable", start.Telemetry.Writable).Msg("serving GPU telemetry on /metrics (dcgm-exporter " + telemetry.Release + ")")
 	}
 
 	cfg := set.Config
-	log.Info().Str("version", version).Str("node", nodeName).Str("topology", cfg.GPUs.Machine.Name()).Int("devices", cfg.GPUs.Machine.Len()).
-		Str("resource", set.Resource()).Str("profile", cfg.Profile).Str("why", ag.Why()).Str("dir", start.DevicePluginPath).Str("state", st.Path()).
-		Str("policy", cfg.GPUs.AllocationPolicy).Msg("starting")
+	ev := log.Info().Str("version", version).Str("node", nodeName).Str("topology", cfg.GPUs.Machine.Name()).Int("devices", cfg.GPUs.Machine.Len()).
+		Str("kubelet_api", string(cfg.KubeletAPI.OrDefault())).Str("profile", cfg.Profile).Str("why", ag.Why())
+	if useDRA {
+		ev = ev.Str("driver", start.DRA.DriverName).Str("socket", start.DRA.Socket())
+	} else {
+		ev = ev.Str("resource", set.Resource()).Str("dir", start.DevicePluginPath)
+	}
+	ev.Str("state", st.Path()).Str("policy", cfg.GPUs.AllocationPolicy).Msg("starting")
 	// From here on a new label or profile is applied live.
-	if err := ag.Start(ctx, agent.Parts{Files: files, Telemetry: telem, Faults: faultPlan, Tracker: tracker, Loads: loads,
-		Kick: pruner.Kick, Targets: []agent.Target{target}, Observer: m}); err != nil {
+	parts := agent.Parts{Files: files, Telemetry: telem, Faults: faultPlan, Kick: pruner.Kick, Targets: []agent.Target{target}, Observer: m}
+	if !useDRA {
+		parts.Tracker, parts.Loads = tracker, loads
+	}
+	if err := ag.Start(ctx, parts); err != nil {
 		return err
 	}
 
-	g.Go(func() error { return target.Run(ctx) })
+	if useDRA {
+		g.Go(func() error { return driver.Run(ctx) })
+	} else {
+		g.Go(func() error { return dpTarget.Run(ctx) })
+		g.Go(func() error { return tracker.Run(ctx) })
+		g.Go(func() error { return loads.Run(ctx, loadSyncInterval, ag.LoadSockets) })
+	}
 	g.Go(func() error { return adminSrv.Run(ctx) })
-	g.Go(func() error { return tracker.Run(ctx) })
 	g.Go(func() error { return pruner.Run(ctx) })
 	g.Go(func() error { return faultPlan.Run(ctx) })
-	g.Go(func() error { return loads.Run(ctx, loadSyncInterval, ag.LoadSockets) })
 	g.Go(func() error { return files.Run(ctx, view.RetryInterval) })
 	if telem != nil {
 		g.Go(func() error { return telem.Run(ctx) })
@@ -267,7 +323,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	if metricsLis != nil {
 		live := func() error { _, err := st.Devices(); return err }
 		ready := func() error { // registered, and the state file takes writes (Allocate needs them)
-			if !target.Registrar().Registered() {
+			if !reg.Registered() {
 				return errors.New("not registered with the kubelet")
 			}
 			if err := st.Writable(); err != nil {
@@ -333,28 +389,65 @@ func readMachineID(path string) string {
 }
 
 // connectAPI returns a client of the API server when the plugin needs one
-// (-node-name set, and a profiles directory or -label-node), nil when it
-// does not or has no API access; then it says once what the plugin does
-// without. Only an explicit -kubeconfig that cannot be used is an error.
-func connectAPI(o *options.Options, profiles *options.Profiles, env serveEnv, log zerolog.Logger) (kube.API, error) {
+// (-node-name set, and a profiles directory, -label-node or the DRA
+// driver), nil when it does not or has no API access; then it says once
+// what the plugin does without, and returns why as apiErr. Only an
+// explicit -kubeconfig that cannot be used is an error.
+func connectAPI(o *options.Options, profiles *options.Profiles, forDRA bool, env serveEnv, log zerolog.Logger) (api kube.API, apiErr, err error) {
 	switch {
-	case profiles == nil && !o.LabelNode:
-		return nil, nil
+	case profiles == nil && !o.LabelNode && !forDRA:
+		return nil, nil, nil
 	case o.NodeName == "":
-		log.Warn().Str("config", o.ConfigPath).
-			Msg("no -node-name (nor NODE_NAME): the node's profile label is not read; serving the -config-default profile")
-		return nil, nil
+		if profiles != nil {
+			log.Warn().Str("config", o.ConfigPath).
+				Msg("no -node-name (nor NODE_NAME): the node's profile label is not read; serving the -config-default profile")
+		}
+		return nil, errors.New("no -node-name (nor NODE_NAME)"), nil
 	}
-	api, err := env.newAPI(kube.Options{Kubeconfig: o.Kubeconfig, Version: version, Logger: log})
+	api, err = env.newAPI(kube.Options{Kubeconfig: o.Kubeconfig, Version: version, Logger: log})
 	switch {
 	case err == nil:
-		return api, nil
+		return api, nil, nil
 	case o.Kubeconfig != "":
-		return nil, usageError{fmt.Errorf("-kubeconfig: %w", err)}
+		return nil, nil, usageError{fmt.Errorf("-kubeconfig: %w", err)}
 	}
-	log.Warn().Err(err).Str("node", o.NodeName).
-		Msg("no API access: the node's profile label is not read and no GPU labels are written; serving the -config-default profile")
-	return nil, nil
+	if profiles != nil || o.LabelNode {
+		log.Warn().Err(err).Str("node", o.NodeName).
+			Msg("no API access: the node's profile label is not read and no GPU labels are written; serving the -config-default profile")
+	}
+	return nil, err, nil
+}
+
+// registration is what the readiness check and the metrics read of a
+// kubelet API's registration: the device plugin's Registrar, the DRA
+// driver.
+type registration interface {
+	Registered() bool
+	Registrations() uint64
+}
+
+// draClient returns the typed client the DRA driver needs, or the error
+// that says why it cannot run: it needs -node-name (its pool and slices are
+// the node's) and API access (it publishes ResourceSlices and reads
+// ResourceClaims). apiErr is connectAPI's reason for having none.
+func draClient(o *options.Options, set *agent.Set, api kube.API, apiErr error) (kubernetes.Interface, error) {
+	what := "-kubelet-api=dra"
+	if p := set.Config.Profile; p != "" {
+		what = fmt.Sprintf("-kubelet-api=dra (profile %q)", p)
+	}
+	if o.NodeName == "" {
+		return nil, usagef("%s needs -node-name (or NODE_NAME, from the pod's spec.nodeName): the driver's pool and ResourceSlices are the node's", what)
+	}
+	if api == nil {
+		return nil, usagef("%s needs API access (in a pod its service account; else -kubeconfig or KUBECONFIG): the driver publishes ResourceSlices and reads ResourceClaims: %w", what, apiErr)
+	}
+	cs, ok := api.(interface {
+		Clientset() (kubernetes.Interface, error)
+	})
+	if !ok {
+		return nil, fmt.Errorf("%s: the API client (%T) gives no typed client", what, api)
+	}
+	return cs.Clientset()
 }
 
 // openState opens the state file; with -state-move-aside a damaged file is
@@ -389,11 +482,12 @@ func logPrune(log zerolog.Logger, r store.PruneResult, err error) {
 	switch {
 	case err != nil:
 		log.Error().Err(err).Msg("prune history")
-	case r.ActiveAllocations > 0:
-		log.Warn().Int("active_allocations", r.ActiveAllocations).Int("allocations", r.Allocations).Int("health_events", r.HealthEvents).
-			Msg("pruned records of allocations still active: only those were left over -history-max-records or -history-max-bytes")
-	case r.Allocations > 0 || r.HealthEvents > 0:
-		log.Debug().Int("allocations", r.Allocations).Int("health_events", r.HealthEvents).Msg("pruned history")
+	case r.ActiveAllocations > 0 || r.ActiveClaims > 0:
+		log.Warn().Int("active_allocations", r.ActiveAllocations).Int("active_claims", r.ActiveClaims).Int("allocations", r.Allocations).
+			Int("claims", r.Claims).Int("health_events", r.HealthEvents).
+			Msg("pruned records of allocations or claims still active: only those were left over -history-max-records or -history-max-bytes")
+	case r.Allocations > 0 || r.Claims > 0 || r.HealthEvents > 0:
+		log.Debug().Int("allocations", r.Allocations).Int("claims", r.Claims).Int("health_events", r.HealthEvents).Msg("pruned history")
 	}
 	if r.Quarantined > 0 {
 		log.Warn().Int("records", r.Quarantined).Msg("damaged records found while pruning were moved into quarantine (kept in the state file)")

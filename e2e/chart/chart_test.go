@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -218,8 +219,9 @@ func TestChart_DefaultsRenderTheKustomizeBase(t *testing.T) {
 }
 
 // TestChart_KubeletRootDirRendersTheOverlays: for each overlay of deploy/overlays, the chart
-// with kubeletRootDir set to that cluster's kubelet root directory renders the overlay's
-// objects. The root directory is read from the overlay (its PodResources hostPath's parent).
+// renders the overlay's objects: with the values of ci/<overlay>-values.yaml where there is one
+// (dra: kubeletAPI), else with kubeletRootDir set to that cluster's kubelet root directory, read
+// from the overlay (its PodResources hostPath's parent).
 func TestChart_KubeletRootDirRendersTheOverlays(t *testing.T) {
 	dirs, err := filepath.Glob(filepath.Join(repo, "deploy", "overlays", "*"))
 	if err != nil || len(dirs) == 0 {
@@ -230,6 +232,10 @@ func TestChart_KubeletRootDirRendersTheOverlays(t *testing.T) {
 			overlay, err := chart.Kustomize(dir)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if f, ok := ciValues(t)[filepath.Base(dir)]; ok {
+				compareObjects(t, overlay, render(t, mustReadValues(t, f)))
+				return
 			}
 			var root string
 			vols, _, _ := unstructured.NestedSlice(one(t, overlay, "DaemonSet").Object, "spec", "template", "spec", "volumes")
@@ -356,12 +362,16 @@ func TestChart_APIAccess(t *testing.T) {
 		values           string
 		token, rbac      bool
 		patch, labelNode bool
+		dra              bool
 	}{
-		{"labels", "", true, true, true, true},
-		{"labels and profiles", "profiles: {a: {version: v1}}", true, true, true, true},
-		{"profiles only", "labelNode: false\nprofiles: {a: {version: v1}}", true, true, false, false},
-		{"neither", "labelNode: false", false, false, false, false},
-		{"rbac off", "rbac: {create: false}", true, false, false, true},
+		{"labels", "", true, true, true, true, false},
+		{"labels and profiles", "profiles: {a: {version: v1}}", true, true, true, true, false},
+		{"profiles only", "labelNode: false\nprofiles: {a: {version: v1}}", true, true, false, false, false},
+		{"neither", "labelNode: false", false, false, false, false, false},
+		{"rbac off", "rbac: {create: false}", true, false, false, true, false},
+		{"labels and DRA", "kubeletAPI: dra", true, true, true, true, true},
+		{"DRA only", "{labelNode: false, kubeletAPI: dra}", true, true, false, false, true},
+		{"DRA, rbac off", "{kubeletAPI: dra, rbac: {create: false}}", true, false, false, true, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			objs := render(t, values(t, c.values))
@@ -393,29 +403,193 @@ func TestChart_APIAccess(t *testing.T) {
 			if !c.rbac {
 				return
 			}
+			// The verbs, in rule order, by "<API group>/<resource>".
 			rules, _, _ := unstructured.NestedSlice(one(t, objs, "ClusterRole").Object, "rules")
-			var verbs []string
+			verbs := map[string][]string{}
 			for _, r := range rules {
 				r := r.(map[string]any)
+				groups, _, _ := unstructured.NestedStringSlice(r, "apiGroups")
 				res, _, _ := unstructured.NestedStringSlice(r, "resources")
-				if !slices.Equal(res, []string{"nodes"}) {
-					t.Errorf("rule %v: want nodes only", r)
-				}
 				vs, _, _ := unstructured.NestedStringSlice(r, "verbs")
-				verbs = append(verbs, vs...)
+				if len(groups) != 1 || len(res) != 1 {
+					t.Errorf("rule %v: want one group and one resource a rule", r)
+					continue
+				}
+				verbs[groups[0]+"/"+res[0]] = append(verbs[groups[0]+"/"+res[0]], vs...)
 			}
-			want := []string{"get", "list", "watch"}
+			want := map[string][]string{"/nodes": {"get", "list", "watch"}}
 			if c.patch {
-				want = append(want, "patch")
+				want["/nodes"] = append(want["/nodes"], "patch")
 			}
-			if !slices.Equal(verbs, want) {
-				t.Errorf("verbs %v, want %v", verbs, want)
+			if c.dra {
+				want["resource.k8s.io/resourceclaims"] = []string{"get", "list", "watch"}
+				want["resource.k8s.io/resourceclaims/status"] = []string{"update"}
+				want["resource.k8s.io/resourceslices"] = []string{"get", "list", "watch", "create", "update", "patch", "delete"}
+			}
+			if d := cmp.Diff(want, verbs); d != "" {
+				t.Errorf("verbs by group/resource (-want +got):\n%s", d)
 			}
 			subjects, _, _ := unstructured.NestedSlice(one(t, objs, "ClusterRoleBinding").Object, "subjects")
 			if len(subjects) != 1 || subjects[0].(map[string]any)["name"] != sa.GetName() || subjects[0].(map[string]any)["namespace"] != chart.Namespace {
 				t.Errorf("binding subjects %v, want the ServiceAccount %s/%s", subjects, chart.Namespace, sa.GetName())
 			}
 		})
+	}
+}
+
+// draDirs are the DaemonSet's hostPaths of DRA, by volume name, with their types.
+func draDirs(t *testing.T, objs []*unstructured.Unstructured) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	vols, _, _ := unstructured.NestedSlice(podSpec(t, objs), "volumes")
+	for _, v := range vols {
+		v := v.(map[string]any)
+		if n := v["name"].(string); n == "plugins-registry" || n == "dra-plugin" {
+			p, _, _ := unstructured.NestedString(v, "hostPath", "path")
+			typ, _, _ := unstructured.NestedString(v, "hostPath", "type")
+			out[p] = typ
+		}
+	}
+	mounts, _, _ := unstructured.NestedSlice(container(t, objs), "volumeMounts")
+	for p := range out {
+		if !slices.ContainsFunc(mounts, func(m any) bool { return m.(map[string]any)["mountPath"] == p }) {
+			t.Errorf("hostPath %s is not mounted at its own path: %v", p, mounts)
+		}
+	}
+	return out
+}
+
+// chartWithProfileKubeletAPI is a chart whose profiles may set flags.kubeletAPI: this one once
+// the configuration file's schema has it (options defines -kubelet-api); until then a copy of
+// it in a temporary directory whose values.schema.json adds kubeletAPI to the profile's flags,
+// as the regenerated schema will (cd e2e && go test ./chart -run TestChart_ValuesSchema
+// -update-chart-schema).
+func chartWithProfileKubeletAPI(t *testing.T) string {
+	t.Helper()
+	if slices.ContainsFunc(options.FileFlags(), func(f options.FileFlag) bool { return f.Name == "kubelet-api" }) {
+		return chartDir
+	}
+	t.Log("the configuration file has no kubeletAPI yet: a copy of the chart whose profile schema adds it")
+	dir := filepath.Join(t.TempDir(), filepath.Base(chartDir))
+	if err := os.CopyFS(dir, os.DirFS(chartDir)); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "values.schema.json")
+	var doc map[string]any
+	if err := json.Unmarshal(mustRead(t, file), &doc); err != nil {
+		t.Fatal(err)
+	}
+	flags := doc["$defs"].(map[string]any)["profile"].(map[string]any)["properties"].(map[string]any)["flags"].(map[string]any)
+	flags["properties"].(map[string]any)["kubeletAPI"] = map[string]any{"enum": []any{"device-plugin", "dra"}}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestChart_DRA: where a node may serve DRA — kubeletAPI dra, or a profile with
+// flags.kubeletAPI dra — the chart mounts the kubelet's registration directory and the
+// driver's socket directory under kubeletRootDir, passes the DRA flags that are not at their
+// defaults (-kubelet-api only without profiles), and installs the DeviceClass of the driver;
+// elsewhere none of it. (The RBAC: TestChart_APIAccess.)
+func TestChart_DRA(t *testing.T) {
+	const driver = "gpu.unicore.mcyou.cc"
+	draArgs := func(objs []*unstructured.Unstructured) []string {
+		var out []string
+		for _, a := range args(t, objs) {
+			for _, f := range []string{"-kubelet-api", "-dra-driver-name", "-kubelet-registry-dir", "-kubelet-plugins-dir"} {
+				if strings.HasPrefix(a, f+"=") {
+					out = append(out, a)
+				}
+			}
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name, values string
+		args         []string
+		dirs         map[string]string
+		class        string // the DeviceClass's selector and extended resource; "" none
+		className    string
+	}{
+		{"device plugin", "", nil, map[string]string{}, "", ""},
+		{"dra", "kubeletAPI: dra", []string{"-kubelet-api=dra"},
+			map[string]string{"/var/lib/kubelet/plugins_registry": "Directory", "/var/lib/kubelet/plugins/" + driver: "DirectoryOrCreate"},
+			`device.driver == "` + driver + `" unicore.mcyou.cc/gpu`, driver},
+		{"k0s", "{kubeletAPI: dra, kubeletRootDir: /var/lib/k0s/kubelet/}",
+			[]string{"-kubelet-api=dra", "-kubelet-registry-dir=/var/lib/k0s/kubelet/plugins_registry", "-kubelet-plugins-dir=/var/lib/k0s/kubelet/plugins"},
+			map[string]string{"/var/lib/k0s/kubelet/plugins_registry": "Directory", "/var/lib/k0s/kubelet/plugins/" + driver: "DirectoryOrCreate"},
+			`device.driver == "` + driver + `" unicore.mcyou.cc/gpu`, driver},
+		{"driver name", "{kubeletAPI: dra, dra: {driverName: gpu.example.com}}", []string{"-kubelet-api=dra", "-dra-driver-name=gpu.example.com"},
+			map[string]string{"/var/lib/kubelet/plugins_registry": "Directory", "/var/lib/kubelet/plugins/gpu.example.com": "DirectoryOrCreate"},
+			`device.driver == "gpu.example.com" unicore.mcyou.cc/gpu`, "gpu.example.com"},
+		{"class named, no extended resource", "{kubeletAPI: dra, dra: {deviceClass: {name: vgpu, extendedResourceName: ''}}}", []string{"-kubelet-api=dra"},
+			map[string]string{"/var/lib/kubelet/plugins_registry": "Directory", "/var/lib/kubelet/plugins/" + driver: "DirectoryOrCreate"},
+			`device.driver == "` + driver + `"`, "vgpu"},
+		{"no class", "{kubeletAPI: dra, dra: {deviceClass: {create: false}}}", []string{"-kubelet-api=dra"},
+			map[string]string{"/var/lib/kubelet/plugins_registry": "Directory", "/var/lib/kubelet/plugins/" + driver: "DirectoryOrCreate"}, "", ""},
+		{"DRA settings without DRA", "{dra: {driverName: gpu.example.com}, kubeletRootDir: /var/lib/k0s/kubelet}", nil, map[string]string{}, "", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			objs := render(t, values(t, c.values))
+			if got := draArgs(objs); !slices.Equal(got, c.args) {
+				t.Errorf("DRA args %v, want %v", got, c.args)
+			}
+			if got := draDirs(t, objs); !maps.Equal(got, c.dirs) {
+				t.Errorf("DRA hostPaths %v, want %v", got, c.dirs)
+			}
+			var class, className string
+			for _, o := range objs {
+				if o.GetKind() != "DeviceClass" {
+					continue
+				}
+				if o.GetNamespace() != "" {
+					t.Errorf("DeviceClass %s in namespace %s: it is cluster-scoped", o.GetName(), o.GetNamespace())
+				}
+				sel, _, _ := unstructured.NestedSlice(o.Object, "spec", "selectors")
+				for _, s := range sel {
+					e, _, _ := unstructured.NestedString(s.(map[string]any), "cel", "expression")
+					class += e
+				}
+				if n, ok, _ := unstructured.NestedString(o.Object, "spec", "extendedResourceName"); ok {
+					class += " " + n
+				}
+				className = o.GetName()
+			}
+			if class != c.class || className != c.className {
+				t.Errorf("DeviceClass %q: %q, want %q: %q", className, class, c.className, c.class)
+			}
+		})
+	}
+
+	// A profile picks DRA for its node pool: everything DRA needs, but no -kubelet-api, which
+	// would override every profile.
+	dir := chartWithProfileKubeletAPI(t)
+	for _, c := range []struct {
+		profiles string
+		dra      bool
+	}{
+		{"{a: {version: v1, flags: {kubeletAPI: dra}}, b: {version: v1}}", true},
+		{"{a: {version: v1, flags: {kubeletAPI: device-plugin}}, b: {version: v1, flags: {devices: 2}}}", false},
+	} {
+		ms, err := chart.Template(dir, map[string]any{"profiles": values(t, c.profiles)}, chart.ReleaseName, chart.Namespace)
+		if err != nil {
+			t.Fatalf("profiles %s: %v", c.profiles, err)
+		}
+		objs, err := chart.Objects(ms)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := draArgs(objs); len(got) > 0 {
+			t.Errorf("profiles %s: args %v: a flag would override every profile", c.profiles, got)
+		}
+		if got := len(draDirs(t, objs)) == 2 && slices.Contains(kinds(objs), "DeviceClass"); got != c.dra {
+			t.Errorf("profiles %s: DRA's hostPaths and DeviceClass %v, want %v (kinds %v)", c.profiles, got, c.dra, kinds(objs))
+		}
 	}
 }
 
@@ -567,6 +741,13 @@ func TestChart_RefusesBadValues(t *testing.T) {
 		{"chart's flag in extraArgs", "extraArgs: [-metrics-address=:1]", "extraArgs: -metrics-address=:1 is set by the chart: use metrics.port"},
 		{"chart's variable in extraEnv", "extraEnv: [{name: VGPU_LABEL_NODE, value: 'false'}]", "extraEnv: VGPU_LABEL_NODE is set by the chart: use labelNode"},
 		{"node name in extraEnv", "extraEnv: [{name: NODE_NAME, value: x}]", "NODE_NAME is set by the chart"},
+		{"kubelet API with profiles", "{kubeletAPI: dra, profiles: {a: {version: v1}}}",
+			"kubeletAPI dra with profiles: -kubelet-api would override every profile; set flags.kubeletAPI: dra in the profiles of the nodes that serve DRA instead"},
+		{"unknown kubelet API", "kubeletAPI: grpc", "kubeletAPI"},
+		{"driver name not a DNS subdomain", "dra: {driverName: GPU_Driver}", "driverName"},
+		{"extended resource without a domain", "dra: {deviceClass: {extendedResourceName: gpu}}", "extendedResourceName"},
+		{"chart's DRA flag in extraArgs", "extraArgs: [-kubelet-api=dra]", "extraArgs: -kubelet-api=dra is set by the chart: use kubeletAPI"},
+		{"chart's DRA variable in extraEnv", "extraEnv: [{name: VGPU_KUBELET_REGISTRY_DIR, value: /x}]", "extraEnv: VGPU_KUBELET_REGISTRY_DIR is set by the chart: use kubeletRootDir"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := renderErr(values(t, c.values))
@@ -594,7 +775,8 @@ func configFlags(t *testing.T) []options.FileFlag {
 // The list comes from the configuration file's types, so a new flag is covered.
 func TestChart_ProfilesOwnTheirFlags(t *testing.T) {
 	chartFlags := map[string]bool{"devices": true, "topology": true, "metrics-address": true, "log-format": true, "log-level": true, "pod-resources-socket": true,
-		"telemetry-address": true, "telemetry-model": true, "telemetry-seed": true, "telemetry-per-pod": true, "telemetry-writable": true}
+		"telemetry-address": true, "telemetry-model": true, "telemetry-seed": true, "telemetry-per-pod": true, "telemetry-writable": true,
+		"kubelet-api": true, "dra-driver-name": true, "kubelet-registry-dir": true, "kubelet-plugins-dir": true}
 	for _, f := range configFlags(t) {
 		t.Run(f.Name, func(t *testing.T) {
 			env := "VGPU_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))

@@ -22,11 +22,13 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
@@ -37,12 +39,14 @@ import (
 // repoRoot is the repository, two levels above this package.
 const repoRoot = "../.."
 
-// kubeletRootDirs is the kubelet --root-dir of each cluster that has an overlay in
-// deploy/overlays, from that distribution's source (cited in the overlay). The kubelet serves
-// PodResources under its root directory; its device-plugin directory is fixed.
+// kubeletRootDirs is the kubelet --root-dir each overlay in deploy/overlays is for: that
+// distribution's, from its source (cited in the overlay), and the default one for the overlay
+// that changes what the plugin serves (dra). The kubelet serves PodResources under its root
+// directory, and has its plugin directories there; its device-plugin directory is fixed.
 var kubeletRootDirs = map[string]string{
 	"k0s":      "/var/lib/k0s/kubelet",
 	"microk8s": "/var/snap/microk8s/common/var/lib/kubelet",
+	"dra":      "/var/lib/kubelet",
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -51,13 +55,15 @@ var kubeletRootDirs = map[string]string{
 // object is one Kubernetes object as decoded JSON (maps, slices, float64, string, bool).
 type object = map[string]any
 
-// kustomization is the part of kustomize's Kustomization that deploy/ uses. Decoding is
-// strict: any other field fails the test, so render never silently ignores one.
+// kustomization is the part of kustomize's Kustomization (and of its Component) that deploy/
+// uses. Decoding is strict: any other field fails the test, so render never silently ignores
+// one.
 type kustomization struct {
 	APIVersion string   `json:"apiVersion"`
 	Kind       string   `json:"kind"`
 	Namespace  string   `json:"namespace,omitempty"`
 	Resources  []string `json:"resources,omitempty"`
+	Components []string `json:"components,omitempty"`
 	Images     []struct {
 		Name    string `json:"name"`
 		NewName string `json:"newName,omitempty"`
@@ -82,7 +88,9 @@ type kustomization struct {
 	} `json:"configMapGenerator,omitempty"`
 }
 
-// clusterScoped are the kinds kustomize's namespace leaves alone.
+// clusterScoped are the kinds kustomize's namespace leaves alone. DeviceClass is cluster-scoped
+// too, but kustomize (v5.5 and sigs.k8s.io/kustomize/api v0.21) does not know it and gives it
+// the namespace: checkDeviceClass (TestDeploy_DaemonSetInvariants) fails on one with a namespace.
 var clusterScoped = map[string]bool{
 	"Namespace": true, "ClusterRole": true, "ClusterRoleBinding": true, "CustomResourceDefinition": true,
 	"PriorityClass": true, "StorageClass": true, "PersistentVolume": true,
@@ -124,21 +132,51 @@ type jsonPatchOp struct {
 	Value json.RawMessage `json:"value,omitempty"`
 }
 
-// render builds the kustomization in dir (relative to the repository) as kustomize would.
-func render(dir string) ([]object, error) {
-	full := filepath.Join(repoRoot, dir)
-	b, err := os.ReadFile(filepath.Join(full, "kustomization.yaml"))
+// The kinds of kustomization.yaml, with their apiVersion.
+const (
+	kindKustomization = "Kustomization"
+	kindComponent     = "Component"
+)
+
+var kustomizeAPIVersions = map[string]string{
+	kindKustomization: "kustomize.config.k8s.io/v1beta1",
+	kindComponent:     "kustomize.config.k8s.io/v1alpha1",
+}
+
+// readKustomization reads dir/kustomization.yaml (dir relative to the repository), strictly.
+func readKustomization(dir string) (*kustomization, error) {
+	b, err := os.ReadFile(filepath.Join(repoRoot, dir, "kustomization.yaml"))
 	if err != nil {
 		return nil, err
 	}
 	var k kustomization
 	if err := yaml.UnmarshalStrict(b, &k); err != nil {
-		return nil, fmt.Errorf("%s/kustomization.yaml uses more than render supports (resources, namespace, images, JSON 6902 patches): %w", dir, err)
+		return nil, fmt.Errorf("%s/kustomization.yaml uses more than render supports (resources, components, namespace, images, JSON 6902 patches): %w", dir, err)
 	}
-	if k.APIVersion != "kustomize.config.k8s.io/v1beta1" || k.Kind != "Kustomization" {
-		return nil, fmt.Errorf("%s/kustomization.yaml: %s %s, want kustomize.config.k8s.io/v1beta1 Kustomization", dir, k.APIVersion, k.Kind)
+	if v, ok := kustomizeAPIVersions[k.Kind]; !ok || k.APIVersion != v {
+		return nil, fmt.Errorf("%s/kustomization.yaml: %s %s, want kustomize.config.k8s.io/v1beta1 Kustomization or kustomize.config.k8s.io/v1alpha1 Component", dir, k.APIVersion, k.Kind)
 	}
-	var objs []object
+	return &k, nil
+}
+
+// render builds the kustomization in dir (relative to the repository) as kustomize would.
+func render(dir string) ([]object, error) {
+	return build(dir, kindKustomization, nil)
+}
+
+// build builds the kustomization in dir, of the given kind, over objs: a Kustomization over
+// nothing, a Component over what the kustomization that names it has accumulated so far
+// (its resources, and the components before it), as kustomize does: the component's resources
+// join them, and its patches apply to all of them.
+func build(dir, kind string, objs []object) ([]object, error) {
+	full := filepath.Join(repoRoot, dir)
+	k, err := readKustomization(dir)
+	if err != nil {
+		return nil, err
+	}
+	if k.Kind != kind {
+		return nil, fmt.Errorf("%s/kustomization.yaml is a %s, want a %s here", dir, k.Kind, kind)
+	}
 	var generated []object
 	for _, r := range k.Resources {
 		p := path.Join(dir, r)
@@ -159,6 +197,11 @@ func render(dir string) ([]object, error) {
 			return nil, err
 		}
 		objs = append(objs, docs...)
+	}
+	for _, c := range k.Components {
+		if objs, err = build(path.Join(dir, c), kindComponent, objs); err != nil {
+			return nil, err
+		}
 	}
 	for _, g := range k.ConfigMapGenerator {
 		data := map[string]string{}
@@ -462,22 +505,39 @@ func decodeStrict(o object, out any) error {
 // ---------------------------------------------------------------------------------------------
 // What deploy/ holds.
 
-// kustomizations lists every directory under deploy/ with a kustomization.yaml.
+// kustomizations lists every directory under deploy/ with a kustomization.yaml of kind
+// Kustomization: what kubectl apply -k builds.
 func kustomizations(t *testing.T) []string {
+	t.Helper()
+	dirs := kustomizationDirs(t, kindKustomization)
+	if !slices.Contains(dirs, "deploy/base") {
+		t.Fatalf("no deploy/base/kustomization.yaml among %v", dirs)
+	}
+	return dirs
+}
+
+// kustomizationDirs lists the directories under deploy/ whose kustomization.yaml is of the
+// given kind: Kustomization, or Component (built only as part of a Kustomization).
+func kustomizationDirs(t *testing.T, kind string) []string {
 	t.Helper()
 	var dirs []string
 	err := filepath.WalkDir(filepath.Join(repoRoot, "deploy"), func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.Name() == "kustomization.yaml" {
-			rel, _ := filepath.Rel(repoRoot, filepath.Dir(p))
-			dirs = append(dirs, filepath.ToSlash(rel))
+		if err != nil || d.Name() != "kustomization.yaml" {
+			return err
 		}
-		return err
+		rel, _ := filepath.Rel(repoRoot, filepath.Dir(p))
+		rel = filepath.ToSlash(rel)
+		k, err := readKustomization(rel)
+		if err != nil {
+			return err
+		}
+		if k.Kind == kind {
+			dirs = append(dirs, rel)
+		}
+		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
-	}
-	if !slices.Contains(dirs, "deploy/base") {
-		t.Fatalf("no deploy/base/kustomization.yaml among %v", dirs)
 	}
 	return dirs
 }
@@ -498,13 +558,19 @@ func overlays(t *testing.T) []string {
 	return names
 }
 
-// standaloneExamples lists the YAML files directly in deploy/examples, applied with kubectl -f.
+// standaloneExamples lists the YAML files directly in deploy/examples and in
+// deploy/examples/dra (the DRA claims), applied with kubectl -f.
 func standaloneExamples(t *testing.T) []string {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(repoRoot, "deploy", "examples", "*.yaml"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no examples in deploy/examples (%v)", err)
 	}
+	dra, err := filepath.Glob(filepath.Join(repoRoot, "deploy", "examples", "dra", "*.yaml"))
+	if err != nil || len(dra) == 0 {
+		t.Fatalf("no examples in deploy/examples/dra (%v)", err)
+	}
+	files = append(files, dra...)
 	for i, f := range files {
 		rel, _ := filepath.Rel(repoRoot, f)
 		files[i] = filepath.ToSlash(rel)
@@ -630,15 +696,113 @@ type pluginFlags struct {
 	loadSocketDir      string
 	telemetryAddress   string
 	telemetryWritable  bool
+	// The DRA driver's: -kubelet-api, -dra-driver-name, -kubelet-registry-dir and
+	// -kubelet-plugins-dir (see announcedDRAFlags).
+	kubeletAPI         string
+	draDriverName      string
+	kubeletRegistryDir string
+	kubeletPluginsDir  string
 }
 
 // downwardNodeName is the node name the tests give an environment variable set from the
 // downward API's spec.nodeName.
 const downwardNodeName = "node-1"
 
+// announcedDRAFlags are the flags of the DRA driver that the manifests set, or mount the
+// directories of, with the defaults announced for them (-kubelet-api=device-plugin|dra, with
+// its twin VGPU_KUBELET_API and the file's and profiles' kubeletAPI; the driver's socket
+// directory is <-kubelet-plugins-dir>/<-dra-driver-name>).
+//
+// Until options defines one of them, parsePluginFlags takes it out of the args before
+// options.Parse, checks its value as the announcement describes it, and takes its value from
+// the arg, else from its VGPU_* variable, else the announced default. Once options defines it,
+// options parses it like every other flag (its value read by flagValue), and
+// TestDeploy_DRAFlagsAsAnnounced checks that its default is the announced one: the manifests
+// mount the kubelet's directories at those paths.
+var announcedDRAFlags = map[string]string{
+	"kubelet-api":          "device-plugin",
+	"dra-driver-name":      "gpu.unicore.mcyou.cc",
+	"kubelet-registry-dir": "/var/lib/kubelet/plugins_registry",
+	"kubelet-plugins-dir":  "/var/lib/kubelet/plugins",
+}
+
+// kubeletAPIs are the values of -kubelet-api.
+var kubeletAPIs = []string{"device-plugin", "dra"}
+
+// knownFlags are the serve flags options defines, by name, as its usage lists them.
+var knownFlags = sync.OnceValue(func() map[string]bool {
+	var b bytes.Buffer
+	options.PrintUsage(&b)
+	out := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`).FindAllStringSubmatch(b.String(), -1) {
+		out[m[1]] = true
+	}
+	return out
+})
+
+// flagValue returns, as text, the value options gives the named flag: the field of Settings,
+// else of Options, named after it (-kubelet-plugins-dir is KubeletPluginsDir, -cdi-spec-dir
+// CDISpecDir: the flag's words, case aside). TestDeploy_FlagValueByName checks the naming on
+// every flag a file may set.
+func flagValue(s options.Settings, o *options.Options, name string) (string, bool) {
+	want := strings.ReplaceAll(name, "-", "")
+	for _, v := range []reflect.Value{reflect.ValueOf(s), reflect.ValueOf(o).Elem()} {
+		for i := range v.NumField() {
+			if f := v.Type().Field(i); f.IsExported() && strings.EqualFold(f.Name, want) {
+				return fmt.Sprint(v.Field(i).Interface()), true
+			}
+		}
+	}
+	return "", false
+}
+
+// pendingDRAFlags takes the announced DRA flags options does not define yet out of args, and
+// returns the rest and their values, checked as the announcement describes them.
+func pendingDRAFlags(args []string, env map[string]string) ([]string, map[string]string, error) {
+	known := knownFlags()
+	var rest []string
+	values := map[string]string{}
+	for name, def := range announcedDRAFlags {
+		if known[name] {
+			continue
+		}
+		values[name] = def
+		if v := env[options.EnvName(name)]; v != "" {
+			values[name] = v
+		}
+	}
+	for _, a := range args {
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if _, pending := values[name]; !pending || !strings.HasPrefix(a, "-") {
+			rest = append(rest, a)
+			continue
+		}
+		if !hasValue {
+			return nil, nil, fmt.Errorf("%s: give it as -%s=<value>", a, name)
+		}
+		values[name] = value
+	}
+	for name, v := range values {
+		switch {
+		case name == "kubelet-api" && !slices.Contains(kubeletAPIs, v):
+			return nil, nil, fmt.Errorf("-kubelet-api=%s: want one of %v", v, kubeletAPIs)
+		case strings.HasSuffix(name, "-dir") && (!filepath.IsAbs(v) || filepath.Clean(v) != v):
+			return nil, nil, fmt.Errorf("-%s=%s: want an absolute, clean path", name, v)
+		case name == "dra-driver-name" && !regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`).MatchString(v):
+			return nil, nil, fmt.Errorf("-dra-driver-name=%s: want a DNS subdomain", v)
+		}
+	}
+	return rest, values, nil
+}
+
 // parsePluginFlags validates the flags as the binary does, but for the -topology file and the
-// -config directory: they are in ConfigMaps, which checkTopologyVolume and checkProfiles read.
+// -config directory: they are in ConfigMaps, which checkTopologyVolume and checkProfiles read;
+// and for the DRA flags options does not define yet (announcedDRAFlags).
 func parsePluginFlags(args []string, env map[string]string) (pluginFlags, error) {
+	args, dra, err := pendingDRAFlags(args, env)
+	if err != nil {
+		return pluginFlags{}, err
+	}
 	o, err := options.Parse(args, func(k string) string { return env[k] })
 	if err != nil {
 		return pluginFlags{}, err
@@ -646,6 +810,19 @@ func parsePluginFlags(args []string, env map[string]string) (pluginFlags, error)
 	s, err := o.Settings(nil)
 	if err != nil {
 		return pluginFlags{}, err
+	}
+	for name := range announcedDRAFlags {
+		if _, pending := dra[name]; pending {
+			continue
+		}
+		v, ok := flagValue(s, o, name)
+		if !ok {
+			return pluginFlags{}, fmt.Errorf("options defines -%s, but neither its Settings nor its Options has a field named after it: flagValue cannot read it", name)
+		}
+		if strings.HasSuffix(name, "-dir") {
+			v = filepath.Clean(v)
+		}
+		dra[name] = v
 	}
 	topo := s.Topology
 	s.Topology = ""
@@ -671,6 +848,10 @@ func parsePluginFlags(args []string, env map[string]string) (pluginFlags, error)
 		loadSocketDir:      cfg.View.LoadSocketDir,
 		telemetryAddress:   cfg.TelemetryAddress,
 		telemetryWritable:  cfg.Telemetry.Writable,
+		kubeletAPI:         dra["kubelet-api"],
+		draDriverName:      dra["dra-driver-name"],
+		kubeletRegistryDir: dra["kubelet-registry-dir"],
+		kubeletPluginsDir:  dra["kubelet-plugins-dir"],
 	}, nil
 }
 
@@ -767,6 +948,16 @@ func TestDeploy_EveryManifestDecodesStrictly(t *testing.T) {
 			err = decodeStrict(o, &rbacv1.ClusterRole{})
 		case "ClusterRoleBinding":
 			err = decodeStrict(o, &rbacv1.ClusterRoleBinding{})
+		case "DeviceClass":
+			// Checked against the DaemonSet's flags in TestDeploy_DaemonSetInvariants.
+			err = decodeStrict(o, &resourcev1.DeviceClass{})
+		case "ResourceClaim", "ResourceClaimTemplate":
+			// Checked against the DeviceClass in TestDeploy_DRAExamples.
+			if kind == "ResourceClaim" {
+				err = decodeStrict(o, &resourcev1.ResourceClaim{})
+			} else {
+				err = decodeStrict(o, &resourcev1.ResourceClaimTemplate{})
+			}
 		case "PodMonitor", "ServiceMonitor":
 			// Prometheus Operator types: checked against the DaemonSet in TestDeploy_Metrics.
 		default:
@@ -781,11 +972,17 @@ func TestDeploy_EveryManifestDecodesStrictly(t *testing.T) {
 			check(m.where, o)
 		}
 	}
-	for _, dir := range kustomizations(t) {
+	components := kustomizationDirs(t, kindComponent)
+	for _, dir := range append(kustomizations(t), components...) {
 		used[dir+"/kustomization.yaml"] = true
 		b, _ := os.ReadFile(filepath.Join(repoRoot, dir, "kustomization.yaml"))
 		var k kustomization
 		_ = yaml.Unmarshal(b, &k)
+		for _, c := range k.Components {
+			if !slices.Contains(components, path.Join(dir, c)) {
+				t.Errorf("%s: component %s has no kustomization.yaml of kind Component", dir, c)
+			}
+		}
 		for _, r := range k.Resources {
 			used[path.Join(dir, r)] = true
 		}
@@ -833,8 +1030,8 @@ func TestDeploy_EveryManifestDecodesStrictly(t *testing.T) {
 	}
 }
 
-// checkGPURequests: an extended resource's request must equal its limit, or the API server
-// refuses the pod.
+// checkGPURequests: a pod asks for GPUs, as the extended resource or through a DRA claim; an
+// extended resource's request must equal its limit, or the API server refuses the pod.
 func checkGPURequests(t *testing.T, where string, spec corev1.PodSpec) {
 	t.Helper()
 	asked := false
@@ -844,10 +1041,10 @@ func checkGPURequests(t *testing.T, where string, spec corev1.PodSpec) {
 		if hasReq && (!hasLim || !lim.Equal(req)) {
 			t.Errorf("%s: container %s: %s request %s != limit %s", where, c.Name, options.DefaultResourceName, req.String(), lim.String())
 		}
-		asked = asked || hasLim
+		asked = asked || hasLim || len(c.Resources.Claims) > 0
 	}
 	if !asked {
-		t.Errorf("%s: no container asks for %s", where, options.DefaultResourceName)
+		t.Errorf("%s: no container asks for %s or names a resource claim", where, options.DefaultResourceName)
 	}
 }
 
@@ -898,17 +1095,24 @@ func TestDeploy_DaemonSetInvariants(t *testing.T) {
 			}
 			// The base and the chart's defaults leave every path (and the resource name) at its
 			// flag default; they turn the metrics listener and labelling on and name the node.
-			if want := defaults; m.where == "deploy/base" || m.where == "chart/default" {
+			// So do the DRA overlay and the chart's DRA values, which set -kubelet-api=dra.
+			switch want := defaults; m.where {
+			case "deploy/overlays/dra", "chart/dra":
+				want.kubeletAPI = "dra"
+				fallthrough
+			case "deploy/base", "chart/default":
 				want.metricsAddress, want.labelNode, want.nodeName = flags.metricsAddress, true, downwardNodeName
 				if flags != want {
 					t.Errorf("a flag away from its default: %+v, want %+v", flags, want)
 				}
 			}
 
-			checkHostPaths(t, spec, c, flags)
+			dra := usesDRA(t, spec, c, m.objs, flags)
+			checkHostPaths(t, spec, c, flags, dra)
 			checkSecurity(t, spec, c)
 			checkProbesAndMetrics(t, ds, c, flags)
-			checkAPIAccess(t, m.objs, ds, flags)
+			checkAPIAccess(t, m.objs, ds, flags, dra)
+			checkDeviceClass(t, m.objs, flags, dra)
 
 			// Requests and limits are set and consistent (their values are tuning, not checked).
 			r := c.Resources
@@ -949,22 +1153,59 @@ func checkRecommendedLabels(t *testing.T, what string, labels map[string]string)
 	}
 }
 
+// usesDRA reports whether a node may serve its GPUs through DRA: -kubelet-api=dra, or a profile
+// of the -config directory with flags.kubeletAPI: dra (checkProfiles loads them as the binary
+// does).
+func usesDRA(t *testing.T, spec corev1.PodSpec, c corev1.Container, objs []object, flags pluginFlags) bool {
+	t.Helper()
+	if flags.kubeletAPI == "dra" {
+		return true
+	}
+	if flags.configPath == "" {
+		return false
+	}
+	for key, data := range configMapAt(t, spec, c, objs, flags.configPath).Data {
+		var p struct {
+			Flags map[string]any `json:"flags"`
+		}
+		if err := yaml.Unmarshal([]byte(data), &p); err != nil {
+			t.Fatalf("profile %s: %v", key, err)
+		}
+		if p.Flags["kubeletAPI"] == "dra" {
+			return true
+		}
+	}
+	return false
+}
+
 // checkHostPaths: every hostPath is mounted at its own path and is the value of a flag: the
 // device-plugin directory, the state file's directory, the PodResources socket's directory,
-// the CDI spec directory. The directories the plugin hands the kubelet as host paths of
-// containers' mounts (nvidia-smi's, the status files') are in the state file's directory, so
-// the plugin's path is the host's.
-func checkHostPaths(t *testing.T, spec corev1.PodSpec, c corev1.Container, flags pluginFlags) {
+// the CDI spec directory; where a node may serve DRA (dra), the kubelet's plugin registration
+// directory and the driver's socket directory in the kubelet's plugins directory, and only
+// then. The directories the plugin hands the kubelet as host paths of containers' mounts
+// (nvidia-smi's, the status files') are in the state file's directory, so the plugin's path is
+// the host's.
+func checkHostPaths(t *testing.T, spec corev1.PodSpec, c corev1.Container, flags pluginFlags, dra bool) {
 	t.Helper()
-	want := map[string]struct {
+	type hostPath struct {
 		typ      corev1.HostPathType
 		readOnly bool
 		flag     string
-	}{
+	}
+	want := map[string]hostPath{
 		flags.devicePluginPath:                 {corev1.HostPathDirectory, false, "-device-plugin-path"},
 		filepath.Dir(flags.statePath):          {corev1.HostPathDirectoryOrCreate, false, "-state"},
 		filepath.Dir(flags.podResourcesSocket): {corev1.HostPathDirectory, true, "-pod-resources-socket"},
 		flags.cdiSpecDir:                       {corev1.HostPathDirectoryOrCreate, false, "-cdi-spec-dir"},
+	}
+	// The kubelet makes its registration directory at start; the driver's socket directory
+	// is the driver's to make.
+	draDirs := map[string]hostPath{
+		flags.kubeletRegistryDir:                                    {corev1.HostPathDirectory, false, "-kubelet-registry-dir"},
+		filepath.Join(flags.kubeletPluginsDir, flags.draDriverName): {corev1.HostPathDirectoryOrCreate, false, "-kubelet-plugins-dir/-dra-driver-name"},
+	}
+	if dra {
+		maps.Copy(want, draDirs)
 	}
 	for _, d := range []struct{ path, what string }{{flags.toolsDir, "-tools-dir"}, {flags.statusDir, "the status directory"}, {flags.loadSocketDir, "the load sockets' directory"}} {
 		if filepath.Dir(d.path) != filepath.Dir(flags.statePath) {
@@ -980,13 +1221,21 @@ func checkHostPaths(t *testing.T, spec corev1.PodSpec, c corev1.Container, flags
 			continue
 		}
 		w, ok := want[v.HostPath.Path]
+		if d, isDRA := draDirs[v.HostPath.Path]; !ok && isDRA {
+			t.Errorf("hostPath %s (%s), but no node serves DRA (-kubelet-api, or a profile's kubeletAPI)", v.HostPath.Path, d.flag)
+			continue
+		}
 		if !ok {
 			t.Errorf("hostPath %s is no flag's value (%+v)", v.HostPath.Path, flags)
 			continue
 		}
 		delete(want, v.HostPath.Path)
 		if v.HostPath.Type == nil || *v.HostPath.Type != w.typ {
-			t.Errorf("hostPath %s (%s): type %v, want %s", v.HostPath.Path, w.flag, v.HostPath.Type, w.typ)
+			got := "none"
+			if v.HostPath.Type != nil {
+				got = string(*v.HostPath.Type)
+			}
+			t.Errorf("hostPath %s (%s): type %s, want %s", v.HostPath.Path, w.flag, got, w.typ)
 		}
 		if len(mounts[v.Name]) != 1 || mounts[v.Name][0].MountPath != v.HostPath.Path {
 			t.Errorf("hostPath %s (%s) mounted as %+v, want once at the same path", v.HostPath.Path, w.flag, mounts[v.Name])
@@ -1035,20 +1284,23 @@ func checkSecurity(t *testing.T, spec corev1.PodSpec, c corev1.Container) {
 }
 
 // checkAPIAccess: the plugin gets a service account token exactly when it uses the API — to
-// label its Node (-label-node) or to read the label that picks its profile (-config with a
-// directory of profiles) — and then its own service account, bound to a ClusterRole that
-// reads nodes, and patches them only with -label-node. It always knows its node's name, from
-// the downward API. Without the API the output holds no RBAC.
-func checkAPIAccess(t *testing.T, objs []object, ds *appsv1.DaemonSet, flags pluginFlags) {
+// label its Node (-label-node), to read the label that picks its profile (-config with a
+// directory of profiles), or to serve DRA (dra) — and then its own service account, bound to a
+// ClusterRole that reads nodes, patches them only with -label-node, and only with DRA reads
+// ResourceClaims, updates their status and writes ResourceSlices (the RBAC of a DRA driver:
+// kubeletplugin gets the claims it prepares, the resourceslice controller lists, watches,
+// creates, updates and deletes the node's slices). It always knows its node's name, from the
+// downward API. Without the API the output holds no RBAC.
+func checkAPIAccess(t *testing.T, objs []object, ds *appsv1.DaemonSet, flags pluginFlags, dra bool) {
 	t.Helper()
 	spec := ds.Spec.Template.Spec
-	usesAPI := flags.labelNode || flags.configPath != ""
+	usesAPI := flags.labelNode || flags.configPath != "" || dra
 	if flags.nodeName != downwardNodeName {
 		t.Errorf("-node-name %q: want the node's name from the downward API (NODE_NAME from spec.nodeName): GPU UUIDs, labels and profiles need it", flags.nodeName)
 	}
 	token := spec.AutomountServiceAccountToken != nil && *spec.AutomountServiceAccountToken
 	if token != usesAPI {
-		t.Errorf("automountServiceAccountToken %v, but the plugin uses the API: %v (-label-node %v, -config %q)", token, usesAPI, flags.labelNode, flags.configPath)
+		t.Errorf("automountServiceAccountToken %v, but the plugin uses the API: %v (-label-node %v, -config %q, DRA %v)", token, usesAPI, flags.labelNode, flags.configPath, dra)
 	}
 	var roles, bindings []object
 	for _, o := range objs {
@@ -1075,7 +1327,8 @@ func checkAPIAccess(t *testing.T, objs []object, ds *appsv1.DaemonSet, flags plu
 	}) {
 		t.Errorf("no ServiceAccount %s/%s in the output", ds.Namespace, sa)
 	}
-	verbs := map[string]bool{}
+	// verbs are the verbs granted, by "<API group>/<resource>" ("core" for the core group).
+	verbs := map[string][]string{}
 	for _, b := range bindings {
 		var crb rbacv1.ClusterRoleBinding
 		if err := decodeStrict(b, &crb); err != nil {
@@ -1093,21 +1346,76 @@ func checkAPIAccess(t *testing.T, objs []object, ds *appsv1.DaemonSet, flags plu
 				t.Fatal(err)
 			}
 			for _, rule := range cr.Rules {
-				if !slices.Equal(rule.APIGroups, []string{""}) || !slices.Equal(rule.Resources, []string{"nodes"}) || len(rule.ResourceNames) > 0 || len(rule.NonResourceURLs) > 0 {
-					t.Errorf("ClusterRole %s rule %+v: the plugin needs core nodes only", cr.Name, rule)
+				if len(rule.ResourceNames) > 0 || len(rule.NonResourceURLs) > 0 {
+					t.Errorf("ClusterRole %s rule %+v: resource names and URLs are none of the plugin's", cr.Name, rule)
 				}
-				for _, v := range rule.Verbs {
-					verbs[v] = true
+				for _, g := range rule.APIGroups {
+					if g == "" {
+						g = "core"
+					}
+					for _, r := range rule.Resources {
+						verbs[g+"/"+r] = append(verbs[g+"/"+r], rule.Verbs...)
+					}
 				}
 			}
 		}
 	}
-	want := map[string]bool{"get": true, "list": true, "watch": true, "patch": flags.labelNode}
-	if !flags.labelNode {
-		delete(want, "patch")
+	want := map[string][]string{"core/nodes": {"get", "list", "watch"}}
+	if flags.labelNode {
+		want["core/nodes"] = append(want["core/nodes"], "patch")
 	}
-	if !maps.Equal(verbs, want) {
-		t.Errorf("the service account %s may %v on nodes, want %v (-label-node %v)", sa, slices.Sorted(maps.Keys(verbs)), slices.Sorted(maps.Keys(want)), flags.labelNode)
+	if dra {
+		want["resource.k8s.io/resourceclaims"] = []string{"get", "list", "watch"}
+		want["resource.k8s.io/resourceclaims/status"] = []string{"update"}
+		want["resource.k8s.io/resourceslices"] = []string{"create", "delete", "get", "list", "patch", "update", "watch"}
+	}
+	for k, v := range verbs {
+		verbs[k] = slices.Compact(slices.Sorted(slices.Values(v)))
+	}
+	for k, v := range want {
+		want[k] = slices.Sorted(slices.Values(v))
+	}
+	if !maps.EqualFunc(verbs, want, slices.Equal) {
+		t.Errorf("the service account %s may %v, want %v (-label-node %v, DRA %v)", sa, verbs, want, flags.labelNode, dra)
+	}
+}
+
+// checkDeviceClass: where a node may serve DRA the output has the DeviceClass of the plugin's
+// driver (and has none otherwise): cluster-scoped, without a namespace; selecting the devices
+// of -dra-driver-name; and, when it names an extended resource, the one the device plugin
+// advertises, so that the same pod runs on a node of either kind.
+func checkDeviceClass(t *testing.T, objs []object, flags pluginFlags, dra bool) {
+	t.Helper()
+	var classes []resourcev1.DeviceClass
+	for _, o := range objs {
+		if o["kind"] != "DeviceClass" {
+			continue
+		}
+		var dc resourcev1.DeviceClass
+		if err := decodeStrict(o, &dc); err != nil {
+			t.Fatal(err)
+		}
+		if dc.Namespace != "" {
+			t.Errorf("DeviceClass %s: namespace %q on a cluster-scoped object (a kustomization with namespace: gives it one)", dc.Name, dc.Namespace)
+		}
+		classes = append(classes, dc)
+	}
+	if !dra {
+		if len(classes) > 0 {
+			t.Errorf("DeviceClass %s, but no node serves DRA (-kubelet-api, or a profile's kubeletAPI)", classes[0].Name)
+		}
+		return
+	}
+	if len(classes) != 1 {
+		t.Fatalf("%d DeviceClasses, want the driver's one", len(classes))
+	}
+	dc := classes[0]
+	want := []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", flags.draDriverName)}}}
+	if !reflect.DeepEqual(dc.Spec.Selectors, want) || len(dc.Spec.Config) > 0 {
+		t.Errorf("DeviceClass %s: selectors %+v config %+v, want only the devices of the driver -dra-driver-name=%s", dc.Name, dc.Spec.Selectors, dc.Spec.Config, flags.draDriverName)
+	}
+	if n := dc.Spec.ExtendedResourceName; n != nil && *n != flags.resourceName {
+		t.Errorf("DeviceClass %s: extendedResourceName %s, but the device plugin advertises %s", dc.Name, *n, flags.resourceName)
 	}
 }
 
@@ -1272,7 +1580,8 @@ func checkProfiles(t *testing.T, spec corev1.PodSpec, c corev1.Container, objs [
 }
 
 // TestDeploy_OverlaysFollowTheKubeletRootDir: each overlay points the PodResources socket into
-// its cluster's kubelet root directory and leaves the device-plugin directory alone.
+// its cluster's kubelet root directory, and so the kubelet's plugin directories where it serves
+// DRA, and leaves the device-plugin directory alone.
 func TestDeploy_OverlaysFollowTheKubeletRootDir(t *testing.T) {
 	defaults := defaultFlags(t)
 	names := overlays(t)
@@ -1294,6 +1603,18 @@ func TestDeploy_OverlaysFollowTheKubeletRootDir(t *testing.T) {
 			}
 			if flags.devicePluginPath != defaults.devicePluginPath {
 				t.Errorf("-device-plugin-path %s, want %s: the kubelet does not move it with its root directory", flags.devicePluginPath, defaults.devicePluginPath)
+			}
+			if flags.kubeletAPI != "dra" {
+				return
+			}
+			// pkg/kubelet/kubelet_getters.go: getPluginsRegistrationDir, getPluginsDir.
+			for _, d := range []struct{ flag, got, name string }{
+				{"-kubelet-registry-dir", flags.kubeletRegistryDir, "plugins_registry"},
+				{"-kubelet-plugins-dir", flags.kubeletPluginsDir, "plugins"},
+			} {
+				if want := filepath.Join(root, d.name); d.got != want {
+					t.Errorf("%s %s, want %s (the kubelet's plugin directories are under its root directory)", d.flag, d.got, want)
+				}
 			}
 		})
 	}
@@ -1365,6 +1686,250 @@ func TestDeploy_Metrics(t *testing.T) {
 	}
 	if !found {
 		t.Error("no PodMonitor example")
+	}
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dynamic Resource Allocation.
+
+// TestDeploy_DRAFlagsAsAnnounced: each DRA flag options defines defaults to what the manifests
+// assume it does (announcedDRAFlags): they mount the kubelet's directories at those paths and
+// select the devices of that driver. A flag options does not define yet is logged.
+func TestDeploy_DRAFlagsAsAnnounced(t *testing.T) {
+	o, err := options.Parse(nil, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := o.Settings(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range slices.Sorted(maps.Keys(announcedDRAFlags)) {
+		def := announcedDRAFlags[name]
+		if !knownFlags()[name] {
+			t.Logf("options does not define -%s yet: the tests take its value from the manifests, else %q", name, def)
+			continue
+		}
+		v, ok := flagValue(s, o, name)
+		if !ok {
+			t.Errorf("options defines -%s, but neither its Settings nor its Options has a field named after it", name)
+			continue
+		}
+		if v != def {
+			t.Errorf("-%s defaults to %q; deploy/ assumes %q: change the manifests and announcedDRAFlags", name, v, def)
+		}
+	}
+}
+
+// TestDeploy_FlagValueByName: flagValue finds the value of every flag a file may set, and reads
+// the ones the manifests check as the validated configuration has them.
+func TestDeploy_FlagValueByName(t *testing.T) {
+	env := map[string]string{"VGPU_CDI_SPEC_DIR": "/run/cdi"}
+	o, err := options.Parse([]string{"-device-plugin-path=/dp", "-topology=dgx-a100"}, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := o.Settings(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range options.FileFlags() {
+		if _, ok := flagValue(s, o, f.Name); !ok {
+			t.Errorf("-%s: no field of Settings or Options named after it", f.Name)
+		}
+	}
+	for name, want := range map[string]string{"device-plugin-path": "/dp", "cdi-spec-dir": "/run/cdi", "topology": "dgx-a100", "devices": "4", "nvidia-smi": "true", "node-name": ""} {
+		if got, ok := flagValue(s, o, name); !ok || got != want {
+			t.Errorf("flagValue(-%s) = %q, %v; want %q", name, got, ok, want)
+		}
+	}
+	if got, ok := flagValue(s, o, "no-such-flag"); ok {
+		t.Errorf("flagValue(-no-such-flag) = %q, true", got)
+	}
+}
+
+// draExample is an object of deploy/examples/dra, decoded.
+type draExample struct {
+	where     string
+	templates map[string]resourcev1.ResourceClaimTemplate
+	claims    map[string]resourcev1.ResourceClaim
+	pods      []corev1.Pod
+}
+
+func readDRAExamples(t *testing.T) draExample {
+	t.Helper()
+	ex := draExample{where: "deploy/examples/dra", templates: map[string]resourcev1.ResourceClaimTemplate{}, claims: map[string]resourcev1.ResourceClaim{}}
+	files, err := filepath.Glob(filepath.Join(repoRoot, "deploy", "examples", "dra", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no examples in deploy/examples/dra (%v)", err)
+	}
+	for _, f := range files {
+		rel, _ := filepath.Rel(repoRoot, f)
+		objs, err := readObjects(rel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range objs {
+			var err error
+			switch o["kind"] {
+			case "ResourceClaimTemplate":
+				var rct resourcev1.ResourceClaimTemplate
+				err = decodeStrict(o, &rct)
+				ex.templates[rct.Name] = rct
+			case "ResourceClaim":
+				var rc resourcev1.ResourceClaim
+				err = decodeStrict(o, &rc)
+				ex.claims[rc.Name] = rc
+			case "Pod":
+				var pod corev1.Pod
+				err = decodeStrict(o, &pod)
+				ex.pods = append(ex.pods, pod)
+			default:
+				err = fmt.Errorf("kind %v: the DRA examples are claims, claim templates and pods", o["kind"])
+			}
+			if err != nil {
+				t.Fatalf("%s: %s: %v", rel, name(o), err)
+			}
+		}
+	}
+	return ex
+}
+
+// TestDeploy_DRAExamples: the claims of deploy/examples/dra ask for devices of the DeviceClass
+// that deploy/overlays/dra installs, their constraints name attributes of its driver or
+// Kubernetes' standard ones, every claim a pod names is an example's and every container's
+// claim is its pod's; and the examples the README lists are there: whole GPUs from a claim
+// template, an NVLink-connected pair, the same NUMA node, a claim two pods share, and a pod
+// asking for the class's extended resource exactly as the vgpu-demo pod asks the device plugin.
+func TestDeploy_DRAExamples(t *testing.T) {
+	ds, objs := renderedDaemonSet(t, "deploy/overlays/dra")
+	flags := containerFlags(t, ds.Spec.Template.Spec.Containers[0])
+	var class resourcev1.DeviceClass
+	for _, o := range objs {
+		if o["kind"] == "DeviceClass" {
+			if err := decodeStrict(o, &class); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if class.Name == "" || class.Spec.ExtendedResourceName == nil {
+		t.Fatalf("deploy/overlays/dra: no DeviceClass with an extendedResourceName (%+v)", class)
+	}
+	ex := readDRAExamples(t)
+
+	constrained := map[string]bool{}
+	checkClaim := func(what string, spec resourcev1.ResourceClaimSpec) {
+		t.Helper()
+		requests := map[string]bool{}
+		for _, r := range spec.Devices.Requests {
+			requests[r.Name] = true
+			classes := []string{}
+			if r.Exactly != nil {
+				classes = append(classes, r.Exactly.DeviceClassName)
+			}
+			for _, sub := range r.FirstAvailable {
+				classes = append(classes, sub.DeviceClassName)
+			}
+			if len(classes) == 0 || slices.ContainsFunc(classes, func(c string) bool { return c != class.Name }) {
+				t.Errorf("%s: request %s asks for devices of the classes %v, want %s", what, r.Name, classes, class.Name)
+			}
+		}
+		if len(requests) == 0 {
+			t.Errorf("%s: no request", what)
+		}
+		for _, c := range spec.Devices.Constraints {
+			for _, r := range c.Requests {
+				if !requests[r] {
+					t.Errorf("%s: a constraint names the request %s, which the claim does not have", what, r)
+				}
+			}
+			if c.MatchAttribute == nil {
+				continue
+			}
+			attr := string(*c.MatchAttribute)
+			if domain, _, ok := strings.Cut(attr, "/"); !ok || (domain != flags.draDriverName && domain != "resource.kubernetes.io") {
+				t.Errorf("%s: matchAttribute %s: want an attribute of the driver %s/… or a standard resource.kubernetes.io/… one", what, attr, flags.draDriverName)
+			}
+			constrained[attr] = true
+		}
+	}
+	for n, rct := range ex.templates {
+		checkClaim("ResourceClaimTemplate "+n, rct.Spec.Spec)
+	}
+	for n, rc := range ex.claims {
+		checkClaim("ResourceClaim "+n, rc.Spec)
+	}
+
+	usedTemplates, claimPods := map[string]bool{}, map[string]int{}
+	var extended []corev1.Pod
+	for _, pod := range ex.pods {
+		what := "pod " + pod.Name
+		podClaims := map[string]bool{}
+		for _, rc := range pod.Spec.ResourceClaims {
+			podClaims[rc.Name] = true
+			switch {
+			case (rc.ResourceClaimName == nil) == (rc.ResourceClaimTemplateName == nil):
+				t.Errorf("%s: claim %s names %v claim and %v template: want one of the two", what, rc.Name, rc.ResourceClaimName, rc.ResourceClaimTemplateName)
+			case rc.ResourceClaimName != nil:
+				if _, ok := ex.claims[*rc.ResourceClaimName]; !ok {
+					t.Errorf("%s: claim %s: no ResourceClaim %s in the examples", what, rc.Name, *rc.ResourceClaimName)
+				}
+				claimPods[*rc.ResourceClaimName]++
+			default:
+				if _, ok := ex.templates[*rc.ResourceClaimTemplateName]; !ok {
+					t.Errorf("%s: claim %s: no ResourceClaimTemplate %s in the examples", what, rc.Name, *rc.ResourceClaimTemplateName)
+				}
+				usedTemplates[*rc.ResourceClaimTemplateName] = true
+			}
+		}
+		for _, c := range append(slices.Clone(pod.Spec.InitContainers), pod.Spec.Containers...) {
+			for _, cl := range c.Resources.Claims {
+				if !podClaims[cl.Name] {
+					t.Errorf("%s: container %s uses the claim %s, which the pod does not name", what, c.Name, cl.Name)
+				}
+			}
+			if _, ok := c.Resources.Limits[corev1.ResourceName(*class.Spec.ExtendedResourceName)]; ok {
+				extended = append(extended, pod)
+			}
+		}
+	}
+	for n := range ex.templates {
+		if !usedTemplates[n] {
+			t.Errorf("ResourceClaimTemplate %s: no pod of the examples uses it", n)
+		}
+	}
+	for n := range ex.claims {
+		if claimPods[n] < 2 {
+			t.Errorf("ResourceClaim %s: %d pods name it, want the two that share it", n, claimPods[n])
+		}
+	}
+	for _, attr := range []string{flags.draDriverName + "/nvlinkDomain", "resource.kubernetes.io/numaNode"} {
+		if !constrained[attr] {
+			t.Errorf("no example claim constrains its devices with matchAttribute %s", attr)
+		}
+	}
+	if len(usedTemplates) == 0 || len(claimPods) == 0 {
+		t.Errorf("claim templates used %v, shared claims %v: want both kinds", usedTemplates, claimPods)
+	}
+
+	// The extended resource: the same request as the device plugin's demo pod.
+	demo, err := readObjects("deploy/examples/vgpu-demo.yaml")
+	if err != nil || len(demo) != 1 {
+		t.Fatalf("deploy/examples/vgpu-demo.yaml: %d objects, %v", len(demo), err)
+	}
+	var demoPod corev1.Pod
+	if err := decodeStrict(demo[0], &demoPod); err != nil {
+		t.Fatal(err)
+	}
+	if len(extended) != 1 {
+		t.Fatalf("%d example pods ask for the extended resource %s, want 1", len(extended), *class.Spec.ExtendedResourceName)
+	}
+	got, want := extended[0].Spec.Containers, demoPod.Spec.Containers
+	if len(got) != 1 || len(want) != 1 || !reflect.DeepEqual(got[0].Resources, want[0].Resources) {
+		t.Errorf("pod %s asks for %+v, the vgpu-demo pod for %+v: want the same", extended[0].Name, got, want)
+	}
+	if _, ok := want[0].Resources.Limits[corev1.ResourceName(*class.Spec.ExtendedResourceName)]; !ok {
+		t.Errorf("the vgpu-demo pod does not ask for the DeviceClass's extended resource %s", *class.Spec.ExtendedResourceName)
 	}
 }
 

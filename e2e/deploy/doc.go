@@ -9,8 +9,9 @@
 // stamped — rather than numbers and tags.
 //
 // The kustomizations are rendered by the tests themselves, the simple way (render in
-// deploy_test.go): resources, namespace, images, JSON 6902 patches and ConfigMap generators, the
-// only kustomize features deploy/ uses; a kustomization using anything else fails the test.
+// deploy_test.go): resources, components, namespace, images, JSON 6902 patches and ConfigMap
+// generators, the only kustomize features deploy/ uses; a kustomization using anything else
+// fails the test.
 // Where kubectl is installed, TestDeploy_RenderMatchesKubectlKustomize checks that render agrees
 // with `kubectl kustomize` on every kustomization (package chart compares the chart with the
 // kustomizations as kustomize's Go API builds them).
@@ -19,6 +20,12 @@
 // chart writes with Helm's Go API (`cd e2e && go test ./chart -run TestChart_Testdata -update`),
 // like the kustomizations. Each render carries the digest of the chart's files, so a chart
 // changed since is a failure here, not a stale pass.
+//
+// The DRA manifests (deploy/components/dra, deploy/overlays/dra, the chart's DRA values) set or
+// mount the defaults of flags the DRA driver brings: -kubelet-api, -dra-driver-name,
+// -kubelet-registry-dir, -kubelet-plugins-dir. The tests read them through options.Parse like
+// every other flag once options defines them, and until then as their announced defaults
+// (announcedDRAFlags), so the manifests are checked either way.
 //
 // The tests need neither root nor a cluster (`cd e2e && go test ./deploy`; `make unit` runs
 // them, e2e/run.sh leaves them out). They live in the e2e module, a test module, because they

@@ -16,7 +16,10 @@
 // .. segment (PUT /v1/devices//health) is 404, not a redirect. An unknown device is 404 and the message
 // lists the valid ids. Health is per GPU: the replica of a shared GPU is
 // 400, and the message names its GPU. A snapshot shows per shared GPU its
-// replicas in use out of its total and their holders (Device.Replicas).
+// replicas in use out of its total and their holders (Device.Replicas), and
+// the claims the DRA driver prepared next to the device plugin's
+// allocations: as a device's holder while prepared, and in the history
+// (Snapshot.Claims), selected by the same parameters.
 //
 // The wire format is the package's own types (Snapshot and the types it
 // holds), not the store's: the store may change its records, the API only
@@ -39,6 +42,9 @@ type Source interface {
 	Devices() ([]store.Device, error)
 	// Allocations returns the allocation records f selects, newest first.
 	Allocations(f store.AllocationFilter) ([]store.Allocation, error)
+	// Claims returns the claim records (of the DRA driver) f selects,
+	// newest first.
+	Claims(f store.ClaimFilter) ([]store.Claim, error)
 	// HealthEvents returns the health events f selects, newest first.
 	HealthEvents(f store.EventFilter) ([]store.HealthEvent, error)
 	// ConfigEvents returns the configuration events f selects, newest

@@ -843,6 +843,7 @@ func (fuzzSource) Devices() ([]store.Device, error) {
 	return []store.Device{{ID: "fake-0", Healthy: true, Since: time.Unix(0, 0)}}, nil
 }
 func (fuzzSource) Allocations(store.AllocationFilter) ([]store.Allocation, error) { return nil, nil }
+func (fuzzSource) Claims(store.ClaimFilter) ([]store.Claim, error)                { return nil, nil }
 func (fuzzSource) HealthEvents(store.EventFilter) ([]store.HealthEvent, error)    { return nil, nil }
 func (fuzzSource) ConfigEvents(store.ConfigFilter) ([]store.ConfigEvent, error)   { return nil, nil }
 func (fuzzSource) DamagedRecords() ([]admin.DamagedRecord, error)                 { return nil, nil }

@@ -15,6 +15,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
@@ -33,7 +34,10 @@ type PrintOptions struct {
 // Print writes snap in the format o names: json and yaml print the
 // document (the Snapshot's JSON, as documented); table and wide print the
 // devices and, unless the snapshot is devices-only, the history and any
-// damaged records, as aligned columns, control characters escaped.
+// damaged records, as aligned columns, control characters escaped. The
+// allocations and the claims of the DRA driver are one history, newest
+// first, with a KIND column when there are claims; without claims the
+// section is the allocations' alone.
 func Print(w io.Writer, snap Snapshot, o PrintOptions) error {
 	switch o.Format {
 	case "json":
@@ -55,7 +59,11 @@ func Print(w io.Writer, snap Snapshot, o PrintOptions) error {
 	}
 	t.devices(snap.Devices)
 	if !devicesOnly {
-		t.allocations(snap.Allocations)
+		if len(snap.Claims) > 0 {
+			t.history(snap.Allocations, snap.Claims)
+		} else {
+			t.allocations(snap.Allocations)
+		}
 		t.events(snap.HealthEvents)
 		t.configEvents(snap.ConfigEvents)
 		t.damaged(snap.DamagedRecords)
@@ -168,6 +176,78 @@ func (t table) allocations(allocs []Allocation) {
 	if len(allocs) == 0 {
 		t.empty("allocations")
 	}
+}
+
+// Kinds of the history rows of allocations and claims: the KIND column.
+const (
+	kindAllocation = "allocation"
+	kindClaim      = "claim"
+)
+
+// history prints the allocations and the claims as one history, newest
+// first (an allocation by when Allocate answered, a claim by when it was
+// prepared; an allocation first on a tie), each list keeping its own
+// order. A claim's NAME is its namespace/name, its POD the consumers it
+// is reserved for, its RELEASED when it was unprepared; wide adds the
+// claim's uid and its consumers' uids.
+func (t table) history(allocs []Allocation, claims []Claim) {
+	cols := []string{"SEQ", "KIND", "TIME", "DEVICES", "STATE", "NAME", "POD", "HELD SINCE", "RELEASED"}
+	if t.wide {
+		cols = []string{"SEQ", "KIND", "TIME", "DEVICES", "STATE", "NAME", "UID", "POD", "POD UIDS", "HELD SINCE", "RELEASED"}
+	}
+	t.header(false, cols...)
+	i, j := 0, 0
+	for i < len(allocs) || j < len(claims) {
+		if j == len(claims) || i < len(allocs) && !claims[j].PreparedAt.After(allocs[i].Time) {
+			a := allocs[i]
+			row := []string{strconv.FormatUint(a.Seq, 10), kindAllocation, fmtTime(a.Time), cell(strings.Join(a.DeviceIDs, ",")), cell(a.State), "-",
+				pod(a.Namespace, a.Pod, a.Container), fmtTime(a.HeldSince), fmtTime(a.ReleasedAt)}
+			if t.wide {
+				row = slices.Insert(row, 6, "-")
+				row = slices.Insert(row, 8, "-")
+			}
+			t.row(row...)
+			i++
+			continue
+		}
+		c := claims[j]
+		row := []string{strconv.FormatUint(c.Seq, 10), kindClaim, fmtTime(c.PreparedAt), cell(strings.Join(c.DeviceIDs, ",")), cell(c.State),
+			cell(c.Namespace + "/" + c.Name), consumers(c), "-", fmtTime(c.UnpreparedAt)}
+		if t.wide {
+			row = slices.Insert(row, 6, cell(c.UID))
+			row = slices.Insert(row, 8, consumerUIDs(c))
+		}
+		t.row(row...)
+		j++
+	}
+}
+
+// consumers lists the consumers of a claim: namespace/name of each pod,
+// followed by " (resource)" for another kind; "-" when none.
+func consumers(c Claim) string {
+	if len(c.ReservedFor) == 0 {
+		return "-"
+	}
+	out := make([]string, len(c.ReservedFor))
+	for i, r := range c.ReservedFor {
+		out[i] = cell(c.Namespace + "/" + r.Name)
+		if r.Resource != store.ConsumerPods {
+			out[i] += " (" + cell(r.Resource) + ")"
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+// consumerUIDs lists the uids of a claim's consumers; "-" when none.
+func consumerUIDs(c Claim) string {
+	if len(c.ReservedFor) == 0 {
+		return "-"
+	}
+	out := make([]string, len(c.ReservedFor))
+	for i, r := range c.ReservedFor {
+		out[i] = cell(r.UID)
+	}
+	return strings.Join(out, ",")
 }
 
 func (t table) events(events []HealthEvent) {
@@ -320,6 +400,8 @@ func holder(h *Holder) string {
 	switch {
 	case h == nil:
 		return "-"
+	case h.Claim != "":
+		return cell(h.Namespace+"/"+h.Claim) + " (claim)"
 	case h.Pod == "":
 		return fmt.Sprintf("#%d (%s)", h.Seq, cell(h.State))
 	}
@@ -327,8 +409,11 @@ func holder(h *Holder) string {
 }
 
 func allocation(h *Holder) string {
-	if h == nil {
+	switch {
+	case h == nil:
 		return "-"
+	case h.Claim != "":
+		return fmt.Sprintf("claim #%d %s", h.Seq, cell(h.State))
 	}
 	return fmt.Sprintf("#%d %s", h.Seq, cell(h.State))
 }

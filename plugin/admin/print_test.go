@@ -298,3 +298,127 @@ func TestCompactIDs(t *testing.T) {
 		}
 	}
 }
+
+// claimsSnapshotFixture is snapshotFixture on a node that also has claims:
+// fake-2 held by a prepared claim for two pods, an unprepared claim between
+// the two allocations, and a prepared one newer than both.
+func claimsSnapshotFixture() Snapshot {
+	snap := snapshotFixture()
+	t0 := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	snap.Allocations[0].Time = t0.Add(2 * time.Minute) // 8 at +2m, 7 at +0m
+	snap.Devices[2].Holder = &Holder{Seq: 3, State: ClaimPrepared, Namespace: "team", Claim: "train", ClaimUID: "uid-3", Pods: []string{"w0", "w1"}}
+	snap.Claims = []Claim{
+		{Seq: 3, UID: "uid-3", Namespace: "team", Name: "train", DeviceIDs: []string{"fake-2"}, State: ClaimPrepared, PreparedAt: t0.Add(3 * time.Minute),
+			ReservedFor: []ClaimConsumer{{Resource: "pods", Name: "w0", UID: "pod-uid-w0"}, {Resource: "pods", Name: "w1", UID: "pod-uid-w1"}}},
+		{Seq: 2, UID: "uid-2", Namespace: "team", Name: "old\x1b", DeviceIDs: []string{"fake-0", "fake-1"}, State: ClaimUnprepared,
+			PreparedAt: t0.Add(time.Minute), UnpreparedAt: t0.Add(90 * time.Second),
+			ReservedFor: []ClaimConsumer{{Resource: "jobs", Name: "j", UID: "job-uid"}}},
+		{Seq: 1, UID: "uid-1", Namespace: "team", Name: "first", DeviceIDs: []string{"fake-1"}, State: ClaimUnprepared,
+			PreparedAt: t0, UnpreparedAt: t0.Add(30 * time.Second)},
+	}
+	return snap
+}
+
+// TestPrint_OneHistory: with claims, the allocations section lists
+// allocations and claims together, newest first across the kinds (an
+// allocation first on a tie), a KIND column saying which; a claim shows
+// its namespace/name, its pods and when it was unprepared; wide adds the
+// claim's uid and its consumers' uids. A device held by a claim names it.
+func TestPrint_OneHistory(t *testing.T) {
+	out := renderSnapshot(t, claimsSnapshotFixture(), PrintOptions{Format: "table"})
+	t.Logf("\n%s", out)
+	if h := strings.Join(plugintest.Fields(t, out, "SEQ"), " "); h != "SEQ KIND TIME DEVICES STATE NAME POD HELD SINCE RELEASED" {
+		t.Errorf("history header = %q", h)
+	}
+	var rows []string
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 1 && (f[1] == "allocation" || f[1] == "claim") {
+			rows = append(rows, strings.Join(f, " "))
+		}
+	}
+	want := []string{
+		"3 claim 2026-11-30T08:03:00Z fake-2 prepared team/train team/w0,team/w1 - -",
+		"8 allocation 2026-11-30T08:02:00Z fake-1 allocated - - - -",
+		`2 claim 2026-11-30T08:01:00Z fake-0,fake-1 unprepared team/old\x1b team/j (jobs) - 2026-11-30T08:01:30Z`,
+		"7 allocation 2026-11-30T08:00:00Z fake-0 held - default/vgpu-demo/demo 2026-11-30T08:00:00Z -",
+		"1 claim 2026-11-30T08:00:00Z fake-1 unprepared team/first - - 2026-11-30T08:00:30Z",
+	}
+	if !reflect.DeepEqual(rows, want) {
+		t.Errorf("history rows:\n%s\nwant\n%s", strings.Join(rows, "\n"), strings.Join(want, "\n"))
+	}
+	if strings.Contains(out, "uid-3") || strings.Contains(out, "(no allocations)") {
+		t.Errorf("uids are for wide output only, and the history is not empty:\n%s", out)
+	}
+	if got := strings.Join(plugintest.Fields(t, out, "fake-2 "), " "); !strings.HasSuffix(got, "team/train (claim)") {
+		t.Errorf("fake-2 = %q, want held by the claim team/train", got)
+	}
+	if strings.ContainsAny(out, "\x1b") {
+		t.Errorf("a raw control character reached the table")
+	}
+
+	wide := renderSnapshot(t, claimsSnapshotFixture(), PrintOptions{Format: "wide"})
+	t.Logf("\n%s", wide)
+	if h := strings.Join(plugintest.Fields(t, wide, "SEQ"), " "); h != "SEQ KIND TIME DEVICES STATE NAME UID POD POD UIDS HELD SINCE RELEASED" {
+		t.Errorf("wide history header = %q", h)
+	}
+	for prefix, want := range map[string]string{
+		"3 ": "3 claim 2026-11-30T08:03:00Z fake-2 prepared team/train uid-3 team/w0,team/w1 pod-uid-w0,pod-uid-w1 - -",
+		"8 ": "8 allocation 2026-11-30T08:02:00Z fake-1 allocated - - - - - -",
+		"1 ": "1 claim 2026-11-30T08:00:00Z fake-1 unprepared team/first uid-1 - - - 2026-11-30T08:00:30Z",
+	} {
+		if got := strings.Join(plugintest.Fields(t, wide, prefix), " "); got != want {
+			t.Errorf("wide row %q\nwant     %q", got, want)
+		}
+	}
+	if got := strings.Join(plugintest.Fields(t, wide, "fake-2 "), " "); !strings.HasSuffix(got, "team/train (claim) claim #3 prepared") {
+		t.Errorf("wide fake-2 = %q, want the claim as holder and allocation", got)
+	}
+}
+
+// TestPrint_NoClaims_HistoryAsBefore: without claims the allocations
+// section is what it always was, in table and wide: no KIND column, no
+// claim columns.
+func TestPrint_NoClaims_HistoryAsBefore(t *testing.T) {
+	for _, format := range []string{"table", "wide"} {
+		out := renderSnapshot(t, snapshotFixture(), PrintOptions{Format: format})
+		if h := strings.Join(plugintest.Fields(t, out, "SEQ"), " "); h != "SEQ TIME DEVICES STATE POD HELD SINCE RELEASED" {
+			t.Errorf("%s: allocations header = %q", format, h)
+		}
+		if got := strings.Join(plugintest.Fields(t, out, "7 "), " "); got != "7 2026-11-30T08:00:00Z fake-0 held default/vgpu-demo/demo 2026-11-30T08:00:00Z -" {
+			t.Errorf("%s: allocation 7 = %q", format, got)
+		}
+		if strings.Contains(out, "KIND") || strings.Contains(out, "claim") {
+			t.Errorf("%s: a snapshot without claims prints claim columns:\n%s", format, out)
+		}
+	}
+	empty := snapshotFixture()
+	empty.Allocations, empty.Claims = []Allocation{}, nil
+	if out := renderSnapshot(t, empty, PrintOptions{Format: "table"}); !strings.Contains(out, "(no allocations)") {
+		t.Errorf("no allocations and no claims: no placeholder:\n%s", out)
+	}
+}
+
+// TestPrint_ClaimsJSON: json has no "claims" key without claims; with
+// claims, yaml is still the json document.
+func TestPrint_ClaimsJSON(t *testing.T) {
+	if out := renderSnapshot(t, snapshotFixture(), PrintOptions{Format: "json"}); strings.Contains(out, "claim") {
+		t.Errorf("json without claims mentions claims:\n%s", out)
+	}
+	snap := claimsSnapshotFixture()
+	var fromJSON, fromYAML Snapshot
+	if err := json.Unmarshal([]byte(renderSnapshot(t, snap, PrintOptions{Format: "json"})), &fromJSON); err != nil {
+		t.Fatal(err)
+	}
+	y := renderSnapshot(t, snap, PrintOptions{Format: "yaml"})
+	if err := yaml.UnmarshalStrict([]byte(y), &fromYAML); err != nil {
+		t.Fatalf("%v\n%s", err, y)
+	}
+	if !reflect.DeepEqual(fromJSON, fromYAML) || !reflect.DeepEqual(fromJSON.Claims, snap.Claims) {
+		t.Errorf("json and yaml differ, or lose the claims:\n%#v\n%#v", fromJSON, fromYAML)
+	}
+	for _, want := range []string{"claims:\n", "  reservedFor:\n", "  unpreparedAt: \"2026-11-30T08:01:30Z\"\n", "    claimUID: uid-3\n", "    pods:\n    - w0\n"} {
+		if !strings.Contains(y, want) {
+			t.Errorf("yaml lacks %q:\n%s", want, y)
+		}
+	}
+}

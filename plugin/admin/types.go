@@ -17,6 +17,15 @@ const (
 	KindSnapshot = "Snapshot"
 )
 
+// States of a Claim.
+const (
+	// ClaimPrepared is a claim the DRA driver prepared and the kubelet has
+	// not unprepared: it holds its devices.
+	ClaimPrepared = "prepared"
+	// ClaimUnprepared is a claim unprepared since: history.
+	ClaimUnprepared = "unprepared"
+)
+
 // Where a Snapshot was read: SourceInfo.Type.
 const (
 	// SourcePlugin is the running plugin, over its admin socket.
@@ -29,7 +38,7 @@ const (
 // and `health list|set -o json|yaml`: the devices, and (for dump) the
 // history and the damaged records. Its JSON form (camelCase keys, RFC 3339
 // times) is stable: fields are only ever added. Devices are in index order;
-// allocations, health events and configuration events newest first.
+// allocations, claims, health events and configuration events newest first.
 type Snapshot struct {
 	// APIVersion is always APIVersion.
 	APIVersion string `json:"apiVersion"`
@@ -42,6 +51,10 @@ type Snapshot struct {
 	// Allocations are the allocation records the query selected; absent in
 	// a devices-only snapshot (health list, health set).
 	Allocations []Allocation `json:"allocations,omitzero"`
+	// Claims are the claim records of the DRA driver the query selected;
+	// absent when there are none (a node serving the device-plugin API),
+	// in a devices-only snapshot, and from a plugin without claims.
+	Claims []Claim `json:"claims,omitempty"`
 	// HealthEvents are the health events the query selected; absent in a
 	// devices-only snapshot.
 	HealthEvents []HealthEvent `json:"healthEvents,omitzero"`
@@ -103,9 +116,9 @@ type Device struct {
 	// RemovedAt is when the device was removed; zero (absent) unless
 	// Removed.
 	RemovedAt time.Time `json:"removedAt,omitzero"`
-	// Holder is the newest active allocation of the device; nil (absent)
-	// when the device is free. A shared GPU has none of its own: its
-	// replicas have (Replicas.Holders).
+	// Holder is the newest active allocation or prepared claim of the
+	// device; nil (absent) when the device is free. A shared GPU has none
+	// of its own: its replicas have (Replicas.Holders).
 	Holder *Holder `json:"holder,omitempty"`
 }
 
@@ -115,23 +128,33 @@ type ReplicaUse struct {
 	Total int `json:"total"`
 	// InUse is the number of them an active allocation holds.
 	InUse int `json:"inUse"`
-	// Holders are the active allocations holding them, newest first, each
-	// with the replicas of this GPU it holds (Holder.DeviceIDs); absent
-	// when none.
+	// Holders are the active allocations and prepared claims holding
+	// them, newest first, each with the replicas of this GPU it holds
+	// (Holder.DeviceIDs); absent when none.
 	Holders []Holder `json:"holders,omitempty"`
 }
 
-// Holder is the allocation that holds a device.
+// Holder is the allocation, or the claim (Claim set), that holds a device.
 type Holder struct {
-	// Seq is the allocation record's sequence number.
+	// Seq is the allocation record's sequence number, or the claim
+	// record's.
 	Seq uint64 `json:"seq"`
-	// State is "allocated" or "held".
+	// State is "allocated" or "held" for an allocation, "prepared" for a
+	// claim.
 	State string `json:"state"`
-	// Namespace, Pod and Container name the holder once the lifecycle
-	// tracker has seen it (state "held"); empty before.
+	// Namespace, Pod and Container name the holder of an allocation once
+	// the lifecycle tracker has seen it (state "held"); empty before.
+	// Namespace is a claim's namespace.
 	Namespace string `json:"namespace,omitempty"`
 	Pod       string `json:"pod,omitempty"`
 	Container string `json:"container,omitempty"`
+	// Claim and ClaimUID are the name and uid of the ResourceClaim, for a
+	// claim; absent for an allocation.
+	Claim    string `json:"claim,omitempty"`
+	ClaimUID string `json:"claimUID,omitempty"`
+	// Pods are the pods a claim is reserved for, in its namespace; absent
+	// when none, and for an allocation.
+	Pods []string `json:"pods,omitempty"`
 	// DeviceIDs are, in ReplicaUse.Holders, the replicas of the GPU the
 	// allocation holds; absent elsewhere.
 	DeviceIDs []string `json:"deviceIDs,omitempty"`
@@ -163,6 +186,48 @@ type Allocation struct {
 	// ReleasedAt is when the devices were seen released, or the record
 	// abandoned.
 	ReleasedAt time.Time `json:"releasedAt,omitzero"`
+}
+
+// Claim is one ResourceClaim the DRA driver prepared on the node, with the
+// pods it was reserved for and when it was unprepared.
+type Claim struct {
+	// Seq numbers the claim records: increasing, never reused (a sequence
+	// of its own, apart from the allocations').
+	Seq uint64 `json:"seq"`
+	// UID is the ResourceClaim's uid; a claim prepared again after it was
+	// unprepared has a record of its own.
+	UID string `json:"uid"`
+	// Namespace and Name name the ResourceClaim.
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// DeviceIDs are the devices allocated to the claim on this node, in
+	// device order.
+	DeviceIDs []string `json:"deviceIDs"`
+	// GPUIDs are the physical GPUs of DeviceIDs when some are replicas of
+	// shared GPUs: each once, in device order; absent otherwise.
+	GPUIDs []string `json:"gpuIDs,omitempty"`
+	// Envs is the environment the claim's containers get.
+	Envs map[string]string `json:"envs,omitempty"`
+	// ReservedFor are the consumers (pods) the claim was reserved for when
+	// it was prepared; absent when none.
+	ReservedFor []ClaimConsumer `json:"reservedFor,omitempty"`
+	// State is ClaimPrepared or ClaimUnprepared.
+	State string `json:"state"`
+	// PreparedAt is when the claim was prepared.
+	PreparedAt time.Time `json:"preparedAt"`
+	// UnpreparedAt is when it was unprepared; zero (absent) while it is
+	// prepared.
+	UnpreparedAt time.Time `json:"unpreparedAt,omitzero"`
+}
+
+// ClaimConsumer is one consumer a claim is reserved for, in the claim's
+// namespace.
+type ClaimConsumer struct {
+	// Resource is the consumer's resource: "pods" for a pod.
+	Resource string `json:"resource"`
+	// Name and UID name the consumer.
+	Name string `json:"name"`
+	UID  string `json:"uid"`
 }
 
 // HealthEvent is one recorded health change.
@@ -228,17 +293,18 @@ type DamagedRecord struct {
 // Query selects what a Snapshot holds. The zero value selects every
 // device, every record and every event.
 type Query struct {
-	// DeviceID selects the history of one device (its allocations, its
-	// health events, and the configuration events that added, removed or
-	// restored it); "" all. The device list is never filtered.
+	// DeviceID selects the history of one device (its allocations and
+	// claims, its health events, and the configuration events that added,
+	// removed or restored it); "" all. The device list is never filtered.
 	DeviceID string
-	// Since selects history at or after this time; zero all.
+	// Since selects history at or after this time (a claim's: when it was
+	// prepared); zero all.
 	Since time.Time
 	// Limit keeps the newest Limit records of each kind (allocations,
-	// health events, configuration events); 0 all.
+	// claims, health events, configuration events); 0 all.
 	Limit int
-	// Active selects only allocations that still hold their devices; the
-	// events are not filtered by it.
+	// Active selects only allocations that still hold their devices and
+	// claims still prepared; the events are not filtered by it.
 	Active bool
 	// DevicesOnly leaves out the history and the damaged records.
 	DevicesOnly bool
@@ -262,15 +328,24 @@ func Read(src Source, q Query, reported map[string]int) (Snapshot, error) {
 	if err != nil {
 		return snap, err
 	}
+	prepared, err := src.Claims(store.ClaimFilter{Prepared: true})
+	if err != nil {
+		return snap, err
+	}
+	holders := holdersOf(active, prepared)
 	snap.Devices = make([]Device, len(devs))
 	for i, d := range devs {
-		snap.Devices[i] = deviceOf(d, active, reported)
+		snap.Devices[i] = deviceOf(d, holders, reported)
 	}
-	addReplicaUse(snap.Devices)
+	addReplicaUse(snap.Devices, holders)
 	if q.DevicesOnly {
 		return snap, nil
 	}
 	allocs, err := src.Allocations(store.AllocationFilter{DeviceID: q.DeviceID, Since: q.Since, Limit: q.Limit, Active: q.Active})
+	if err != nil {
+		return snap, err
+	}
+	claims, err := src.Claims(store.ClaimFilter{DeviceID: q.DeviceID, Since: q.Since, Limit: q.Limit, Prepared: q.Active})
 	if err != nil {
 		return snap, err
 	}
@@ -290,6 +365,9 @@ func Read(src Source, q Query, reported map[string]int) (Snapshot, error) {
 	for i, a := range allocs {
 		snap.Allocations[i] = allocationOf(a)
 	}
+	for _, c := range claims {
+		snap.Claims = append(snap.Claims, claimOf(c))
+	}
 	snap.HealthEvents = make([]HealthEvent, len(events))
 	for i, e := range events {
 		snap.HealthEvents[i] = HealthEvent{Seq: e.Seq, Time: e.Time, DeviceID: e.DeviceID, Healthy: e.Healthy, Reason: e.Reason, Cause: e.Cause}
@@ -302,9 +380,53 @@ func Read(src Source, q Query, reported map[string]int) (Snapshot, error) {
 	return snap, nil
 }
 
-// deviceOf converts a stored device, with its newest active allocation
-// (active is newest first) and its reported NUMA node.
-func deviceOf(d store.Device, active []store.Allocation, reported map[string]int) Device {
+// holding is a device's possible holder: an active allocation or a
+// prepared claim, with its devices.
+type holding struct {
+	h   Holder
+	ids []string
+}
+
+// holderKey identifies a holder: allocations and claims number their
+// records apart.
+type holderKey struct {
+	claimUID string // "" for an allocation
+	seq      uint64
+}
+
+func keyOf(h Holder) holderKey { return holderKey{h.ClaimUID, h.Seq} }
+
+// holdersOf lists the active allocations and the prepared claims (each
+// newest first) as holders, newest first: the two lists merged by when
+// they were recorded (Allocate answered, the claim was prepared), an
+// allocation first on a tie. Without claims it is the allocations, in
+// their order.
+func holdersOf(active []store.Allocation, prepared []store.Claim) []holding {
+	out := make([]holding, 0, len(active)+len(prepared))
+	i, j := 0, 0
+	for i < len(active) || j < len(prepared) {
+		if j == len(prepared) || i < len(active) && !prepared[j].PreparedAt.After(active[i].Time) {
+			a := active[i]
+			out = append(out, holding{h: Holder{Seq: a.Seq, State: a.State, Namespace: a.Namespace, Pod: a.Pod, Container: a.Container}, ids: a.DeviceIDs})
+			i++
+			continue
+		}
+		c := prepared[j]
+		h := Holder{Seq: c.Seq, State: ClaimPrepared, Namespace: c.Namespace, Claim: c.Name, ClaimUID: c.UID}
+		for _, r := range c.ReservedFor {
+			if r.Resource == store.ConsumerPods {
+				h.Pods = append(h.Pods, r.Name)
+			}
+		}
+		out = append(out, holding{h: h, ids: c.DeviceIDs})
+		j++
+	}
+	return out
+}
+
+// deviceOf converts a stored device, with its newest holder (holders is
+// newest first) and its reported NUMA node.
+func deviceOf(d store.Device, holders []holding, reported map[string]int) Device {
 	out := Device{ID: d.ID, Index: d.Index, UUID: d.UUID, NUMANode: max(d.NUMA, -1), Healthy: d.Healthy, Reason: d.Reason,
 		Since: d.Since, Removed: d.Removed, RemovedAt: d.RemovedAt}
 	if d.IsReplica() {
@@ -314,9 +436,11 @@ func deviceOf(d store.Device, active []store.Allocation, reported map[string]int
 		n = max(n, -1)
 		out.ReportedNUMANode = &n
 	}
-	for _, a := range active {
-		if slices.Contains(a.DeviceIDs, d.ID) {
-			out.Holder = &Holder{Seq: a.Seq, State: a.State, Namespace: a.Namespace, Pod: a.Pod, Container: a.Container}
+	for _, h := range holders {
+		if slices.Contains(h.ids, d.ID) {
+			hh := h.h
+			hh.Pods = slices.Clone(hh.Pods)
+			out.Holder = &hh
 			break
 		}
 	}
@@ -324,10 +448,15 @@ func deviceOf(d store.Device, active []store.Allocation, reported map[string]int
 }
 
 // addReplicaUse fills Replicas of every shared GPU of devs (stored order:
-// a GPU before its replicas) from its configured replicas, and gives a
-// shared GPU without a reported NUMA node its replicas' (the kubelet is
-// told of the replicas, not of the GPU).
-func addReplicaUse(devs []Device) {
+// a GPU before its replicas) from its configured replicas, their holders
+// in the order of holders (newest first), and gives a shared GPU without a
+// reported NUMA node its replicas' (the kubelet is told of the replicas,
+// not of the GPU).
+func addReplicaUse(devs []Device, holders []holding) {
+	rank := make(map[holderKey]int, len(holders))
+	for i, h := range holders {
+		rank[keyOf(h.h)] = i
+	}
 	gpus := map[string]int{} // GPU id -> position in devs
 	for i, d := range devs {
 		if d.GPU == "" {
@@ -353,16 +482,18 @@ func addReplicaUse(devs []Device) {
 			continue
 		}
 		u.InUse++
-		j := slices.IndexFunc(u.Holders, func(h Holder) bool { return h.Seq == r.Holder.Seq })
+		j := slices.IndexFunc(u.Holders, func(h Holder) bool { return keyOf(h) == keyOf(*r.Holder) })
 		if j < 0 {
-			u.Holders = append(u.Holders, *r.Holder)
+			h := *r.Holder
+			h.Pods = slices.Clone(h.Pods)
+			u.Holders = append(u.Holders, h)
 			j = len(u.Holders) - 1
 		}
 		u.Holders[j].DeviceIDs = append(u.Holders[j].DeviceIDs, r.ID)
 	}
 	for _, d := range devs {
 		if d.Replicas != nil {
-			slices.SortFunc(d.Replicas.Holders, func(a, b Holder) int { return cmp.Compare(b.Seq, a.Seq) })
+			slices.SortStableFunc(d.Replicas.Holders, func(a, b Holder) int { return cmp.Compare(rank[keyOf(a)], rank[keyOf(b)]) })
 		}
 	}
 }
@@ -370,6 +501,18 @@ func addReplicaUse(devs []Device) {
 func allocationOf(a store.Allocation) Allocation {
 	return Allocation{Seq: a.Seq, Time: a.Time, DeviceIDs: a.DeviceIDs, GPUIDs: a.GPUIDs, Envs: a.Envs,
 		State: a.State, Namespace: a.Namespace, Pod: a.Pod, Container: a.Container, HeldSince: a.HeldSince, ReleasedAt: a.ReleasedAt}
+}
+
+func claimOf(c store.Claim) Claim {
+	out := Claim{Seq: c.Seq, UID: c.UID, Namespace: c.Namespace, Name: c.Name, DeviceIDs: c.DeviceIDs, GPUIDs: c.GPUIDs, Envs: c.Envs,
+		State: ClaimPrepared, PreparedAt: c.PreparedAt, UnpreparedAt: c.UnpreparedAt}
+	if !c.Prepared() {
+		out.State = ClaimUnprepared
+	}
+	for _, r := range c.ReservedFor {
+		out.ReservedFor = append(out.ReservedFor, ClaimConsumer{Resource: r.Resource, Name: r.Name, UID: r.UID})
+	}
+	return out
 }
 
 func configEventOf(e store.ConfigEvent) ConfigEvent {

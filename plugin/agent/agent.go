@@ -49,8 +49,9 @@ type Options struct {
 
 // Parts are what a started agent drives, built by the caller between
 // Begin and Start (they may call back into the agent: the fault plan's
-// setter, the load sockets' bound). Files, Faults, Tracker, Loads and at
-// least one Target are required.
+// setter, the load sockets' bound). Files, Faults and at least one Target
+// are required; Tracker and Loads are the device plugin's (a DRA driver
+// has neither: nil).
 type Parts struct {
 	// Files are the host files containers use.
 	Files *view.Files
@@ -261,6 +262,9 @@ func (a *Agent) Start(ctx context.Context, p Parts) error {
 // configuration history too (containers may hold devices under a name of
 // an earlier configuration), and the one in force.
 func (a *Agent) followEarlierNames(tracker Tracker) error {
+	if tracker == nil {
+		return nil
+	}
 	const lookBack = 100
 	events, err := a.st.ConfigEvents(store.ConfigFilter{Limit: lookBack})
 	if err != nil {

@@ -16,6 +16,10 @@ import (
 type Config struct {
 	// Profile is the name of the profile in force; "" without one.
 	Profile string
+	// KubeletAPI is the kubelet API the devices are served through
+	// (default KubeletAPIDevicePlugin). A profile may set it, so a node
+	// pool chooses; it takes effect at the plugin's start.
+	KubeletAPI KubeletAPI
 	// GPUs is the machine and how it is advertised.
 	GPUs gpuset.Config
 	// View is what containers get besides their environment.
@@ -25,6 +29,30 @@ type Config struct {
 	// Faults is the fault-injection plan.
 	Faults faults.Plan
 }
+
+// KubeletAPI names a kubelet API the agent's devices are served through.
+type KubeletAPI string
+
+// The kubelet APIs.
+const (
+	// KubeletAPIDevicePlugin is the device plugin API (v1beta1): an
+	// extended resource, Allocate.
+	KubeletAPIDevicePlugin KubeletAPI = "device-plugin"
+	// KubeletAPIDRA is Dynamic Resource Allocation (resource.k8s.io/v1):
+	// ResourceSlices, ResourceClaims prepared through CDI.
+	KubeletAPIDRA KubeletAPI = "dra"
+)
+
+// OrDefault returns k, or KubeletAPIDevicePlugin when k is empty.
+func (k KubeletAPI) OrDefault() KubeletAPI {
+	if k == "" {
+		return KubeletAPIDevicePlugin
+	}
+	return k
+}
+
+// KubeletAPIs are the kubelet APIs, in the order the flag lists them.
+var KubeletAPIs = []KubeletAPI{KubeletAPIDevicePlugin, KubeletAPIDRA}
 
 // Choice is a configuration to serve, why it is the one, and what to say
 // about it once: a Source's answer.

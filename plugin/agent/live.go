@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 
@@ -139,6 +140,9 @@ func (a *Agent) selectLocked(ctx context.Context, why string) (refused, err erro
 	if err != nil {
 		return err, nil
 	}
+	if err := a.sameKubeletAPI(ch.Config); err != nil {
+		return err, nil
+	}
 	if why != "" {
 		ch.Why, ch.Detail = why, a.src.Dir()+"; "+ch.Detail
 	}
@@ -148,6 +152,22 @@ func (a *Agent) selectLocked(ctx context.Context, why string) (refused, err erro
 	}
 	a.retry, a.lastErr = false, ""
 	return nil, nil
+}
+
+// sameKubeletAPI refuses a configuration served through another kubelet
+// API than the one in force: the API is chosen at start (Config.KubeletAPI).
+// The caller holds mu.
+func (a *Agent) sameKubeletAPI(cfg Config) error {
+	want, have := cfg.KubeletAPI.OrDefault(), a.set.Config.KubeletAPI.OrDefault()
+	if want == have {
+		return nil
+	}
+	name := "the configuration"
+	if cfg.Profile != "" {
+		name = fmt.Sprintf("profile %q", cfg.Profile)
+	}
+	return fmt.Errorf("%s serves the GPUs through the kubelet API %q, but the plugin started with %q: the kubelet API is chosen at start; "+
+		"restart the plugin (delete its pod) to switch", name, want, have)
 }
 
 // logErr logs a configuration that cannot be applied, once: the same
@@ -189,7 +209,7 @@ func (a *Agent) apply(_ context.Context, ch Choice) error {
 	if err := p.Files.Prepare(set.View, prev.View); err != nil { // what set's answers name exists first
 		return err
 	}
-	if set.Resource() != prev.Resource() {
+	if set.Resource() != prev.Resource() && p.Tracker != nil {
 		p.Tracker.FollowResourceName(set.Resource()) // before anything is allocated under it
 	}
 	// commit runs once, inside the first Target's swap; the others get

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -72,6 +73,7 @@ type Options struct {
 // patches its labels. Build it with NewClient; it holds no connection until
 // used and needs no closing. It is safe for concurrent use.
 type Client struct {
+	rest    *rest.Config
 	nodes   *nodesClient
 	host    string
 	source  string
@@ -133,6 +135,7 @@ func newClient(opts Options, e env) (*Client, error) {
 		opts.RequestTimeout = DefaultRequestTimeout
 	}
 	return &Client{
+		rest:    cfg,
 		nodes:   nodes,
 		host:    cfg.Host,
 		source:  source,
@@ -140,6 +143,17 @@ func newClient(opts Options, e env) (*Client, error) {
 		opts:    opts,
 		backoff: backoff{initial: opts.BackoffInitial, max: opts.BackoffMax},
 	}, nil
+}
+
+// Clientset returns a typed client of the same API server, with the same
+// credentials, user agent and content type: what the DRA libraries take
+// (k8s.io/dynamic-resource-allocation).
+func (c *Client) Clientset() (kubernetes.Interface, error) {
+	cs, err := kubernetes.NewForConfig(rest.CopyConfig(c.rest))
+	if err != nil {
+		return nil, fmt.Errorf("API client for %s (%s): %w", c.host, c.source, err)
+	}
+	return cs, nil
 }
 
 // restConfig loads the client configuration (see NewClient) and says where

@@ -66,7 +66,7 @@ const (
 // ends. It is safe for concurrent use.
 type Service struct {
 	st       Store
-	active   Allocations // the active records, for the holders
+	holders  HolderSource // who holds the GPUs
 	devices  Devices
 	live     LiveSink
 	hostname string
@@ -129,6 +129,10 @@ type ServiceConfig struct {
 	// Active lists the active records, for the holders; nil reads them
 	// from the Store when it is an Allocations.
 	Active Allocations
+	// Holders says who holds the GPUs; nil is StoreHolders over Active
+	// (the device plugin's allocation records). The DRA driver gives its
+	// claims'.
+	Holders HolderSource
 	// Devices gives the devices' health.
 	Devices Devices
 	// Live takes the readings of every second.
@@ -157,7 +161,11 @@ func NewService(cfg ServiceConfig) *Service {
 	if notify == nil {
 		notify = func() {}
 	}
-	return &Service{st: cfg.Store, active: active, devices: cfg.Devices, live: cfg.Live, hostname: cfg.Hostname, notify: notify, clock: clock,
+	holders := cfg.Holders
+	if holders == nil {
+		holders = StoreHolders{Store: active}
+	}
+	return &Service{st: cfg.Store, holders: holders, devices: cfg.Devices, live: cfg.Live, hostname: cfg.Hostname, notify: notify, clock: clock,
 		log: cfg.Logger.With().Str("component", "telemetry").Logger(), kick: make(chan struct{}, 1), overrides: map[loadKey]loadOverride{}}
 }
 
@@ -205,7 +213,7 @@ func (t *Service) newExporter(set *gpuset.Set, settings Settings) (*Exporter, er
 		Hostname:      t.hostname,
 		DriverVersion: topology.DriverVersion,
 		Devices:       t.devices,
-		Holders:       StoreHolders{Store: t.active},
+		Holders:       t.holders,
 		Model:         settings.Model,
 		Seed:          settings.Seed,
 		Clock:         t.clock,

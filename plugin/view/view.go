@@ -137,6 +137,20 @@ func (v *View) Env(devs []gpuset.Device) map[string]string {
 //     The answer then differs per allocation (seq names the
 //     directory).
 func (v *View) Answer(uuids map[int]string, seq uint64, envs map[string]string, devs []gpuset.Device) (Container, error) {
+	return v.answer(uuids, seq, envs, devs, v.envvar, v.cdi)
+}
+
+// Claim returns what a container of devs gets through a DRA claim, whose
+// CDI spec carries it all: Answer's variables, and its mounts and device
+// nodes as with the envvar strategy whatever the strategies in force (the
+// device-list strategies are the device plugin's), without CDI device
+// names of the device plugin's kind and without a load socket (DRA claims
+// have none).
+func (v *View) Claim(uuids map[int]string, devs []gpuset.Device) (Container, error) {
+	return v.answer(uuids, 0, nil, devs, true, false)
+}
+
+func (v *View) answer(uuids map[int]string, seq uint64, envs map[string]string, devs []gpuset.Device, envvar, withCDI bool) (Container, error) {
 	m := v.set.Machine()
 	gpus := v.set.GPUs(devs)
 	var spec Container
@@ -146,7 +160,7 @@ func (v *View) Answer(uuids map[int]string, seq uint64, envs map[string]string, 
 			spec.Envs[envVisibleDevices] = list
 		}
 	}
-	if v.envvar {
+	if envvar {
 		if v.cfg.NvidiaSMI {
 			spec.Mounts = append(spec.Mounts, Mount{ContainerPath: nvidiaSMIContainerPath, HostPath: v.smiHost, ReadOnly: true})
 		}
@@ -165,7 +179,7 @@ func (v *View) Answer(uuids map[int]string, seq uint64, envs map[string]string, 
 	if envs[loadsock.EnvSocket] != "" {
 		spec.Mounts = append(spec.Mounts, Mount{ContainerPath: loadsock.ContainerDir, HostPath: loadsock.HostDir(v.cfg.LoadSocketDir, seq), ReadOnly: true})
 	}
-	if v.cdi {
+	if withCDI {
 		ids := make([]string, len(gpus))
 		for k, i := range gpus {
 			ids[k] = topology.GPUID(i)

@@ -66,7 +66,7 @@ func CheckFile(t testing.TB, path string) {
 // Damage overwrites the value of one record in the closed state file at
 // path with bbolt directly, bypassing the store, as bit rot or a foreign
 // writer would: bucket is "devices" (key: the device id), "allocations",
-// "health_events" or "config_events" (key: SeqKey(n)). It fails the test if
+// "health_events", "config_events" or "claims" (key: SeqKey(n)). It fails the test if
 // the file cannot be written or the bucket is missing. The next read-write
 // store.Open moves the record into quarantine; a read-only one reports it
 // (see Store.Damaged).
@@ -89,6 +89,6 @@ func Damage(t testing.TB, path, bucket string, key, value []byte) {
 	}
 }
 
-// SeqKey is the key of the allocation record or health event with
-// sequence number n.
+// SeqKey is the key of the allocation record, claim record, health event
+// or configuration event with sequence number n.
 func SeqKey(n uint64) []byte { return binary.BigEndian.AppendUint64(nil, n) }

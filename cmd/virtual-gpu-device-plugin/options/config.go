@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/agent"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/dra/endpoint"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 )
@@ -23,6 +24,9 @@ type Config struct {
 	// telemetry's load model (Telemetry) and the fault plan (Faults).
 	agent.Config
 
+	// DRA is the DRA driver's name and the kubelet's directories it
+	// registers and serves in (-kubelet-api=dra).
+	DRA endpoint.Config
 	// DevicePluginPath is the kubelet's device-plugin directory, clean
 	// (default /var/lib/kubelet/device-plugins).
 	DevicePluginPath string

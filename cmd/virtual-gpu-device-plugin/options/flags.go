@@ -15,6 +15,8 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/agent"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/dra/endpoint"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/podresources"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view"
@@ -98,6 +100,18 @@ type Settings struct {
 	// ResourceName is registered with the kubelet (-resource-name, default
 	// unicore.mcyou.cc/gpu).
 	ResourceName string
+	// KubeletAPI is device-plugin or dra (-kubelet-api, default
+	// device-plugin).
+	KubeletAPI string
+	// DRADriverName is the DRA driver's name (-dra-driver-name, default
+	// gpu.unicore.mcyou.cc).
+	DRADriverName string
+	// KubeletRegistryDir is the kubelet's plugin registration directory
+	// (-kubelet-registry-dir, default /var/lib/kubelet/plugins_registry).
+	KubeletRegistryDir string
+	// KubeletPluginsDir is the kubelet's plugins directory
+	// (-kubelet-plugins-dir, default /var/lib/kubelet/plugins).
+	KubeletPluginsDir string
 	// DevicePluginPath is the kubelet's device-plugin directory
 	// (-device-plugin-path, default /var/lib/kubelet/device-plugins).
 	DevicePluginPath string
@@ -245,6 +259,10 @@ func newFlagSet(s *Settings, b *bootstrap) *flag.FlagSet {
 	fs.BoolVar(&b.labelNode, "label-node", false, "keep this node's GPU labels (unicore.mcyou.cc/gpu.*) up to date, as NVIDIA's GPU feature discovery does; needs -node-name")
 	fs.IntVar(&s.Devices, "devices", DefaultDevices, "number of virtual GPUs, named fake-0 … fake-N-1 (1–1024)")
 	fs.StringVar(&s.ResourceName, "resource-name", DefaultResourceName, "extended resource `name` registered with the kubelet (<domain>/<name>)")
+	fs.StringVar(&s.KubeletAPI, "kubelet-api", string(agent.KubeletAPIDevicePlugin), "the kubelet `API` the GPUs are served through: device-plugin (an extended resource, Allocate) or dra (ResourceSlices and ResourceClaims; needs -node-name and API access)")
+	fs.StringVar(&s.DRADriverName, "dra-driver-name", endpoint.DefaultDriverName, "the DRA driver's `name` (-kubelet-api=dra): the domain of its attributes, DeviceClass and device taints")
+	fs.StringVar(&s.KubeletRegistryDir, "kubelet-registry-dir", endpoint.DefaultRegistryDir, "the kubelet's plugin registration `directory` (-kubelet-api=dra)")
+	fs.StringVar(&s.KubeletPluginsDir, "kubelet-plugins-dir", endpoint.DefaultPluginsDir, "the kubelet's plugins `directory`; the DRA driver's socket is in <dir>/<driver-name> (-kubelet-api=dra)")
 	fs.StringVar(&s.DevicePluginPath, "device-plugin-path", DefaultDevicePluginPath, "kubelet device-plugin `directory` (holds kubelet.sock and the plugin's socket)")
 	fs.StringVar(&s.SocketName, "socket-name", DefaultSocketName, "file `name` of the plugin's socket in -device-plugin-path")
 	fs.StringVar(&s.LogLevel, "log-level", "info", "log `level`: "+strings.Join(logLevelNames, ", "))

@@ -591,12 +591,18 @@ func TestSchema_BoundsAreValidatesBounds(t *testing.T) {
 // kebab turns a file key into its flag's name: resourceName → resource-name.
 func kebab(key string) string {
 	var b strings.Builder
-	for _, r := range key {
-		if r >= 'A' && r <= 'Z' {
-			b.WriteByte('-')
+	upper := func(i int) bool { return i < len(key) && key[i] >= 'A' && key[i] <= 'Z' }
+	for i := range len(key) {
+		r := key[i]
+		if upper(i) {
+			// A capital starts a word, unless it continues an acronym
+			// (kubeletAPI is kubelet-api).
+			if i > 0 && !upper(i-1) {
+				b.WriteByte('-')
+			}
 			r += 'a' - 'A'
 		}
-		b.WriteRune(r)
+		b.WriteByte(r)
 	}
 	return b.String()
 }

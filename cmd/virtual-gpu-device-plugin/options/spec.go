@@ -48,6 +48,10 @@ type flagsSpec struct {
 	Devices                       *int        `yaml:"devices" flag:"devices" profile:"allow" min:"1" max:"1024"`
 	Topology                      *string     `yaml:"topology" flag:"topology" profile:"allow"`
 	ResourceName                  *string     `yaml:"resourceName" flag:"resource-name" profile:"allow"`
+	KubeletAPI                    *string     `yaml:"kubeletAPI" flag:"kubelet-api" profile:"allow"`
+	DRADriverName                 *string     `yaml:"draDriverName" flag:"dra-driver-name" profile:"path"`
+	KubeletRegistryDir            *string     `yaml:"kubeletRegistryDir" flag:"kubelet-registry-dir" profile:"path"`
+	KubeletPluginsDir             *string     `yaml:"kubeletPluginsDir" flag:"kubelet-plugins-dir" profile:"path"`
 	AllocationPolicy              *string     `yaml:"allocationPolicy" flag:"allocation-policy" profile:"allow"`
 	SharedDevicesAllocationPolicy *string     `yaml:"sharedDevicesAllocationPolicy" flag:"shared-devices-allocation-policy" profile:"allow"`
 	DeviceListStrategy            *stringList `yaml:"deviceListStrategy" flag:"device-list-strategy" profile:"allow"`

@@ -16,8 +16,10 @@ import (
 
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/agent"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/faults"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
@@ -40,6 +42,8 @@ var numaReportNames = []string{"auto", "always", "never"}
 // rules Validate applies and the enums of the JSON Schema.
 func enums(flagName string) []string {
 	switch flagName {
+	case "kubelet-api":
+		return kubeletAPINames()
 	case "log-level":
 		return logLevelNames
 	case "log-format":
@@ -104,6 +108,9 @@ func (s Settings) Validate() (*Config, error) {
 		return nil, s.bad("resource-name", s.ResourceName, "%w", err)
 	}
 	c.GPUs.ResourceName = s.ResourceName
+	if err := s.validateKubeletAPI(c); err != nil {
+		return nil, err
+	}
 	if !filepath.IsAbs(s.DevicePluginPath) {
 		return nil, s.bad("device-plugin-path", s.DevicePluginPath, "must be an absolute path")
 	}
@@ -255,6 +262,9 @@ func (s Settings) Validate() (*Config, error) {
 	if advertised > maxAdvertised {
 		return nil, s.bad("replicas", s.Replicas, "%d GPUs shared %d ways are %d devices; at most %d fit the kubelet's ListAndWatch message",
 			c.GPUs.Machine.Len(), c.GPUs.Sharing.Replicas, advertised, maxAdvertised)
+	}
+	if err := s.checkDRA(c); err != nil {
+		return nil, err
 	}
 	if f := s.file; f != nil {
 		c.Profile, c.File, c.Ignored = f.Profile, f.Path, f.Ignored
@@ -665,4 +675,54 @@ func AdminSocketPath(flagValue, statePath string) (string, error) {
 		return "", fmt.Errorf("%s is %d bytes, unix sockets allow %d", p, len(p), maxSocketPath)
 	}
 	return p, nil
+}
+
+// kubeletAPINames are the accepted -kubelet-api values.
+func kubeletAPINames() []string {
+	out := make([]string, len(agent.KubeletAPIs))
+	for i, a := range agent.KubeletAPIs {
+		out[i] = string(a)
+	}
+	return out
+}
+
+// checkDRA refuses, with -kubelet-api=dra, what only the device plugin
+// serves: time-slicing replicas (a DRA device is a whole GPU; pods share a
+// GPU by sharing a claim) and the per-allocation load sockets of
+// -telemetry-writable (a claim has no allocation record to name one).
+func (s *Settings) checkDRA(c *Config) error {
+	if c.KubeletAPI != agent.KubeletAPIDRA {
+		return nil
+	}
+	if c.GPUs.Sharing.Enabled() {
+		return s.bad("replicas", c.GPUs.Sharing.Replicas, "time-slicing replicas are served through the device plugin only, not with %s=dra: "+
+			"through DRA, pods share a GPU by sharing a ResourceClaim", s.name("kubelet-api"))
+	}
+	if c.Telemetry.Writable {
+		return s.bad("telemetry-writable", true, "the per-allocation load sockets are served through the device plugin only, not with %s=dra", s.name("kubelet-api"))
+	}
+	return nil
+}
+
+// validateKubeletAPI checks -kubelet-api and the DRA driver's name and
+// directories (checked whatever the mode: a profile may turn DRA on).
+func (s *Settings) validateKubeletAPI(c *Config) error {
+	if !slices.Contains(kubeletAPINames(), s.KubeletAPI) {
+		return s.bad("kubelet-api", s.KubeletAPI, "must be one of %s", strings.Join(kubeletAPINames(), ", "))
+	}
+	c.KubeletAPI = agent.KubeletAPI(s.KubeletAPI)
+	if errs := validation.IsDNS1123Subdomain(s.DRADriverName); len(errs) > 0 {
+		return s.bad("dra-driver-name", s.DRADriverName, "must be a DNS subdomain in lower case, as a DRA driver's name is (%s)", strings.Join(errs, "; "))
+	}
+	c.DRA.DriverName = s.DRADriverName
+	for _, d := range []struct {
+		flag, value string
+		dst         *string
+	}{{"kubelet-registry-dir", s.KubeletRegistryDir, &c.DRA.RegistryDir}, {"kubelet-plugins-dir", s.KubeletPluginsDir, &c.DRA.PluginsDir}} {
+		if !filepath.IsAbs(d.value) {
+			return s.bad(d.flag, d.value, "must be an absolute path")
+		}
+		*d.dst = filepath.Clean(d.value)
+	}
+	return nil
 }

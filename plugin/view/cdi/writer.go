@@ -82,20 +82,29 @@ func NewWriter(dir string, kind Kind, owner Owner) (*Writer, error) {
 	if owner.ID == "" {
 		return nil, fmt.Errorf("cdi spec writer: no owner: %w", ErrInvalidConfig)
 	}
+	if err := makeSpecDir(dir); err != nil {
+		return nil, err
+	}
+	return &Writer{dir: dir, kind: kind, owner: owner}, nil
+}
+
+// makeSpecDir creates the spec directory dir with its parents if needed
+// (see NewWriter).
+func makeSpecDir(dir string) error {
 	if err := checkPath(dir); err != nil {
-		return nil, fmt.Errorf("cdi spec directory: %w", err)
+		return fmt.Errorf("cdi spec directory: %w", err)
 	}
 	_, statErr := os.Stat(dir)
 	if err := os.MkdirAll(dir, DirMode); err != nil {
-		return nil, fmt.Errorf("create cdi spec directory %q: %w", dir, err)
+		return fmt.Errorf("create cdi spec directory %q: %w", dir, err)
 	}
 	if errors.Is(statErr, fs.ErrNotExist) {
 		// Created here: give it DirMode whatever the umask.
 		if err := os.Chmod(dir, DirMode); err != nil {
-			return nil, fmt.Errorf("set mode %v on cdi spec directory %q: %w", DirMode, dir, err)
+			return fmt.Errorf("set mode %v on cdi spec directory %q: %w", DirMode, dir, err)
 		}
 	}
-	return &Writer{dir: dir, kind: kind, owner: owner}, nil
+	return nil
 }
 
 // Dir returns the spec directory.
@@ -132,51 +141,57 @@ func (w *Writer) Write(cfg Config) error {
 	if err != nil {
 		return err
 	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return writeOwned(w.dir, w.Path(), w.tmpPrefix(), w.owner, spec)
+}
+
+// writeOwned makes the spec the content of the file final in dir, behind
+// the owner mark (see Writer.Write), its temporary file named with
+// tmpPrefix.
+func writeOwned(dir, final, tmpPrefix string, owner Owner, spec *specs.Spec) error {
 	body, err := Marshal(spec)
 	if err != nil {
 		return err
 	}
-	data := append([]byte(markIntro+ownerPrefix+strconv.Quote(w.owner.ID)+"\n"), body...)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	final := w.Path()
+	data := append([]byte(markIntro+ownerPrefix+strconv.Quote(owner.ID)+"\n"), body...)
 	old, err := os.ReadFile(final)
 	switch {
 	case err == nil && bytes.Equal(old, data):
 		return nil
 	case err == nil:
-		if err := w.checkOwner(final, old); err != nil {
+		if err := checkOwner(owner, final, old); err != nil {
 			return err
 		}
 	case !errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("read cdi spec: %w", err)
 	}
-	if err := w.replace(final, data); err != nil {
+	if err := replace(final, tmpPrefix, data); err != nil {
 		return err
 	}
-	return w.syncDir()
+	return syncDir(dir)
 }
 
 // checkOwner returns nil if the spec file at path, whose content is old,
-// may be replaced: its mark names w's owner, or it has none and the owner
-// adopts it. Otherwise an error wrapping ErrForeignSpec names the file and
-// its owner.
-func (w *Writer) checkOwner(path string, old []byte) error {
-	owner, marked, err := ownerOf(old)
+// may be replaced: its mark names owner, or it has none and owner adopts
+// it. Otherwise an error wrapping ErrForeignSpec names the file and its
+// owner.
+func checkOwner(owner Owner, path string, old []byte) error {
+	id, marked, err := ownerOf(old)
 	switch {
 	case err != nil:
 		return fmt.Errorf("cdi spec %s: unreadable owner mark (%w): %w", path, err, ErrForeignSpec)
-	case marked && owner == w.owner.ID:
+	case marked && id == owner.ID:
 		return nil
 	case marked:
-		return fmt.Errorf("cdi spec %s is owned by %q, not by %q: %w", path, owner, w.owner.ID, ErrForeignSpec)
+		return fmt.Errorf("cdi spec %s is owned by %q, not by %q: %w", path, id, owner.ID, ErrForeignSpec)
 	}
 	var spec specs.Spec
 	if err := yaml.Unmarshal(old, &spec); err != nil {
-		return fmt.Errorf("cdi spec %s has no owner mark and is not %q's (not a CDI spec: %w): %w", path, w.owner.ID, err, ErrForeignSpec)
+		return fmt.Errorf("cdi spec %s has no owner mark and is not %q's (not a CDI spec: %w): %w", path, owner.ID, err, ErrForeignSpec)
 	}
-	if w.owner.Adopt == nil || !w.owner.Adopt(&spec) {
-		return fmt.Errorf("cdi spec %s has no owner mark and is not %q's (kind %q): %w", path, w.owner.ID, spec.Kind, ErrForeignSpec)
+	if owner.Adopt == nil || !owner.Adopt(&spec) {
+		return fmt.Errorf("cdi spec %s has no owner mark and is not %q's (kind %q): %w", path, owner.ID, spec.Kind, ErrForeignSpec)
 	}
 	return nil
 }
@@ -200,10 +215,10 @@ func ownerOf(data []byte) (id string, marked bool, err error) {
 	return "", false, nil
 }
 
-// replace writes data into a temporary file, validates it with the CDI
-// library and renames it over final; w.mu is held.
-func (w *Writer) replace(final string, data []byte) error {
-	err := atomicfile.Replace(final, atomicfile.Options{Prefix: w.tmpPrefix(), Mode: FileMode, Check: func(tmp string) error {
+// replace writes data into a temporary file named with tmpPrefix,
+// validates it with the CDI library and renames it over final.
+func replace(final, tmpPrefix string, data []byte) error {
+	err := atomicfile.Replace(final, atomicfile.Options{Prefix: tmpPrefix, Mode: FileMode, Check: func(tmp string) error {
 		if _, err := cdilib.ReadSpec(tmp, 0); err != nil {
 			return fmt.Errorf("load with the cdi library: %w: %w", ErrInvalidSpec, err)
 		}
@@ -216,8 +231,8 @@ func (w *Writer) replace(final string, data []byte) error {
 }
 
 // syncDir flushes the directory, making the rename durable.
-func (w *Writer) syncDir() error {
-	if err := atomicfile.SyncDir(w.dir); err != nil {
+func syncDir(dir string) error {
+	if err := atomicfile.SyncDir(dir); err != nil {
 		return fmt.Errorf("cdi spec: %w", err)
 	}
 	return nil

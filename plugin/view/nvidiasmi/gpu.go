@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 // gpu is one GPU of the container, at position pos (its index inside the
@@ -97,29 +98,16 @@ func (g *gpu) pcieGen() (int, bool) {
 	}
 }
 
-// brand is nvidia-smi's Product Brand.
-func (g *gpu) brand() string {
-	p := g.st.Product
-	switch {
-	case strings.HasPrefix(p, "Tesla"):
-		return "Tesla"
-	case strings.Contains(p, "GeForce"):
-		return "GeForce"
-	case strings.Contains(p, "RTX"):
-		return "NVIDIA RTX"
-	}
-	return "NVIDIA"
-}
+// brand is nvidia-smi's Product Brand (topology.Brand).
+func (g *gpu) brand() string { return topology.Brand(g.st.Product) }
 
-// architecture is nvidia-smi's Product Architecture.
+// architecture is nvidia-smi's Product Architecture (topology.Architecture),
+// N/A for none.
 func (g *gpu) architecture() string {
-	switch g.st.Family {
-	case "ada-lovelace":
-		return "Ada Lovelace"
-	case "":
-		return "N/A"
+	if a := topology.Architecture(g.st.Family); a != "" {
+		return a
 	}
-	return strings.ToUpper(g.st.Family[:1]) + g.st.Family[1:]
+	return "N/A"
 }
 
 // deviceIDs are the PCI device ids (device<<16 | vendor 10DE) of the

@@ -46,11 +46,24 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- end }}
 {{- end }}
 
-{{/* "true" when the plugin uses the Kubernetes API: to label its Node, or to read the
-     label that picks its profile. Else "". */}}
+{{/* "true" when the plugin uses the Kubernetes API: to label its Node, to read the
+     label that picks its profile, or to serve DRA. Else "". */}}
 {{- define "vgpu.usesAPI" -}}
-{{- if or .Values.labelNode .Values.profiles }}true{{ end }}
+{{- if or .Values.labelNode .Values.profiles (include "vgpu.usesDRA" .) }}true{{ end }}
 {{- end }}
+
+{{/* "true" when a node may serve its GPUs through DRA: kubeletAPI dra, or a profile with
+     flags.kubeletAPI dra. Else "". */}}
+{{- define "vgpu.usesDRA" -}}
+{{- $dra := eq .Values.kubeletAPI "dra" }}
+{{- range $name, $profile := .Values.profiles }}
+{{- if eq (toString (dig "flags" "kubeletAPI" "" ($profile | default dict))) "dra" }}{{ $dra = true }}{{ end }}
+{{- end }}
+{{- if $dra }}true{{ end }}
+{{- end }}
+
+{{/* The DRA driver's name the plugin has without -dra-driver-name. */}}
+{{- define "vgpu.defaultDRADriverName" -}}gpu.unicore.mcyou.cc{{- end }}
 
 {{/* Where the profiles ConfigMap is mounted: the -config directory. */}}
 {{- define "vgpu.profilesDir" -}}/etc/virtual-gpu/profiles{{- end }}
@@ -60,8 +73,30 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- printf "%s/pod-resources" (trimSuffix "/" .Values.kubeletRootDir) }}
 {{- end }}
 
+{{/* The kubelet's plugin registration directory (-kubelet-registry-dir), under its root
+     directory: its plugin watcher finds the DRA driver's registration socket there. */}}
+{{- define "vgpu.pluginsRegistryDir" -}}
+{{- printf "%s/plugins_registry" (trimSuffix "/" .Values.kubeletRootDir) }}
+{{- end }}
+
+{{/* The kubelet's plugins directory (-kubelet-plugins-dir), under its root directory. */}}
+{{- define "vgpu.pluginsDir" -}}
+{{- printf "%s/plugins" (trimSuffix "/" .Values.kubeletRootDir) }}
+{{- end }}
+
+{{/* The DRA driver's socket directory: <plugins directory>/<driver name>. */}}
+{{- define "vgpu.draPluginDir" -}}
+{{- printf "%s/%s" (include "vgpu.pluginsDir" .) .Values.dra.driverName }}
+{{- end }}
+
+{{/* The DeviceClass's name. */}}
+{{- define "vgpu.deviceClassName" -}}
+{{- .Values.dra.deviceClass.name | default .Values.dra.driverName }}
+{{- end }}
+
 {{/* The plugin's args: the machine or the profiles, metrics, labelling, telemetry, the
-     PodResources socket when it moved, extraArgs. */}}
+     PodResources socket when it moved, the kubelet API and DRA's settings where they are
+     not the plugin's defaults, extraArgs. */}}
 {{- define "vgpu.args" -}}
 {{- if .Values.profiles }}
 - -config={{ include "vgpu.profilesDir" . }}
@@ -100,6 +135,18 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- if ne (include "vgpu.podResourcesDir" .) "/var/lib/kubelet/pod-resources" }}
 - -pod-resources-socket={{ include "vgpu.podResourcesDir" . }}/kubelet.sock
 {{- end }}
+{{- if eq .Values.kubeletAPI "dra" }}
+- -kubelet-api=dra
+{{- end }}
+{{- if include "vgpu.usesDRA" . }}
+{{- if ne .Values.dra.driverName (include "vgpu.defaultDRADriverName" .) }}
+- -dra-driver-name={{ .Values.dra.driverName }}
+{{- end }}
+{{- if ne (include "vgpu.pluginsRegistryDir" .) "/var/lib/kubelet/plugins_registry" }}
+- -kubelet-registry-dir={{ include "vgpu.pluginsRegistryDir" . }}
+- -kubelet-plugins-dir={{ include "vgpu.pluginsDir" . }}
+{{- end }}
+{{- end }}
 {{- range .Values.extraArgs }}
 - {{ . | quote }}
 {{- end }}
@@ -120,6 +167,10 @@ telemetry-seed: telemetry.seed
 telemetry-per-pod: telemetry.perPod
 telemetry-writable: telemetry.writable
 pod-resources-socket: kubeletRootDir
+kubelet-api: kubeletAPI
+dra-driver-name: dra.driverName
+kubelet-registry-dir: kubeletRootDir
+kubelet-plugins-dir: kubeletRootDir
 log-format: logFormat
 log-level: logLevel
 {{- end }}
@@ -130,6 +181,7 @@ log-level: logLevel
 - devices
 - topology
 - resource-name
+- kubelet-api
 - allocation-policy
 - shared-devices-allocation-policy
 - device-list-strategy
@@ -143,6 +195,7 @@ log-level: logLevel
 - telemetry-seed
 - telemetry-per-pod
 - telemetry-writable
+- kubelet-api
 {{- end }}
 
 {{/* Checks of the values that the schema cannot express; each fails with what to change. */}}
@@ -169,6 +222,9 @@ log-level: logLevel
 {{- if not (kindIs "invalid" .Values.devices) }}
 {{- fail (printf "devices %v with profiles: -devices would override every profile; set flags.devices in the profiles instead" .Values.devices) }}
 {{- end }}
+{{- end }}
+{{- if and $profiles (eq .Values.kubeletAPI "dra") }}
+{{- fail "kubeletAPI dra with profiles: -kubelet-api would override every profile; set flags.kubeletAPI: dra in the profiles of the nodes that serve DRA instead" }}
 {{- end }}
 {{- if and .Values.telemetry.enabled (eq (int64 .Values.telemetry.port) (int64 .Values.metrics.port)) }}
 {{- fail (printf "telemetry.port and metrics.port are both %v: they are two listeners" .Values.metrics.port) }}
