@@ -30,6 +30,10 @@ import (
 // and its kube-controller-manager runs the resourceclaim controller, which creates a pod's claims from
 // its ResourceClaimTemplates and deletes them after the pod.
 
+// DRARegisteredLog is the message the plugin logs (JSON) each time the kubelet registers it as a DRA
+// driver (NotifyRegistrationStatus, registered).
+const DRARegisteredLog = "registered with the kubelet"
+
 // ClaimName is the name NewClaimPod gives the pod's claim (pod.spec.resourceClaims[].name) and the
 // request NewResourceClaim and NewResourceClaimTemplate give their one device request.
 const ClaimName = "gpus"
@@ -477,6 +481,12 @@ func (c *Cluster) waitDRAPluginReady(ctx context.Context, p *Plugin, timeout tim
 	deadline := time.Now().Add(timeout)
 	if err := c.WaitDRAPluginRegistered(ctx, p, timeout); err != nil {
 		return time.Time{}, err
+	}
+	// The kubelet's metric names the registration socket, whose path a restarted driver reuses: it
+	// still lists a killed driver until its reconciler notices. The driver's own log says when the
+	// kubelet registered this process.
+	if _, err := p.WaitLog(ctx, time.Until(deadline), DRARegisteredLog, 1); err != nil {
+		return time.Time{}, fmt.Errorf("wait for node %s's kubelet to register the DRA plugin process (log %s): %w", p.Node.Name, p.LogPath, err)
 	}
 	var seenAt time.Time
 	err := poll(ctx, time.Until(deadline), 50*time.Millisecond, func() (bool, string, error) {
