@@ -104,8 +104,8 @@ func waitPodResourceHealth(t *testing.T, c *cluster.Cluster, pod *corev1.Pod, id
 // fake-1 unhealthy --reason "XID 79"` puts the device taint gpu.unicore.mcyou.cc/xid=79:NoSchedule on
 // fake-1 in the slice (figure: health set → taint visible, goal ≤ 1 s, logged, not asserted); the pod
 // keeps running and its status shows fake-1 Unhealthy with the reason
-// (containerStatuses[].allocatedResourcesStatus, ResourceHealthStatus; that part skipped, naming the
-// gate, when the kubelet has it off; the kubelet names the entry by the first CDI id the driver returned
+// (containerStatuses[].allocatedResourcesStatus, ResourceHealthStatus, the reason with
+// ResourceHealthStatusMessage; each part skipped, naming the gate, when the kubelet has it off; the kubelet names the entry by the first CDI id the driver returned
 // for the device, see claimDeviceResourceIDs); once that pod is gone, a 3-GPU claim gets the other three and a
 // claim for fake-1 stays unschedulable; `health set fake-1 healthy` removes the taint and the waiting
 // claim is allocated fake-1 and its pod runs.
@@ -117,8 +117,13 @@ func TestDRA_Health(t *testing.T) {
 	node, p := draNode(t, c, "vgpu-e2e-dra-health", cluster.PluginOptions{}, 4)
 	const sick = "fake-1"
 	one := claimTemplate("dra-health-fake-1", 1, "", indexIs(1))
-	applyDRA(t, c, one)
-	podA, rcA, devs, _ := claimPodRun(t, c, node, "dra-health-holder", cluster.PodClaim{ResourceClaimTemplateName: one.Name}, draScript)
+	// The holder's claim is a ResourceClaim named as the pod's claim: a v1.34 kubelet fills
+	// allocatedResourcesStatus only for a claim whose ResourceClaim has the name of the container's
+	// claim (it compares the two), never for one from a template.
+	held := cluster.NewResourceClaim(metav1.NamespaceDefault, cluster.ClaimName, draClassName, 1)
+	setClaimSpec(&held.Spec, "", indexIs(1))
+	applyDRA(t, c, one, held)
+	podA, rcA, devs, _ := claimPodRun(t, c, node, "dra-health-holder", cluster.PodClaim{ResourceClaimName: held.Name}, draScript)
 	if !slices.Equal(devs, []string{sick}) {
 		t.Fatalf("claim %s allocated %v, want [%s]", rcA.Name, devs, sick)
 	}
@@ -150,14 +155,24 @@ func TestDRA_Health(t *testing.T) {
 		got, took := waitPodResourceHealth(t, c, podA, claimDeviceResourceIDs(rcA, sick), corev1.ResourceHealthStatusUnhealthy)
 		_, msg := podResourceHealth(got, claimDeviceResourceIDs(rcA, sick))
 		t.Logf("timing: health set -> pod status shows %s Unhealthy (%q): %s after the taint", sick, msg, took.Round(time.Millisecond))
-		if !strings.Contains(msg, "XID 79") {
-			t.Errorf("pod %s: %s unhealthy with message %q, want the reason XID 79", podA.Name, sick, msg)
+		// The message only with ResourceHealthStatusMessage (v1.36 on; v1.34 has no such gate).
+		if withMsg, err := node.KubeletFeatureEnabled(t.Context(), "ResourceHealthStatusMessage"); err == nil && withMsg {
+			if !strings.Contains(msg, "XID 79") {
+				t.Errorf("pod %s: %s unhealthy with message %q, want the reason XID 79", podA.Name, sick, msg)
+			}
+		} else {
+			t.Logf("the message not checked: feature gate ResourceHealthStatusMessage is off in the kubelet (%v)", err)
 		}
 	} else {
 		t.Logf("skipped: the pod status's allocatedResourcesStatus: feature gate ResourceHealthStatus is off in the kubelet")
 	}
 	checkClaimPodRunning(t, c, podA, []string{sick})
-	deletePodAndClaim(t, c, podA, rcA)
+	if err := c.DeletePod(t.Context(), 40*time.Second, podA.Namespace, podA.Name); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(t.Context(), 30*time.Second, held); err != nil {
+		t.Fatal(err)
+	}
 
 	three := claimTemplate("dra-health-three", 3, "")
 	applyDRA(t, c, three)
