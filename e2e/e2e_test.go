@@ -140,7 +140,10 @@ func startPluginN(t *testing.T, c *cluster.Cluster, opts cluster.PluginOptions, 
 	return startNodePlugin(t, c, c.Node, opts, n)
 }
 
-// startNodePlugin is startPluginN for the plugin of a given node.
+// startNodePlugin is startPluginN for the plugin of a given node. With opts.KubeletAPI
+// cluster.KubeletAPIDRA it starts the plugin as that node's DRA driver and waits until the kubelet has
+// registered it and its ResourceSlices show n devices (the node should run containerd 2, for CDI:
+// addContainerd2Node); at cleanup it waits until the kubelet has unregistered it.
 func startNodePlugin(t *testing.T, c *cluster.Cluster, node *cluster.Node, opts cluster.PluginOptions, n int64) *cluster.Plugin {
 	t.Helper()
 	if pluginErr != nil {
@@ -156,12 +159,12 @@ func startNodePlugin(t *testing.T, c *cluster.Cluster, node *cluster.Node, opts 
 	if _, err := c.WaitPluginReady(t.Context(), p, 30*time.Second, n); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("timing: plugin start -> node %s allocatable %d: %s", node.Name, n, time.Since(start).Round(time.Millisecond))
+	t.Logf("timing: plugin start (%s) -> node %s serves %d devices: %s", p.KubeletAPI, node.Name, n, time.Since(start).Round(time.Millisecond))
 	return p
 }
 
 // stopPlugin stops p with SIGTERM (it must exit 0) unless it already exited, and waits until its
-// node's allocatable is 0.
+// node's kubelet noticed: a device plugin's allocatable is 0, a DRA plugin is no longer registered.
 func stopPlugin(t *testing.T, c *cluster.Cluster, p *cluster.Plugin) {
 	t.Helper()
 	if p.Exited() {
@@ -172,6 +175,12 @@ func stopPlugin(t *testing.T, c *cluster.Cluster, p *cluster.Plugin) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if p.KubeletAPI == cluster.KubeletAPIDRA {
+		if err := c.WaitDRAPluginUnregistered(ctx, p, 20*time.Second); err != nil {
+			t.Errorf("after the plugin stopped: %v", err)
+		}
+		return
+	}
 	if _, err := p.Node.WaitNodeAllocatable(ctx, 20*time.Second, 0); err != nil {
 		t.Errorf("after the plugin stopped: %v", err)
 	}

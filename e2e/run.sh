@@ -15,6 +15,9 @@
 #   VGPU_E2E_CACHE   cache of built Kubernetes binaries and of the process registry
 #                    (default /var/cache/virtual-gpu-e2e; survives between runs and fresh clones)
 #   VGPU_E2E_KEEP=1  keep the cluster's temp dir (all process logs) after the run
+#   VGPU_E2E_K8S_VERSION  Kubernetes release of the cluster, e.g. v1.34.4 (`make e2e K8S_VERSION=…`);
+#                    unset: the k8s.io/kubernetes version go.mod pins. Another version is built once
+#                    (15-25 min on 2 cores) into the cache, keyed by version.
 #
 # The first run builds the kubelet, kube-apiserver, kube-scheduler and kube-controller-manager from the
 # Go module proxy (measured 13.3 min on 2 cores with empty Go caches for the first two, 10-15 min

@@ -62,6 +62,40 @@ type DumpDoc struct {
 	Allocations  []DumpAllocation  `json:"allocations"`
 	HealthEvents []DumpHealthEvent `json:"healthEvents"`
 	ConfigEvents []DumpConfigEvent `json:"configEvents"`
+	// Claims are the claims a DRA driver prepared (absent on a device-plugin node), newest first.
+	Claims []DumpClaim `json:"claims"`
+}
+
+// DumpClaim is one claim record of DumpDoc (a DRA driver's).
+type DumpClaim struct {
+	Seq          uint64              `json:"seq"`
+	UID          string              `json:"uid"`
+	Namespace    string              `json:"namespace"`
+	Name         string              `json:"name"`
+	DeviceIDs    []string            `json:"deviceIDs"`
+	Envs         map[string]string   `json:"envs"`
+	ReservedFor  []DumpClaimConsumer `json:"reservedFor"`
+	State        string              `json:"state"`
+	PreparedAt   time.Time           `json:"preparedAt"`
+	UnpreparedAt time.Time           `json:"unpreparedAt"`
+}
+
+// DumpClaimConsumer is a consumer a claim was reserved for when prepared.
+type DumpClaimConsumer struct {
+	Resource string `json:"resource"`
+	Name     string `json:"name"`
+	UID      string `json:"uid"`
+}
+
+// ClaimsOf returns the claim records of the claim uid, newest first.
+func (d *DumpDoc) ClaimsOf(uid string) []DumpClaim {
+	var out []DumpClaim
+	for _, c := range d.Claims {
+		if c.UID == uid {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // DumpSource says where a dump was read: Type "plugin" (the running plugin's admin socket at Path) or
@@ -91,6 +125,10 @@ type DumpHolder struct {
 	Namespace string `json:"namespace"`
 	Pod       string `json:"pod"`
 	Container string `json:"container"`
+	// Claim, ClaimUID and Pods name a DRA claim holding the device (State "prepared").
+	Claim    string   `json:"claim"`
+	ClaimUID string   `json:"claimUID"`
+	Pods     []string `json:"pods"`
 }
 
 // DumpAllocation is one allocation record of DumpDoc.

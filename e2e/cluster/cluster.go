@@ -10,6 +10,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"maps"
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
@@ -34,6 +35,15 @@ type Options struct {
 	CacheDir string
 	// ModuleDir is the e2e module's directory. Default: ModuleDir().
 	ModuleDir string
+	// KubernetesVersion is the version (v1.Y.Z) of the Kubernetes binaries, built when the cache lacks
+	// them (see EnsureKubeBinariesVersion). Default: WantedKubernetesVersion(ModuleDir), i.e.
+	// $VGPU_E2E_K8S_VERSION or the e2e go.mod's pin.
+	KubernetesVersion string
+	// FeatureGates are set on kube-apiserver, kube-scheduler, kube-controller-manager (--feature-gates)
+	// and every kubelet (featureGates in its config), e.g. to turn on on an older version a DRA feature
+	// that is off there by default. A gate the version does not know makes the component fail to start.
+	// Default: ParseFeatureGates($VGPU_E2E_FEATURE_GATES); nil or empty: the version's defaults.
+	FeatureGates map[string]bool
 	// Nodes are the cluster's nodes, one kubelet (with its own containerd and mount namespace) each.
 	// Default: one node named DefaultNodeName. make([]NodeOptions, n) gives n nodes with default names.
 	Nodes []NodeOptions
@@ -78,6 +88,8 @@ type Cluster struct {
 	Client     kubernetes.Interface
 	// Binaries are the Kubernetes binaries in use.
 	Binaries Binaries
+	// FeatureGates are the feature gates set on every component (Options.FeatureGates); nil: none.
+	FeatureGates map[string]bool
 
 	moduleDir   string
 	cacheDir    string
@@ -132,6 +144,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.FeatureGates == nil {
+		if opts.FeatureGates, err = ParseFeatureGates(os.Getenv(EnvFeatureGates)); err != nil {
+			return nil, fmt.Errorf("%s: %w", EnvFeatureGates, err)
+		}
+	}
 	log := opts.Log
 	begin := time.Now()
 	if !opts.SkipPackageInstall {
@@ -139,7 +156,12 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 			return nil, err
 		}
 	}
-	bins, err := EnsureKubeBinaries(ctx, opts.ModuleDir, opts.CacheDir, log)
+	if opts.KubernetesVersion == "" {
+		if opts.KubernetesVersion, err = WantedKubernetesVersion(opts.ModuleDir); err != nil {
+			return nil, err
+		}
+	}
+	bins, err := EnsureKubeBinariesVersion(ctx, opts.ModuleDir, opts.CacheDir, opts.KubernetesVersion, log)
 	if err != nil {
 		return nil, err
 	}
@@ -160,17 +182,18 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		return nil, err
 	}
 	c = &Cluster{
-		Dir:         dir,
-		LogDir:      filepath.Join(dir, "logs"),
-		Kubeconfig:  filepath.Join(dir, "kubeconfig"),
-		ServicePort: kubernetesServicePort,
-		Binaries:    bins,
-		moduleDir:   opts.ModuleDir,
-		cacheDir:    opts.CacheDir,
-		containerd2: containerd2,
-		log:         log,
-		keep:        opts.Keep,
-		reg:         reg,
+		Dir:          dir,
+		LogDir:       filepath.Join(dir, "logs"),
+		Kubeconfig:   filepath.Join(dir, "kubeconfig"),
+		ServicePort:  kubernetesServicePort,
+		Binaries:     bins,
+		FeatureGates: maps.Clone(opts.FeatureGates),
+		moduleDir:    opts.ModuleDir,
+		cacheDir:     opts.CacheDir,
+		containerd2:  containerd2,
+		log:          log,
+		keep:         opts.Keep,
+		reg:          reg,
 	}
 	for i, o := range nodeOpts {
 		c.Nodes = append(c.Nodes, newNode(c, i, o))
@@ -192,7 +215,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	} else if removed {
 		log.Logf("removed the iptables chain %s of an earlier run", serviceChain)
 	}
-	log.Logf("starting cluster in %s (kubernetes %s, %d node(s))", dir, bins.Version, len(c.Nodes))
+	gates := ""
+	if len(c.FeatureGates) > 0 {
+		gates = ", feature gates " + featureGatesFlag(c.FeatureGates)
+	}
+	log.Logf("starting cluster in %s (kubernetes %s%s, %d node(s))", dir, bins.Version, gates, len(c.Nodes))
 	if err := os.MkdirAll(c.LogDir, 0o755); err != nil {
 		return c, fmt.Errorf("create %s: %w", c.LogDir, err)
 	}
@@ -372,6 +399,34 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 	})
 }
 
+// featureGateArgs is the --feature-gates flag of the control-plane components (none without gates).
+func (c *Cluster) featureGateArgs() []string {
+	if len(c.FeatureGates) == 0 {
+		return nil
+	}
+	return []string{"--feature-gates=" + featureGatesFlag(c.FeatureGates)}
+}
+
+// runtimeConfigArgs is the API server's --runtime-config flag for the API versions the cluster's
+// feature gates need and the version does not serve by default (none: no flag): the kube-scheduler
+// (and the controller manager) of a version with device taint rules on watches DeviceTaintRules, and
+// waits for that watch before it schedules anything, so the API server must serve them. v1.34 watches
+// resource.k8s.io/v1alpha3 when DRADeviceTaints is on; v1.36 resource.k8s.io/v1beta2 when
+// DRADeviceTaintRules is on (beta, off by default there); v1.37 serves its v1 by default.
+func runtimeConfigArgs(version string, gates map[string]bool) []string {
+	var apis []string
+	switch minor := KubeMinor(version); {
+	case minor == 34 && gates["DRADeviceTaints"]:
+		apis = append(apis, "resource.k8s.io/v1alpha3=true")
+	case minor == 36 && gates["DRADeviceTaintRules"]:
+		apis = append(apis, "resource.k8s.io/v1beta2=true")
+	}
+	if len(apis) == 0 {
+		return nil
+	}
+	return []string{"--runtime-config=" + strings.Join(apis, ",")}
+}
+
 func (c *Cluster) startAPIServer(ctx context.Context) error {
 	dir := filepath.Join(c.Dir, "apiserver")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -412,7 +467,7 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 	// the Service's ClusterIP there).
 	p, err := c.reg.start(processSpec{
 		name: "kube-apiserver",
-		argv: []string{c.Binaries.APIServer,
+		argv: append([]string{c.Binaries.APIServer,
 			fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", c.ports.etcdClient),
 			"--bind-address=" + c.hostIP, "--advertise-address=" + c.hostIP,
 			fmt.Sprintf("--secure-port=%d", c.ports.apiserver),
@@ -427,7 +482,7 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 			"--allow-privileged=true",
 			"--kubelet-client-certificate=" + clientCert, "--kubelet-client-key=" + clientKey,
 			"--kubelet-preferred-address-types=InternalIP",
-		},
+		}, slices.Concat(c.featureGateArgs(), runtimeConfigArgs(c.Binaries.Version, c.FeatureGates))...),
 		dir:     dir,
 		logPath: c.logPath("kube-apiserver"),
 	})

@@ -35,8 +35,10 @@ const (
 
 // ControllerManagerControllers are the kube-controller-manager controllers the cluster runs: enough for
 // DaemonSets, service-account tokens in pods, the not-ready taint's removal, owner-reference garbage
-// collection and namespace deletion. The others (Deployments, Jobs, volumes, quotas, …) are left off to
-// save the 2-core machine's CPU; taint-based eviction is off too, so a stopped kubelet's pods stay.
+// collection, namespace deletion and DRA's ResourceClaims (the resourceclaim controller creates a pod's
+// claims from its ResourceClaimTemplates, deletes them after the pod and clears reservations of pods
+// that are gone). The others (Deployments, Jobs, volumes, quotas, …) are left off to save the 2-core
+// machine's CPU; taint-based eviction is off too, so a stopped kubelet's pods stay.
 var ControllerManagerControllers = []string{
 	"serviceaccount-controller",
 	"serviceaccount-token-controller",
@@ -45,6 +47,7 @@ var ControllerManagerControllers = []string{
 	"node-lifecycle-controller",
 	"garbage-collector-controller",
 	"namespace-controller",
+	"resourceclaim-controller",
 }
 
 // startServiceProxy makes the default kubernetes Service reachable the way in-cluster clients look for
@@ -195,7 +198,7 @@ func (c *Cluster) startControlPlaneComponent(ctx context.Context, name, dir stri
 		"--cert-dir=" + dir,
 		"--profiling=false",
 		"-v=2",
-	}, extra...)
+	}, append(c.featureGateArgs(), extra...)...)
 	p, err := c.reg.start(processSpec{name: name, argv: argv, dir: dir, logPath: c.logPath(name)})
 	if err != nil {
 		return nil, err

@@ -2,21 +2,29 @@
 // end-to-end tests of the virtual GPU device plugin: etcd (Debian's etcd-server), a kube-apiserver,
 // kube-scheduler and kube-controller-manager, and per node a kubelet with its own containerd + runc
 // running real containers from locally built busybox images. The Kubernetes binaries are built from the
-// pinned k8s.io/kubernetes version of this module's go.mod.
+// pinned k8s.io/kubernetes version of this module's go.mod, or another release named by
+// $VGPU_E2E_K8S_VERSION (Options.KubernetesVersion), built in a module generated for it; either way once,
+// into a cache keyed by version (EnsureKubeBinariesVersion).
 //
 // Everything lives in one temporary directory. Each node's kubelet and containerd run inside a private
 // mount namespace of the node (held by a `sleep` process started with `unshare`) in which /var/lib,
 // /var/log and /run are overlays over the host's directories and /var/lib/kubelet/device-plugins,
-// /var/lib/kubelet/pod-resources, /var/lib/virtual-gpu and /var/run/cdi are bind mounts of the node's
-// temporary directories (the first two the kubelet's real ones), so the host's real kubelet and containerd
-// directories are never written, two kubelets never share a containerd (a kubelet kills pods it does
-// not know) and a plugin pod's hostPaths reach its own node's kubelet. A plugin process under test runs
+// /var/lib/kubelet/pod-resources, /var/lib/kubelet/plugins_registry, /var/lib/kubelet/plugins,
+// /var/lib/virtual-gpu and /var/run/cdi are bind mounts of the node's temporary directories (all but the
+// last two the kubelet's real ones), so the host's real kubelet and containerd directories are never
+// written, two kubelets never share a containerd (a kubelet kills pods it does not know) and a plugin
+// pod's hostPaths reach its own node's kubelet. A plugin process under test runs
 // outside, pointed at one node's directories.
 //
 // A node runs Debian's containerd 1.6 unless its NodeOptions ask for RuntimeContainerd2: containerd 2
 // built from the Go module proxy (EnsureContainerd2), with CDI enabled and its spec dir /var/run/cdi of
 // the node's mount namespace bound from the node's CDISpecDir. Cluster.AddNode and Cluster.RemoveNode add
 // and remove such a node while the cluster runs.
+//
+// For Dynamic Resource Allocation (resource.k8s.io/v1) a node exposes its kubelet's plugin registration
+// and plugins directories (Node.PluginsRegistryDir, Node.PluginsDir), StartPlugin starts the plugin as
+// a node's DRA driver (PluginOptions.KubeletAPI), and dra.go has the objects' builders, Apply/Delete,
+// the ResourceSlices (CompletePool) and the kubelet's plugin registrations.
 //
 // All nodes share the host's network namespace: pods use hostNetwork (there is no CNI), and two pods
 // on different nodes cannot listen on the same port. In-cluster clients reach the API server through

@@ -62,6 +62,13 @@ serializeImagePulls: false
 makeIPTablesUtilChains: false
 `, n.c.hostIP, n.ports.kubelet, n.ports.kubeletHealthz, n.c.kubeletCA, n.containerdSock,
 		n.StaticPodDir(), filepath.Join(n.Dir, "pod-logs"), filepath.Join(n.Dir, "volume-plugins"))
+	if len(n.c.FeatureGates) > 0 {
+		config += "featureGates:\n"
+		for _, g := range strings.Split(featureGatesFlag(n.c.FeatureGates), ",") {
+			name, val, _ := strings.Cut(g, "=")
+			config += fmt.Sprintf("  %s: %s\n", name, val)
+		}
+	}
 	for _, d := range []string{"static-pods", "pod-logs", "volume-plugins"} {
 		if err := os.MkdirAll(filepath.Join(n.Dir, d), 0o755); err != nil {
 			return err

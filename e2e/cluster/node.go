@@ -42,6 +42,14 @@ type NodeOptions struct {
 // for CDI specs (the CDI library's dynamic spec dir).
 const CDISpecDirInNode = "/var/run/cdi"
 
+// Where a node's kubelet plugin directories appear in its mount namespace (bind mounts of the
+// kubelet's real ones, Node.PluginsRegistryDir and Node.PluginsDir): the default paths a containerized
+// DRA driver's hostPaths name (its -kubelet-registry-dir and -kubelet-plugins-dir defaults).
+const (
+	PluginsRegistryDirInNode = "/var/lib/kubelet/plugins_registry"
+	PluginsDirInNode         = "/var/lib/kubelet/plugins"
+)
+
 // Node is one node of the cluster: a kubelet and its own containerd in a private mount namespace of
 // their own, with their own directories and ports. All nodes share the host's network namespace (pods
 // use hostNetwork), the API server and etcd. A Node belongs to its Cluster and is safe for concurrent
@@ -64,6 +72,17 @@ type Node struct {
 	// kubelet.sock. Its directory is also bind-mounted on /var/lib/kubelet/pod-resources in the mount
 	// namespace, where a containerized plugin's hostPath finds it.
 	PodResourcesSocket string
+	// PluginsRegistryDir is the kubelet's plugin registration directory, <KubeletRootDir>/plugins_registry
+	// (the same path inside and outside the mount namespace): the kubelet's plugin watcher watches it and
+	// dials the socket path a registration socket here reports. A DRA driver outside the namespace puts
+	// its <driver>-reg.sock here (-kubelet-registry-dir). It exists before the kubelet starts, and is also
+	// bind-mounted on PluginsRegistryDirInNode in the mount namespace.
+	PluginsRegistryDir string
+	// PluginsDir is the kubelet's plugins directory, <KubeletRootDir>/plugins: a DRA driver's socket
+	// directory is <PluginsDir>/<driver name>, which the driver creates itself (-kubelet-plugins-dir). It
+	// exists before the kubelet starts, and is also bind-mounted on PluginsDirInNode in the mount
+	// namespace.
+	PluginsDir string
 	// VirtualGPUDir is bind-mounted on /var/lib/virtual-gpu in the mount namespace: the host side of the
 	// DaemonSet's state hostPath on this node.
 	VirtualGPUDir string
@@ -146,6 +165,8 @@ func newNode(c *Cluster, i int, o NodeOptions) *Node {
 		DevicePluginDir:    filepath.Join(dir, "device-plugins"),
 		KubeletRootDir:     filepath.Join(dir, "kubelet"),
 		PodResourcesSocket: filepath.Join(dir, "kubelet", "pod-resources", "kubelet.sock"),
+		PluginsRegistryDir: filepath.Join(dir, "kubelet", "plugins_registry"),
+		PluginsDir:         filepath.Join(dir, "kubelet", "plugins"),
 		VirtualGPUDir:      filepath.Join(dir, "virtual-gpu"),
 		CDISpecDir:         filepath.Join(dir, "cdi"),
 		Runtime:            o.Runtime,
@@ -165,7 +186,7 @@ func (n *Node) logPath(what string) string {
 // start brings the node up: mount namespace, containerd, local images, kubelet, and waits until the
 // Node is Ready.
 func (n *Node) start(ctx context.Context) error {
-	for _, d := range []string{n.DevicePluginDir, n.KubeletRootDir, filepath.Dir(n.PodResourcesSocket), n.VirtualGPUDir, n.CDISpecDir, n.kubeletWorkDir} {
+	for _, d := range []string{n.DevicePluginDir, n.KubeletRootDir, filepath.Dir(n.PodResourcesSocket), n.PluginsRegistryDir, n.PluginsDir, n.VirtualGPUDir, n.CDISpecDir, n.kubeletWorkDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("create %s: %w", d, err)
 		}
@@ -189,8 +210,9 @@ func (n *Node) start(ctx context.Context) error {
 // startNamespace starts the process that holds the node's private mount namespace and mounts, inside
 // it, overlays on /var/lib, /var/log and /run (upper layers in the node's dir), and binds
 // DevicePluginDir on /var/lib/kubelet/device-plugins (hard-coded in the kubelet), the kubelet's
-// PodResources directory on /var/lib/kubelet/pod-resources, VirtualGPUDir on /var/lib/virtual-gpu and
-// CDISpecDir on /var/run/cdi (the DaemonSet's hostPaths, which containerd resolves in this namespace;
+// PodResources directory on /var/lib/kubelet/pod-resources, its plugin registry and plugins dirs on
+// /var/lib/kubelet/plugins_registry and /var/lib/kubelet/plugins, VirtualGPUDir on /var/lib/virtual-gpu
+// and CDISpecDir on /var/run/cdi (the DaemonSet's hostPaths, which containerd resolves in this namespace;
 // /var/run is /run's symbolic link, so the last one lands in the /run overlay).
 func (n *Node) startNamespace(ctx context.Context) error {
 	p, err := n.c.reg.start(processSpec{
@@ -235,6 +257,8 @@ func (n *Node) startNamespace(ctx context.Context) error {
 	for _, b := range []struct{ src, dst string }{
 		{n.DevicePluginDir, "/var/lib/kubelet/device-plugins"},
 		{filepath.Dir(n.PodResourcesSocket), "/var/lib/kubelet/pod-resources"},
+		{n.PluginsRegistryDir, PluginsRegistryDirInNode},
+		{n.PluginsDir, PluginsDirInNode},
 		{n.VirtualGPUDir, "/var/lib/virtual-gpu"},
 		{n.CDISpecDir, CDISpecDirInNode},
 	} {

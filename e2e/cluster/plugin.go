@@ -21,6 +21,23 @@ const (
 	PluginSocket = "virtual-gpu.sock"
 	// EnvIDs is the environment variable the plugin injects into containers.
 	EnvIDs = "VIRTUAL_GPU_IDS"
+	// DRADriverName is the plugin's DRA driver name (its -dra-driver-name default): the driver of its
+	// ResourceSlices and the prefix of its registration socket.
+	DRADriverName = "gpu.unicore.mcyou.cc"
+)
+
+// KubeletAPI is the kubelet API a plugin process serves: its -kubelet-api flag.
+type KubeletAPI string
+
+// The plugin's kubelet APIs.
+const (
+	// KubeletAPIDevicePlugin is the device-plugin API (Registration, ListAndWatch, Allocate): the
+	// plugin's default.
+	KubeletAPIDevicePlugin KubeletAPI = "device-plugin"
+	// KubeletAPIDRA is Dynamic Resource Allocation: ResourceSlices published through the API server,
+	// claims prepared through the kubelet's DRA gRPC service, containers given their devices by CDI
+	// (so the node must run RuntimeContainerd2 for pods to start).
+	KubeletAPIDRA KubeletAPI = "dra"
 )
 
 // PluginOptions configure StartPlugin.
@@ -38,6 +55,13 @@ type PluginOptions struct {
 	StatePath string
 	// AdminSocket is the -admin-socket flag. Default: admin.sock next to StatePath.
 	AdminSocket string
+	// KubeletAPI selects the kubelet API. Default (empty): the device-plugin API, without passing
+	// -kubelet-api. KubeletAPIDRA passes -kubelet-api=dra and the flags a DRA driver on this node needs
+	// (see StartPlugin) instead of the device-plugin directory, socket and resource names.
+	KubeletAPI KubeletAPI
+	// DriverName is the -dra-driver-name flag of a DRA plugin. Default: not passed, the plugin's own
+	// default DRADriverName.
+	DriverName string
 	// Args are appended after the harness's flags (a repeated flag overrides the earlier one).
 	Args []string
 }
@@ -53,17 +77,31 @@ type Plugin struct {
 	StatePath string
 	// AdminSocket is the plugin's admin API socket (dump, health).
 	AdminSocket string
+	// KubeletAPI is the kubelet API it serves (PluginOptions.KubeletAPI, defaulted).
+	KubeletAPI KubeletAPI
+	// DriverName is a DRA plugin's driver name (PluginOptions.DriverName, defaulted); empty for a
+	// device plugin.
+	DriverName string
 }
 
-// StartPlugin starts the plugin binary for this node, outside the node's mount namespace, with
-// -device-plugin-path=DevicePluginDir, the default resource and socket names, JSON logs, the state file
-// and admin socket under the cluster's temp dir and the node's kubelet's real PodResources socket; the
-// environment is the harness's minus VGPU_* variables. It does not wait for the registration: use
-// WaitPluginReady or Plugin.WaitLog. The cluster stops it on Stop.
-func (n *Node) StartPlugin(ctx context.Context, opts PluginOptions) (*Plugin, error) {
-	if opts.Binary == "" {
-		return nil, errors.New("start plugin: no binary")
+// RegistrationSocket is where a DRA plugin's registration socket appears: <driver>-reg.sock in the
+// node's PluginsRegistryDir (the kubeletplugin library's name for it). Empty for a device plugin.
+func (p *Plugin) RegistrationSocket() string {
+	if p.KubeletAPI != KubeletAPIDRA {
+		return ""
 	}
+	return filepath.Join(p.Node.PluginsRegistryDir, p.DriverName+"-reg.sock")
+}
+
+// StartPlugin starts the plugin binary for this node, outside the node's mount namespace, with JSON
+// logs, the state file and admin socket under the cluster's temp dir and the node's kubelet's real
+// PodResources socket; the environment is the harness's minus VGPU_* variables. As a device plugin (the
+// default) it gets -device-plugin-path=DevicePluginDir and the default resource and socket names. As a
+// DRA driver (KubeletAPI: KubeletAPIDRA) it gets -kubelet-api=dra, -node-name=<node>, the cluster's
+// admin -kubeconfig, -kubelet-registry-dir=PluginsRegistryDir, -kubelet-plugins-dir=PluginsDir and
+// -cdi-spec-dir=CDISpecDir (which containerd 2 reads; see RuntimeContainerd2). It does not wait for
+// the registration: use WaitPluginReady or Plugin.WaitLog. The cluster stops it on Stop.
+func (n *Node) StartPlugin(ctx context.Context, opts PluginOptions) (*Plugin, error) {
 	c := n.c
 	c.mu.Lock()
 	c.pluginStarts++
@@ -72,19 +110,81 @@ func (n *Node) StartPlugin(ctx context.Context, opts PluginOptions) (*Plugin, er
 	if opts.StatePath == "" {
 		opts.StatePath = filepath.Join(c.Dir, fmt.Sprintf("plugin-%d", num), "state.db")
 	}
+	argv, api, driver, err := n.pluginArgs(opts)
+	if err != nil {
+		return nil, fmt.Errorf("start plugin: %w", err)
+	}
 	if opts.AdminSocket == "" {
 		opts.AdminSocket = filepath.Join(filepath.Dir(opts.StatePath), "admin.sock")
 	}
-	argv := []string{opts.Binary,
-		"-device-plugin-path=" + n.DevicePluginDir,
-		"-socket-name=" + PluginSocket,
-		"-resource-name=" + ResourceName,
-		"-state=" + opts.StatePath,
-		"-admin-socket=" + opts.AdminSocket,
-		"-pod-resources-socket=" + n.PodResourcesSocket,
+	if err := mkdirFor(opts.StatePath); err != nil {
+		return nil, err
+	}
+	p, err := c.reg.start(processSpec{
+		name:    fmt.Sprintf("plugin %s (%s)", n.Name, api),
+		argv:    argv,
+		dir:     filepath.Dir(opts.StatePath),
+		env:     pluginEnv(),
+		logPath: c.logPath(fmt.Sprintf("plugin.%d", num)),
+	})
+	if err != nil {
+		return nil, err
+	}
+	pl := &Plugin{Process: p, Node: n, Binary: opts.Binary, StatePath: opts.StatePath, AdminSocket: opts.AdminSocket, KubeletAPI: api, DriverName: driver}
+	c.mu.Lock()
+	c.plugins = append(c.plugins, pl)
+	c.mu.Unlock()
+	return pl, nil
+}
+
+// pluginArgs returns the command line StartPlugin runs for opts (StatePath set), the kubelet API it
+// serves and, for a DRA plugin, its driver name.
+func (n *Node) pluginArgs(opts PluginOptions) (argv []string, api KubeletAPI, driver string, err error) {
+	if opts.Binary == "" {
+		return nil, "", "", errors.New("no binary")
+	}
+	if opts.AdminSocket == "" {
+		opts.AdminSocket = filepath.Join(filepath.Dir(opts.StatePath), "admin.sock")
+	}
+	argv = []string{opts.Binary}
+	switch opts.KubeletAPI {
+	case "", KubeletAPIDevicePlugin:
+		if opts.DriverName != "" {
+			return nil, "", "", fmt.Errorf("driver name %q for a device plugin: only with kubelet API %q", opts.DriverName, KubeletAPIDRA)
+		}
+		api = KubeletAPIDevicePlugin
+		if opts.KubeletAPI != "" {
+			argv = append(argv, "-kubelet-api="+string(opts.KubeletAPI))
+		}
+		argv = append(argv,
+			"-device-plugin-path="+n.DevicePluginDir,
+			"-socket-name="+PluginSocket,
+			"-resource-name="+ResourceName,
+		)
+	case KubeletAPIDRA:
+		api, driver = KubeletAPIDRA, DRADriverName
+		argv = append(argv,
+			"-kubelet-api="+string(KubeletAPIDRA),
+			"-node-name="+n.Name,
+			"-kubeconfig="+n.c.Kubeconfig,
+			"-kubelet-registry-dir="+n.PluginsRegistryDir,
+			"-kubelet-plugins-dir="+n.PluginsDir,
+			"-cdi-spec-dir="+n.CDISpecDir,
+		)
+		if opts.DriverName != "" {
+			driver = opts.DriverName
+			argv = append(argv, "-dra-driver-name="+driver)
+		}
+	default:
+		return nil, "", "", fmt.Errorf("kubelet API %q: want %q or %q", opts.KubeletAPI, KubeletAPIDevicePlugin, KubeletAPIDRA)
+	}
+	argv = append(argv,
+		"-state="+opts.StatePath,
+		"-admin-socket="+opts.AdminSocket,
+		"-pod-resources-socket="+n.PodResourcesSocket,
 		"-log-format=json",
 		"-log-level=info",
-	}
+	)
 	switch {
 	case opts.Devices < 0:
 	case opts.Devices != 0:
@@ -95,25 +195,7 @@ func (n *Node) StartPlugin(ctx context.Context, opts PluginOptions) (*Plugin, er
 	if opts.Topology != "" {
 		argv = append(argv, "-topology="+opts.Topology)
 	}
-	argv = append(argv, opts.Args...)
-	if err := mkdirFor(opts.StatePath); err != nil {
-		return nil, err
-	}
-	p, err := c.reg.start(processSpec{
-		name:    "plugin " + n.Name,
-		argv:    argv,
-		dir:     filepath.Dir(opts.StatePath),
-		env:     pluginEnv(),
-		logPath: c.logPath(fmt.Sprintf("plugin.%d", num)),
-	})
-	if err != nil {
-		return nil, err
-	}
-	pl := &Plugin{Process: p, Node: n, Binary: opts.Binary, StatePath: opts.StatePath, AdminSocket: opts.AdminSocket}
-	c.mu.Lock()
-	c.plugins = append(c.plugins, pl)
-	c.mu.Unlock()
-	return pl, nil
+	return append(argv, opts.Args...), api, driver, nil
 }
 
 // pluginEnv is the harness's environment without VGPU_* variables: the plugin reads VGPU_<FLAG>
@@ -241,9 +323,15 @@ func AssignedIDs(log string) ([]string, error) {
 	return nil, fmt.Errorf("no %q line in log %q", AssignedPrefix, log)
 }
 
-// WaitPluginReady waits until the plugin's Node shows devices in both capacity and allocatable of
-// ResourceName; it fails at once if the plugin process exits meanwhile.
+// WaitPluginReady waits until the plugin serves devices devices to its node's kubelet; it fails at once
+// if the plugin process exits meanwhile. A device plugin is ready when its Node shows devices in both
+// capacity and allocatable of ResourceName; a DRA plugin when the kubelet has registered it (see
+// WaitDRAPluginRegistered) and its pool for the node (ResourceSlices) is complete with devices devices
+// (see WaitResourcePool).
 func (c *Cluster) WaitPluginReady(ctx context.Context, p *Plugin, timeout time.Duration, devices int64) (time.Time, error) {
+	if p.KubeletAPI == KubeletAPIDRA {
+		return c.waitDRAPluginReady(ctx, p, timeout, devices)
+	}
 	n := p.Node
 	var seenAt time.Time
 	err := poll(ctx, timeout, 50*time.Millisecond, func() (bool, string, error) {

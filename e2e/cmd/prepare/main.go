@@ -1,5 +1,6 @@
 // Command prepare installs the Debian packages the e2e cluster needs (when missing) and builds the
-// pinned kubelet, kube-apiserver, kube-scheduler and kube-controller-manager, and containerd 2
+// kubelet, kube-apiserver, kube-scheduler and kube-controller-manager of the Kubernetes version the
+// cluster runs ($VGPU_E2E_K8S_VERSION, else the one go.mod pins), and containerd 2
 // (containerd, containerd-shim-runc-v2, ctr; for the nodes that run it) into the cache directory (those
 // not there yet), then prints their paths. Run it as root from the e2e module: `go run ./cmd/prepare`.
 package main

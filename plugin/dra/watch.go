@@ -1,0 +1,52 @@
+package dra
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apifields "k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+)
+
+// sliceRepublishDelay is how long after one of its slices was deleted the
+// driver hands the library its devices again: long enough for the
+// library's own informer to have seen the deletion too, so that its sync
+// finds the slice missing.
+const sliceRepublishDelay = 250 * time.Millisecond
+
+// watchSlices watches the driver's slices of the node and publishes again
+// when one is deleted by someone else. A kubelet that starts deletes all
+// of its node's slices (at a moment of its own, before or after it
+// registers the driver again); the library's slice controller would put
+// them back only after its sync delay (30 s), and until then no new claim
+// gets the node's GPUs. It returns the informers' factory, to shut down
+// once ctx has ended.
+func (d *Driver) watchSlices(ctx context.Context) (informers.SharedInformerFactory, error) {
+	sel := apifields.Set{
+		resourceapi.ResourceSliceSelectorNodeName: d.cfg.NodeName,
+		resourceapi.ResourceSliceSelectorDriver:   d.cfg.DriverName,
+	}.String()
+	f := informers.NewSharedInformerFactoryWithOptions(d.cfg.Client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = sel }))
+	inf := f.Resource().V1().ResourceSlices().Informer()
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		DeleteFunc: func(any) { time.AfterFunc(sliceRepublishDelay, d.requestPublish) },
+	}); err != nil {
+		return nil, fmt.Errorf("dra driver: watch its ResourceSlices: %w", err)
+	}
+	f.Start(ctx.Done())
+	return f, nil
+}
+
+// requestPublish asks the publisher to hand the library the devices again
+// (the library then syncs the slices at once), without a change to tell.
+func (d *Driver) requestPublish() {
+	select {
+	case d.republish <- struct{}{}:
+	default: // one is pending: it publishes what is current then
+	}
+}
