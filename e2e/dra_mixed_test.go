@@ -114,7 +114,7 @@ func TestDRA_MixedNodes(t *testing.T) {
 // TestDRA_PodStartRatio measures pod created → Running for one-GPU pods through the device-plugin API and
 // through DRA on the same containerd 2 node, both placed by the scheduler: the plugin runs there twice,
 // as a device plugin (unicore.mcyou.cc/gpu) and as the DRA driver (a DeviceClass without
-// extendedResourceName, so the two never serve one request). Five pods of each, alternating, each
+// extendedResourceName, so the two never serve one request). Three pods of each, alternating, each
 // deleted before the next; it logs both medians and their ratio (a figure, not asserted).
 func TestDRA_PodStartRatio(t *testing.T) {
 	c := needCluster(t)
@@ -125,7 +125,7 @@ func TestDRA_PodStartRatio(t *testing.T) {
 	applyDRA(t, c, class)
 	tmpl := cluster.NewResourceClaimTemplate(metav1.NamespaceDefault, "dra-ratio-one", class.Name, 1)
 	applyDRA(t, c, tmpl)
-	const n = 5
+	const n = 3
 	var dp, dra []time.Duration
 	for i := range 2 * n {
 		useDRA := i%2 == 1
