@@ -186,11 +186,11 @@ func (d *Driver) Run(ctx context.Context) error {
 		return fmt.Errorf("dra driver %s: %w", d.cfg.DriverName, err)
 	}
 	defer helper.Stop()
-	watch, err := d.watchSlices(lctx)
+	waitWatch, err := d.watchSlices(lctx)
 	if err != nil {
 		return err
 	}
-	defer watch.Shutdown() // after the cancel below
+	defer waitWatch() // after the cancel below
 	d.log.Info().Str("driver", d.cfg.DriverName).Str("pool", d.cfg.NodeName).Str("socket", d.cfg.Socket()).
 		Str("registration", d.cfg.RegistrationSocket()).Msg("DRA driver started: publishing ResourceSlices, waiting for the kubelet")
 	published := make(chan struct{})

@@ -8,7 +8,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	apifields "k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
+	resourceinformers "k8s.io/client-go/informers/resource/v1"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -23,23 +23,27 @@ const sliceRepublishDelay = 250 * time.Millisecond
 // of its node's slices (at a moment of its own, before or after it
 // registers the driver again); the library's slice controller would put
 // them back only after its sync delay (30 s), and until then no new claim
-// gets the node's GPUs. It returns the informers' factory, to shut down
-// once ctx has ended.
-func (d *Driver) watchSlices(ctx context.Context) (informers.SharedInformerFactory, error) {
+// gets the node's GPUs. The watch ends with ctx; the returned wait returns
+// once it has. (One informer of ResourceSlices, not a factory of every
+// API group's: the binary links only what it uses.)
+func (d *Driver) watchSlices(ctx context.Context) (wait func(), err error) {
 	sel := apifields.Set{
 		resourceapi.ResourceSliceSelectorNodeName: d.cfg.NodeName,
 		resourceapi.ResourceSliceSelectorDriver:   d.cfg.DriverName,
 	}.String()
-	f := informers.NewSharedInformerFactoryWithOptions(d.cfg.Client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = sel }))
-	inf := f.Resource().V1().ResourceSlices().Informer()
+	inf := resourceinformers.NewFilteredResourceSliceInformer(d.cfg.Client, 0, cache.Indexers{},
+		func(o *metav1.ListOptions) { o.FieldSelector = sel })
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		DeleteFunc: func(any) { time.AfterFunc(sliceRepublishDelay, d.requestPublish) },
 	}); err != nil {
 		return nil, fmt.Errorf("dra driver: watch its ResourceSlices: %w", err)
 	}
-	f.Start(ctx.Done())
-	return f, nil
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		inf.Run(ctx.Done())
+	}()
+	return func() { <-done }, nil
 }
 
 // requestPublish asks the publisher to hand the library the devices again
