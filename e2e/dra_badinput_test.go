@@ -87,6 +87,7 @@ func checkNothingPrepared(t *testing.T, p *cluster.Plugin, uid string) {
 // served now, nothing written. The allocation in (c) is written by the test (claim status, as the
 // scheduler would) and the pod bound after the change, so the kubelet prepares a claim of the old pool.
 func TestDRA_BadInput(t *testing.T) {
+	parallelDRA(t)
 	c := needCluster(t)
 	if pluginErr != nil {
 		t.Fatalf("plugin binary: %v", pluginErr)

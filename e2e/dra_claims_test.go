@@ -48,6 +48,7 @@ func deletePodAndClaim(t *testing.T, c *cluster.Cluster, pod *corev1.Pod, claim 
 // NUMA node. Claims the topology cannot satisfy stay unschedulable: 5 NVLinked GPUs on dgx1-volta,
 // 3 GPUs of one NUMA node on dgx-a100.
 func TestDRA_MatchAttribute(t *testing.T) {
+	parallelDRA(t)
 	c := needCluster(t)
 	node := addContainerd2Node(t, c, "vgpu-e2e-dra-match")
 	applyDRAClass(t, c)

@@ -110,6 +110,7 @@ func waitPodResourceHealth(t *testing.T, c *cluster.Cluster, pod *corev1.Pod, id
 // claim for fake-1 stays unschedulable; `health set fake-1 healthy` removes the taint and the waiting
 // claim is allocated fake-1 and its pod runs.
 func TestDRA_Health(t *testing.T) {
+	parallelDRA(t)
 	c := needCluster(t)
 	if on, err := c.FeatureEnabled(t.Context(), "DRADeviceTaints"); err != nil || !on {
 		t.Skipf("feature gate DRADeviceTaints is off in the API server (%v)", err)

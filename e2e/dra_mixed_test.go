@@ -117,6 +117,7 @@ func TestDRA_MixedNodes(t *testing.T) {
 // extendedResourceName, so the two never serve one request). Three pods of each, alternating, each
 // deleted before the next; it logs both medians and their ratio (a figure, not asserted).
 func TestDRA_PodStartRatio(t *testing.T) {
+	parallelDRA(t)
 	c := needCluster(t)
 	node := addContainerd2Node(t, c, "vgpu-e2e-dra-ratio")
 	startNodePlugin(t, c, node, cluster.PluginOptions{}, 4)

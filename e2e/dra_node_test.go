@@ -1,12 +1,14 @@
 package e2e_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,7 +25,24 @@ import (
 // unicore.mcyou.cc/gpu).
 const draClassName = "gpu.unicore.mcyou.cc"
 
-// applyDRAClass applies deploy/components/dra's DeviceClass (deleted at cleanup).
+// draClassUsers counts the scenarios using the shipped DeviceClass at once (parallelDRA): the first
+// applies it, the last one's cleanup deletes it.
+var draClassUsers struct {
+	sync.Mutex
+	n int
+}
+
+// parallelDRA runs a DRA scenario in parallel with the other parallel ones, after the suite's sequential
+// scenarios: each adds its own containerd 2 node, pins its pods to it (Node.SchedulePod) and names its
+// objects after itself, so they share only the cluster and the DeviceClass (applyDRAClass). Scenarios
+// with pods any node could take (the extended resource, mixed nodes) stay sequential.
+func parallelDRA(t *testing.T) {
+	t.Helper()
+	t.Parallel()
+}
+
+// applyDRAClass applies deploy/components/dra's DeviceClass; the last scenario using it deletes it at
+// cleanup.
 func applyDRAClass(t *testing.T, c *cluster.Cluster) *resourcev1.DeviceClass {
 	t.Helper()
 	objs, err := cluster.LoadObjects(filepath.Join(moduleDir, "..", "deploy", "components", "dra", "deviceclass.yaml"))
@@ -37,7 +56,26 @@ func applyDRAClass(t *testing.T, c *cluster.Cluster) *resourcev1.DeviceClass {
 	if !ok || class.Name != draClassName {
 		t.Fatalf("deploy/components/dra/deviceclass.yaml: %T %v, want the DeviceClass %s", objs[0], objs[0], draClassName)
 	}
-	applyDRA(t, c, class)
+	draClassUsers.Lock()
+	defer draClassUsers.Unlock()
+	if draClassUsers.n == 0 {
+		if err := c.Apply(t.Context(), class); err != nil {
+			t.Fatal(err)
+		}
+	}
+	draClassUsers.n++
+	t.Cleanup(func() {
+		draClassUsers.Lock()
+		defer draClassUsers.Unlock()
+		if draClassUsers.n--; draClassUsers.n > 0 {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := c.Delete(ctx, 45*time.Second, class); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
 	return class
 }
 
@@ -194,6 +232,7 @@ func semver3(v string) string {
 // devices held by it; deleting the pod unprepares the claim (its spec file removed). Figure: driver
 // start → complete pool visible in the API server.
 func TestDRA_Node(t *testing.T) {
+	parallelDRA(t)
 	c := needCluster(t)
 	const preset = "dgx-a100"
 	m, err := topology.Preset(preset)

@@ -23,6 +23,7 @@ import (
 // of its own; deleting the first pod makes the kubelet unprepare its claim through the new process:
 // the spec file is removed and dump shows the claim unprepared.
 func TestDRA_Restart(t *testing.T) {
+	parallelDRA(t)
 	c := needCluster(t)
 	node, p := draNode(t, c, "vgpu-e2e-dra-restart", cluster.PluginOptions{}, 4)
 	two := claimTemplate("dra-restart-two", 2, "")
@@ -115,6 +116,7 @@ func TestDRA_Restart(t *testing.T) {
 // record in dump, one spec file); the first pod deleted, the claim stays prepared for the second; the
 // second deleted, the claim is unprepared (spec file gone) while the ResourceClaim object remains.
 func TestDRA_SharedClaim(t *testing.T) {
+	parallelDRA(t)
 	c := needCluster(t)
 	node, p := draNode(t, c, "vgpu-e2e-dra-shared", cluster.PluginOptions{}, 4)
 	rc := cluster.NewResourceClaim(metav1.NamespaceDefault, "dra-shared", draClassName, 2)
@@ -198,6 +200,7 @@ func TestDRA_SharedClaim(t *testing.T) {
 // then (logged), once it is deleted the claim goes away, no CDI spec file of it (nor a temporary one)
 // is left in the node's spec directory, and the plugin's dump has no prepared record of it.
 func TestDRA_ClaimDeletedWhileStarting(t *testing.T) {
+	parallelDRA(t)
 	c := needCluster(t)
 	node, p := draNode(t, c, "vgpu-e2e-dra-deleted", cluster.PluginOptions{}, 4)
 	rc := cluster.NewResourceClaim(metav1.NamespaceDefault, "dra-deleted", draClassName, 2)

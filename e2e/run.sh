@@ -37,4 +37,6 @@ go run ./cmd/prepare
 
 all=$(go list ./...)
 mapfile -t pkgs < <(grep -v -x -e '.*/e2e/chart' -e '.*/e2e/deploy' <<<"$all")
-exec go test -count=1 -timeout 20m -v "$@" "${pkgs[@]}"
+# -parallel 4: the DRA scenarios that have a node of their own run four at a time, after the others
+# (parallelDRA); they wait on kubelets and containerd more than they compute.
+exec go test -count=1 -timeout 20m -parallel 4 -v "$@" "${pkgs[@]}"
