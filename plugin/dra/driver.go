@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
@@ -100,6 +101,7 @@ type Driver struct {
 	registrations atomic.Uint64
 	registered    atomic.Bool
 	fatal         chan error
+	dropped       map[string]bool // features whose dropped fields were logged; guarded by mu
 }
 
 var (
@@ -138,7 +140,7 @@ func NewDriver(cfg DriverConfig) (*Driver, error) {
 		return nil, err
 	}
 	d := &Driver{cfg: cfg, st: cfg.Store, specs: specs, log: cfg.Logger.With().Str("component", "dra").Logger(),
-		held: map[string]string{}, set: cfg.Set, stored: slices.Clone(cfg.Stored), devs: devs, changed: make(chan struct{}), republish: make(chan struct{}, 1), fatal: make(chan error, 1)}
+		held: map[string]string{}, set: cfg.Set, stored: slices.Clone(cfg.Stored), devs: devs, changed: make(chan struct{}), republish: make(chan struct{}, 1), fatal: make(chan error, 1), dropped: map[string]bool{}}
 	prepared, err := d.st.PreparedClaims()
 	if err != nil {
 		return nil, err
@@ -240,6 +242,11 @@ func (d *Driver) Registrations() uint64 { return d.registrations.Load() }
 // errors (publishing slices, its gRPC servers). A recoverable one is
 // logged; any other ends Run.
 func (d *Driver) HandleError(_ context.Context, err error, msg string) {
+	var dropped *resourceslice.DroppedFieldsError
+	if errors.As(err, &dropped) {
+		d.droppedFields(dropped)
+		return
+	}
 	if errors.Is(err, kubeletplugin.ErrRecoverable) {
 		d.log.Warn().Err(err).Msg(msg)
 		return
@@ -249,6 +256,26 @@ func (d *Driver) HandleError(_ context.Context, err error, msg string) {
 	case d.fatal <- fmt.Errorf("dra driver: %s: %w", msg, err):
 	default:
 	}
+}
+
+// droppedFields says, once per set of features, that the API server
+// dropped fields of the slices because its feature gates are off: the
+// library reports it at every publish. Without DRADeviceTaints an unhealthy
+// GPU is not tainted; the health stream still reports it.
+func (d *Driver) droppedFields(err *resourceslice.DroppedFieldsError) {
+	features := strings.Join(err.DisabledFeatures(), ",")
+	d.mu.Lock()
+	seen := d.dropped[features]
+	d.dropped[features] = true
+	d.mu.Unlock()
+	if seen {
+		return
+	}
+	ev := d.log.Warn().Str("features", features).Str("pool", err.PoolName)
+	if slices.Contains(err.DisabledFeatures(), "DRADeviceTaints") {
+		ev = ev.Str("effect", "unhealthy GPUs are not tainted in the ResourceSlices: new claims may get them; the health stream still reports them")
+	}
+	ev.Msg("the API server dropped fields of the ResourceSlices: feature gates off there (logged once)")
 }
 
 // Apply implements agent.Target: set's devices, with the health commit

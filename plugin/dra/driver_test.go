@@ -13,9 +13,12 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
 	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/rs/zerolog"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/dra/endpoint"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
@@ -205,5 +208,33 @@ func TestHandleError(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not end on a fatal error")
+	}
+}
+
+// TestHandleError_DroppedFields: the API server dropping the slices'
+// taints (DRADeviceTaints off there), which the library reports at every
+// publish, is said once, with what it means, and does not end Run.
+func TestHandleError_DroppedFields(t *testing.T) {
+	r := newRig(t, "dgx-a100")
+	logs := &plugintest.LogBuffer{}
+	r.d.log = zerolog.New(logs)
+	desired := &resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Devices: []resourceapi.Device{
+		{Name: "fake-1", Taints: []resourceapi.DeviceTaint{Taint(endpoint.DefaultDriverName, "XID 79", metav1.Now())}}}}}
+	actual := desired.DeepCopy()
+	actual.Spec.Devices[0].Taints = nil
+	dropped := &resourceslice.DroppedFieldsError{PoolName: testNode, DesiredSlice: desired, ActualSlice: actual}
+	for range 3 {
+		r.d.HandleError(context.Background(), errors.Join(dropped, kubeletplugin.ErrRecoverable), "publish ResourceSlices")
+	}
+	if n := logs.Count(`"features":"DRADeviceTaints"`); n != 1 {
+		t.Errorf("%d lines about the dropped taints, want 1:\n%s", n, logs)
+	}
+	if n := logs.Count("unhealthy GPUs are not tainted"); n != 1 {
+		t.Errorf("the line does not say what it means:\n%s", logs)
+	}
+	select {
+	case err := <-r.d.fatal:
+		t.Errorf("dropped fields ended Run: %v", err)
+	default:
 	}
 }
