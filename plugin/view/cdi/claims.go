@@ -85,39 +85,10 @@ func BuildClaim(cfg ClaimConfig) (*specs.Spec, error) {
 	if len(cfg.Devices) == 0 {
 		return nil, fmt.Errorf("claim %s: no devices: %w", cfg.UID, ErrInvalidConfig)
 	}
-	shared := map[string]string{} // container path -> what claims it, across the spec's edits
-	claimShared := func(path, what string) error {
-		if err := checkPath(path); err != nil {
-			return fmt.Errorf("%s: container path: %w", what, err)
-		}
-		if other, dup := shared[path]; dup {
-			return fmt.Errorf("%s: container path %s is also %s: %w", what, path, other, ErrInvalidConfig)
-		}
-		shared[path] = what
-		return nil
-	}
 	spec := &specs.Spec{Kind: cfg.Kind.String()}
-	for _, n := range cfg.SharedNodes {
-		what := "shared device node " + n.Path
-		node, err := deviceNode(what, n.Path, n.HostNode)
-		if err != nil {
-			return nil, err
-		}
-		if err := claimShared(n.Path, what); err != nil {
-			return nil, err
-		}
-		spec.ContainerEdits.DeviceNodes = append(spec.ContainerEdits.DeviceNodes, node)
-	}
-	for _, m := range cfg.Mounts {
-		what := "mount of " + m.HostPath
-		if err := checkPath(m.HostPath); err != nil {
-			return nil, fmt.Errorf("%s: host path: %w", what, err)
-		}
-		if err := claimShared(m.ContainerPath, what); err != nil {
-			return nil, err
-		}
-		spec.ContainerEdits.Mounts = append(spec.ContainerEdits.Mounts, &specs.Mount{
-			HostPath: m.HostPath, ContainerPath: m.ContainerPath, Options: slices.Clone(MountOptions)})
+	shared := containerPaths{} // across the spec's edits
+	if err := addShared(spec, cfg.SharedNodes, cfg.Mounts, shared); err != nil {
+		return nil, err
 	}
 	names := map[string]bool{}
 	for _, d := range cfg.Devices {
@@ -156,15 +127,7 @@ func BuildClaim(cfg ClaimConfig) (*specs.Spec, error) {
 		}
 		spec.Devices = append(spec.Devices, dev)
 	}
-	version, err := specs.MinimumRequiredVersion(spec)
-	if err != nil {
-		return nil, fmt.Errorf("cdi version: %w: %w", ErrInvalidSpec, err)
-	}
-	spec.Version = version
-	if err := validate(spec); err != nil {
-		return nil, err
-	}
-	return spec, nil
+	return finish(spec)
 }
 
 // ClaimWriter writes and removes the specs of claims, one file per claim,

@@ -200,17 +200,7 @@ func Build(cfg Config) (*specs.Spec, error) {
 	}
 	gpus := slices.Clone(cfg.GPUs)
 	slices.SortFunc(gpus, func(a, b GPU) int { return cmp.Or(cmp.Compare(a.Minor, b.Minor), cmp.Compare(a.ID, b.ID)) })
-	paths := map[string]string{} // container path -> what claims it
-	claim := func(path, what string) error {
-		if err := checkPath(path); err != nil {
-			return fmt.Errorf("%s: container path: %w", what, err)
-		}
-		if other, dup := paths[path]; dup {
-			return fmt.Errorf("%s: container path %s is also %s: %w", what, path, other, ErrInvalidConfig)
-		}
-		paths[path] = what
-		return nil
-	}
+	paths := containerPaths{}
 	kind := cfg.Kind.orDefault()
 	if err := kind.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
@@ -233,7 +223,7 @@ func Build(cfg Config) (*specs.Spec, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := claim(node.Path, what); err != nil {
+		if err := paths.claim(node.Path, what); err != nil {
 			return nil, err
 		}
 		spec.Devices = append(spec.Devices, specs.Device{
@@ -241,24 +231,50 @@ func Build(cfg Config) (*specs.Spec, error) {
 			ContainerEdits: specs.ContainerEdits{DeviceNodes: []*specs.DeviceNode{node}},
 		})
 	}
-	for _, n := range cfg.SharedNodes {
+	if err := addShared(spec, cfg.SharedNodes, cfg.Mounts, paths); err != nil {
+		return nil, err
+	}
+	return finish(spec)
+}
+
+// containerPaths maps the container paths of a spec's edits to what uses
+// each, so that a container never gets one path twice.
+type containerPaths map[string]string
+
+// claim records that what uses path, which must be absolute and clean and
+// not used already (an error naming both users).
+func (p containerPaths) claim(path, what string) error {
+	if err := checkPath(path); err != nil {
+		return fmt.Errorf("%s: container path: %w", what, err)
+	}
+	if other, dup := p[path]; dup {
+		return fmt.Errorf("%s: container path %s is also %s: %w", what, path, other, ErrInvalidConfig)
+	}
+	p[path] = what
+	return nil
+}
+
+// addShared adds the device nodes and mounts every container of the spec
+// gets to its container edits, their paths claimed in paths.
+func addShared(spec *specs.Spec, nodes []DeviceNode, mounts []Mount, paths containerPaths) error {
+	for _, n := range nodes {
 		what := "shared device node " + n.Path
 		node, err := deviceNode(what, n.Path, n.HostNode)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if err := claim(n.Path, what); err != nil {
-			return nil, err
+		if err := paths.claim(n.Path, what); err != nil {
+			return err
 		}
 		spec.ContainerEdits.DeviceNodes = append(spec.ContainerEdits.DeviceNodes, node)
 	}
-	for _, m := range cfg.Mounts {
+	for _, m := range mounts {
 		what := "mount of " + m.HostPath
 		if err := checkPath(m.HostPath); err != nil {
-			return nil, fmt.Errorf("%s: host path: %w", what, err)
+			return fmt.Errorf("%s: host path: %w", what, err)
 		}
-		if err := claim(m.ContainerPath, what); err != nil {
-			return nil, err
+		if err := paths.claim(m.ContainerPath, what); err != nil {
+			return err
 		}
 		spec.ContainerEdits.Mounts = append(spec.ContainerEdits.Mounts, &specs.Mount{
 			HostPath:      m.HostPath,
@@ -266,6 +282,12 @@ func Build(cfg Config) (*specs.Spec, error) {
 			Options:       slices.Clone(MountOptions),
 		})
 	}
+	return nil
+}
+
+// finish sets the spec's CDI version, the lowest that has what it uses,
+// and checks it as the CDI library would (validate).
+func finish(spec *specs.Spec) (*specs.Spec, error) {
 	version, err := specs.MinimumRequiredVersion(spec)
 	if err != nil {
 		return nil, fmt.Errorf("cdi version: %w: %w", ErrInvalidSpec, err)
