@@ -459,38 +459,6 @@ func draDirs(t *testing.T, objs []*unstructured.Unstructured) map[string]string 
 	return out
 }
 
-// chartWithProfileKubeletAPI is a chart whose profiles may set flags.kubeletAPI: this one once
-// the configuration file's schema has it (options defines -kubelet-api); until then a copy of
-// it in a temporary directory whose values.schema.json adds kubeletAPI to the profile's flags,
-// as the regenerated schema will (cd e2e && go test ./chart -run TestChart_ValuesSchema
-// -update-chart-schema).
-func chartWithProfileKubeletAPI(t *testing.T) string {
-	t.Helper()
-	if slices.ContainsFunc(options.FileFlags(), func(f options.FileFlag) bool { return f.Name == "kubelet-api" }) {
-		return chartDir
-	}
-	t.Log("the configuration file has no kubeletAPI yet: a copy of the chart whose profile schema adds it")
-	dir := filepath.Join(t.TempDir(), filepath.Base(chartDir))
-	if err := os.CopyFS(dir, os.DirFS(chartDir)); err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(dir, "values.schema.json")
-	var doc map[string]any
-	if err := json.Unmarshal(mustRead(t, file), &doc); err != nil {
-		t.Fatal(err)
-	}
-	flags := doc["$defs"].(map[string]any)["profile"].(map[string]any)["properties"].(map[string]any)["flags"].(map[string]any)
-	flags["properties"].(map[string]any)["kubeletAPI"] = map[string]any{"enum": []any{"device-plugin", "dra"}}
-	b, err := json.Marshal(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(file, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
 // TestChart_DRA: where a node may serve DRA — kubeletAPI dra, or a profile with
 // flags.kubeletAPI dra — the chart mounts the kubelet's registration directory and the
 // driver's socket directory under kubeletRootDir, passes the DRA flags that are not at their
@@ -568,7 +536,6 @@ func TestChart_DRA(t *testing.T) {
 
 	// A profile picks DRA for its node pool: everything DRA needs, but no -kubelet-api, which
 	// would override every profile.
-	dir := chartWithProfileKubeletAPI(t)
 	for _, c := range []struct {
 		profiles string
 		dra      bool
@@ -576,7 +543,7 @@ func TestChart_DRA(t *testing.T) {
 		{"{a: {version: v1, flags: {kubeletAPI: dra}}, b: {version: v1}}", true},
 		{"{a: {version: v1, flags: {kubeletAPI: device-plugin}}, b: {version: v1, flags: {devices: 2}}}", false},
 	} {
-		ms, err := chart.Template(dir, map[string]any{"profiles": values(t, c.profiles)}, chart.ReleaseName, chart.Namespace)
+		ms, err := chart.Template(chartDir, map[string]any{"profiles": values(t, c.profiles)}, chart.ReleaseName, chart.Namespace)
 		if err != nil {
 			t.Fatalf("profiles %s: %v", c.profiles, err)
 		}

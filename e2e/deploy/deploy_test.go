@@ -22,7 +22,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -697,7 +696,7 @@ type pluginFlags struct {
 	telemetryAddress   string
 	telemetryWritable  bool
 	// The DRA driver's: -kubelet-api, -dra-driver-name, -kubelet-registry-dir and
-	// -kubelet-plugins-dir (see announcedDRAFlags).
+	// -kubelet-plugins-dir.
 	kubeletAPI         string
 	draDriverName      string
 	kubeletRegistryDir string
@@ -708,101 +707,15 @@ type pluginFlags struct {
 // downward API's spec.nodeName.
 const downwardNodeName = "node-1"
 
-// announcedDRAFlags are the flags of the DRA driver that the manifests set, or mount the
-// directories of, with the defaults announced for them (-kubelet-api=device-plugin|dra, with
-// its twin VGPU_KUBELET_API and the file's and profiles' kubeletAPI; the driver's socket
-// directory is <-kubelet-plugins-dir>/<-dra-driver-name>).
-//
-// Until options defines one of them, parsePluginFlags takes it out of the args before
-// options.Parse, checks its value as the announcement describes it, and takes its value from
-// the arg, else from its VGPU_* variable, else the announced default. Once options defines it,
-// options parses it like every other flag (its value read by flagValue), and
-// TestDeploy_DRAFlagsAsAnnounced checks that its default is the announced one: the manifests
-// mount the kubelet's directories at those paths.
-var announcedDRAFlags = map[string]string{
-	"kubelet-api":          "device-plugin",
-	"dra-driver-name":      "gpu.unicore.mcyou.cc",
-	"kubelet-registry-dir": "/var/lib/kubelet/plugins_registry",
-	"kubelet-plugins-dir":  "/var/lib/kubelet/plugins",
-}
-
-// kubeletAPIs are the values of -kubelet-api.
-var kubeletAPIs = []string{"device-plugin", "dra"}
-
-// knownFlags are the serve flags options defines, by name, as its usage lists them.
-var knownFlags = sync.OnceValue(func() map[string]bool {
-	var b bytes.Buffer
-	options.PrintUsage(&b)
-	out := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`).FindAllStringSubmatch(b.String(), -1) {
-		out[m[1]] = true
-	}
-	return out
-})
-
-// flagValue returns, as text, the value options gives the named flag: the field of Settings,
-// else of Options, named after it (-kubelet-plugins-dir is KubeletPluginsDir, -cdi-spec-dir
-// CDISpecDir: the flag's words, case aside). TestDeploy_FlagValueByName checks the naming on
-// every flag a file may set.
-func flagValue(s options.Settings, o *options.Options, name string) (string, bool) {
-	want := strings.ReplaceAll(name, "-", "")
-	for _, v := range []reflect.Value{reflect.ValueOf(s), reflect.ValueOf(o).Elem()} {
-		for i := range v.NumField() {
-			if f := v.Type().Field(i); f.IsExported() && strings.EqualFold(f.Name, want) {
-				return fmt.Sprint(v.Field(i).Interface()), true
-			}
-		}
-	}
-	return "", false
-}
-
-// pendingDRAFlags takes the announced DRA flags options does not define yet out of args, and
-// returns the rest and their values, checked as the announcement describes them.
-func pendingDRAFlags(args []string, env map[string]string) ([]string, map[string]string, error) {
-	known := knownFlags()
-	var rest []string
-	values := map[string]string{}
-	for name, def := range announcedDRAFlags {
-		if known[name] {
-			continue
-		}
-		values[name] = def
-		if v := env[options.EnvName(name)]; v != "" {
-			values[name] = v
-		}
-	}
-	for _, a := range args {
-		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if _, pending := values[name]; !pending || !strings.HasPrefix(a, "-") {
-			rest = append(rest, a)
-			continue
-		}
-		if !hasValue {
-			return nil, nil, fmt.Errorf("%s: give it as -%s=<value>", a, name)
-		}
-		values[name] = value
-	}
-	for name, v := range values {
-		switch {
-		case name == "kubelet-api" && !slices.Contains(kubeletAPIs, v):
-			return nil, nil, fmt.Errorf("-kubelet-api=%s: want one of %v", v, kubeletAPIs)
-		case strings.HasSuffix(name, "-dir") && (!filepath.IsAbs(v) || filepath.Clean(v) != v):
-			return nil, nil, fmt.Errorf("-%s=%s: want an absolute, clean path", name, v)
-		case name == "dra-driver-name" && !regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`).MatchString(v):
-			return nil, nil, fmt.Errorf("-dra-driver-name=%s: want a DNS subdomain", v)
-		}
-	}
-	return rest, values, nil
-}
+// draDefaults are the defaults of the DRA driver's flags that the manifests assume: they mount the
+// kubelet's directories at these paths and select the devices of this driver
+// (TestDeploy_DRADefaults).
+var draDefaults = struct{ kubeletAPI, driverName, registryDir, pluginsDir string }{
+	"device-plugin", "gpu.unicore.mcyou.cc", "/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins"}
 
 // parsePluginFlags validates the flags as the binary does, but for the -topology file and the
-// -config directory: they are in ConfigMaps, which checkTopologyVolume and checkProfiles read;
-// and for the DRA flags options does not define yet (announcedDRAFlags).
+// -config directory: they are in ConfigMaps, which checkTopologyVolume and checkProfiles read.
 func parsePluginFlags(args []string, env map[string]string) (pluginFlags, error) {
-	args, dra, err := pendingDRAFlags(args, env)
-	if err != nil {
-		return pluginFlags{}, err
-	}
 	o, err := options.Parse(args, func(k string) string { return env[k] })
 	if err != nil {
 		return pluginFlags{}, err
@@ -810,19 +723,6 @@ func parsePluginFlags(args []string, env map[string]string) (pluginFlags, error)
 	s, err := o.Settings(nil)
 	if err != nil {
 		return pluginFlags{}, err
-	}
-	for name := range announcedDRAFlags {
-		if _, pending := dra[name]; pending {
-			continue
-		}
-		v, ok := flagValue(s, o, name)
-		if !ok {
-			return pluginFlags{}, fmt.Errorf("options defines -%s, but neither its Settings nor its Options has a field named after it: flagValue cannot read it", name)
-		}
-		if strings.HasSuffix(name, "-dir") {
-			v = filepath.Clean(v)
-		}
-		dra[name] = v
 	}
 	topo := s.Topology
 	s.Topology = ""
@@ -848,10 +748,10 @@ func parsePluginFlags(args []string, env map[string]string) (pluginFlags, error)
 		loadSocketDir:      cfg.View.LoadSocketDir,
 		telemetryAddress:   cfg.TelemetryAddress,
 		telemetryWritable:  cfg.Telemetry.Writable,
-		kubeletAPI:         dra["kubelet-api"],
-		draDriverName:      dra["dra-driver-name"],
-		kubeletRegistryDir: dra["kubelet-registry-dir"],
-		kubeletPluginsDir:  dra["kubelet-plugins-dir"],
+		kubeletAPI:         string(cfg.KubeletAPI.OrDefault()),
+		draDriverName:      cfg.DRA.DriverName,
+		kubeletRegistryDir: cfg.DRA.RegistryDir,
+		kubeletPluginsDir:  cfg.DRA.PluginsDir,
 	}, nil
 }
 
@@ -1692,59 +1592,15 @@ func TestDeploy_Metrics(t *testing.T) {
 // ---------------------------------------------------------------------------------------------
 // Dynamic Resource Allocation.
 
-// TestDeploy_DRAFlagsAsAnnounced: each DRA flag options defines defaults to what the manifests
-// assume it does (announcedDRAFlags): they mount the kubelet's directories at those paths and
-// select the devices of that driver. A flag options does not define yet is logged.
-func TestDeploy_DRAFlagsAsAnnounced(t *testing.T) {
-	o, err := options.Parse(nil, func(string) string { return "" })
+// TestDeploy_DRADefaults: the DRA flags default to what the manifests assume (draDefaults).
+func TestDeploy_DRADefaults(t *testing.T) {
+	f, err := parsePluginFlags(nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := o.Settings(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range slices.Sorted(maps.Keys(announcedDRAFlags)) {
-		def := announcedDRAFlags[name]
-		if !knownFlags()[name] {
-			t.Logf("options does not define -%s yet: the tests take its value from the manifests, else %q", name, def)
-			continue
-		}
-		v, ok := flagValue(s, o, name)
-		if !ok {
-			t.Errorf("options defines -%s, but neither its Settings nor its Options has a field named after it", name)
-			continue
-		}
-		if v != def {
-			t.Errorf("-%s defaults to %q; deploy/ assumes %q: change the manifests and announcedDRAFlags", name, v, def)
-		}
-	}
-}
-
-// TestDeploy_FlagValueByName: flagValue finds the value of every flag a file may set, and reads
-// the ones the manifests check as the validated configuration has them.
-func TestDeploy_FlagValueByName(t *testing.T) {
-	env := map[string]string{"VGPU_CDI_SPEC_DIR": "/run/cdi"}
-	o, err := options.Parse([]string{"-device-plugin-path=/dp", "-topology=dgx-a100"}, func(k string) string { return env[k] })
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := o.Settings(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range options.FileFlags() {
-		if _, ok := flagValue(s, o, f.Name); !ok {
-			t.Errorf("-%s: no field of Settings or Options named after it", f.Name)
-		}
-	}
-	for name, want := range map[string]string{"device-plugin-path": "/dp", "cdi-spec-dir": "/run/cdi", "topology": "dgx-a100", "devices": "4", "nvidia-smi": "true", "node-name": ""} {
-		if got, ok := flagValue(s, o, name); !ok || got != want {
-			t.Errorf("flagValue(-%s) = %q, %v; want %q", name, got, ok, want)
-		}
-	}
-	if got, ok := flagValue(s, o, "no-such-flag"); ok {
-		t.Errorf("flagValue(-no-such-flag) = %q, true", got)
+	got := struct{ kubeletAPI, driverName, registryDir, pluginsDir string }{f.kubeletAPI, f.draDriverName, f.kubeletRegistryDir, f.kubeletPluginsDir}
+	if got != draDefaults {
+		t.Errorf("the DRA flags default to %+v; deploy/ assumes %+v: change the manifests and draDefaults", got, draDefaults)
 	}
 }
 

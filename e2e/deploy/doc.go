@@ -22,10 +22,9 @@
 // changed since is a failure here, not a stale pass.
 //
 // The DRA manifests (deploy/components/dra, deploy/overlays/dra, the chart's DRA values) set or
-// mount the defaults of flags the DRA driver brings: -kubelet-api, -dra-driver-name,
-// -kubelet-registry-dir, -kubelet-plugins-dir. The tests read them through options.Parse like
-// every other flag once options defines them, and until then as their announced defaults
-// (announcedDRAFlags), so the manifests are checked either way.
+// mount the defaults of the DRA driver's flags: -kubelet-api, -dra-driver-name,
+// -kubelet-registry-dir, -kubelet-plugins-dir, read through options like every other flag
+// (TestDeploy_DRADefaults checks the defaults the manifests assume).
 //
 // The tests need neither root nor a cluster (`cd e2e && go test ./deploy`; `make unit` runs
 // them, e2e/run.sh leaves them out). They live in the e2e module, a test module, because they
