@@ -82,14 +82,6 @@ sharing:
       replicas: 2
 `
 
-func deviceIDs(devs []gpuset.Device) []string {
-	out := make([]string, len(devs))
-	for i, d := range devs {
-		out[i] = d.ID
-	}
-	return out
-}
-
 // TestSet_SharedLabelsAndEvent: the labels and the history's
 // description of a configuration say how its GPUs are shared.
 func TestSet_SharedLabelsAndEvent(t *testing.T) {
