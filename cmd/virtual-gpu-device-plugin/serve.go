@@ -271,7 +271,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	if start.TelemetryAddress != "" {
 		tc := telemetry.ServiceConfig{Store: st, Active: ag.Active(), Devices: ag, Live: files, Hostname: nodeName, Clock: env.clock, Logger: log}
 		if useDRA {
-			tc.Holders = dra.Holders{Store: st}
+			tc.Holders = dra.Holders{Store: driver} // its prepared claims, from memory
 		} else {
 			tc.Notify = tracker.Notify
 		}

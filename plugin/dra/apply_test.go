@@ -90,3 +90,40 @@ func TestHolders(t *testing.T) {
 		t.Errorf("no store: %v, %v", got, err)
 	}
 }
+
+// TestPreparedClaims_FromMemory: the driver's prepared claims (what the
+// telemetry reads at every scrape) are the store's, newest first, after
+// Prepare, Unprepare and a restart on the same state file.
+func TestPreparedClaims_FromMemory(t *testing.T) {
+	r := newRig(t, "dgx-a100")
+	ctx := context.Background()
+	same := func(d *Driver, want ...string) {
+		t.Helper()
+		got, err := d.PreparedClaims()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored, err := r.st.PreparedClaims()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var uids, storedUIDs []string
+		for _, c := range got {
+			uids = append(uids, c.UID)
+		}
+		for _, c := range stored {
+			storedUIDs = append(storedUIDs, c.UID)
+		}
+		if !slices.Equal(uids, want) || !slices.Equal(storedUIDs, want) {
+			t.Errorf("prepared claims: driver %v, store %v; want %v", uids, storedUIDs, want)
+		}
+	}
+	mustPrepare(t, r.d, claimOf(uidA, "a", result("gpus", "fake-0")))
+	mustPrepare(t, r.d, claimOf(uidB, "b", result("gpus", "fake-1")))
+	same(r.d, uidB, uidA)
+	if err := r.d.Unprepare(ctx, uidA, "default/a", "test"); err != nil {
+		t.Fatal(err)
+	}
+	same(r.d, uidB)
+	same(r.newDriver(), uidB)
+}

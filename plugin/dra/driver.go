@@ -1,9 +1,11 @@
 package dra
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -84,9 +86,10 @@ type Driver struct {
 	log   zerolog.Logger
 
 	// prep serializes Prepare, Unprepare and the garbage collection, and
-	// guards held.
-	prep sync.Mutex
-	held map[string]string // device id -> uid of the prepared claim holding it
+	// guards held and prepared.
+	prep     sync.Mutex
+	held     map[string]string      // device id -> uid of the prepared claim holding it
+	prepared map[string]store.Claim // uid -> record of each claim prepared here
 
 	mu      sync.Mutex
 	set     *agent.Set
@@ -140,17 +143,29 @@ func NewDriver(cfg DriverConfig) (*Driver, error) {
 		return nil, err
 	}
 	d := &Driver{cfg: cfg, st: cfg.Store, specs: specs, log: cfg.Logger.With().Str("component", "dra").Logger(),
-		held: map[string]string{}, set: cfg.Set, stored: slices.Clone(cfg.Stored), devs: devs, changed: make(chan struct{}), republish: make(chan struct{}, 1), fatal: make(chan error, 1), dropped: map[string]bool{}}
+		held: map[string]string{}, prepared: map[string]store.Claim{}, set: cfg.Set, stored: slices.Clone(cfg.Stored), devs: devs, changed: make(chan struct{}), republish: make(chan struct{}, 1), fatal: make(chan error, 1), dropped: map[string]bool{}}
 	prepared, err := d.st.PreparedClaims()
 	if err != nil {
 		return nil, err
 	}
 	for _, c := range prepared {
+		d.prepared[c.UID] = c
 		for _, id := range c.DeviceIDs {
 			d.held[id] = c.UID
 		}
 	}
 	return d, nil
+}
+
+// PreparedClaims returns the records of the claims prepared here, newest
+// first, as the store lists them, from memory: what the telemetry reads
+// at every scrape (Holders), without a scan of the claims' history.
+func (d *Driver) PreparedClaims() ([]store.Claim, error) {
+	d.prep.Lock()
+	out := slices.Collect(maps.Values(d.prepared))
+	d.prep.Unlock()
+	slices.SortFunc(out, func(a, b store.Claim) int { return cmp.Compare(b.Seq, a.Seq) })
+	return out, nil
 }
 
 // SetObserver makes obs count every Prepare (*metrics.Metrics counts them

@@ -8,7 +8,8 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 )
 
-// Claims reads claim records; *store.Store implements it.
+// Claims lists the prepared claims' records, newest first: the *Driver
+// from memory (what serve passes), a *store.Store from the file.
 type Claims interface {
 	PreparedClaims() ([]store.Claim, error)
 }

@@ -137,6 +137,7 @@ func (d *Driver) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 		}
 		return nil, fmt.Errorf("claim %s: %w", name, err)
 	}
+	d.prepared[uid] = rec
 	for _, r := range reqs {
 		if !r.admin {
 			for _, id := range r.devices {
@@ -352,6 +353,7 @@ func (d *Driver) Unprepare(_ context.Context, uid, name, why string) error {
 	if err != nil {
 		return fmt.Errorf("claim %s: %w", name, err)
 	}
+	delete(d.prepared, uid)
 	for id, u := range d.held {
 		if u == uid {
 			delete(d.held, id)
