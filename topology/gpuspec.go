@@ -114,6 +114,17 @@ func (g GPUModel) Board() Board {
 	return b
 }
 
+// VideoClockMHz is the video clock of a board whose SM clock is smMHz: the
+// maximum video clock in the SM clock's proportion to its maximum (an idle
+// H100 at 345 MHz SM shows 269 MHz, a busy one at boost its maximum, 1545
+// MHz, as a real H200 under load does in nvidia-smi -q).
+func (b Board) VideoClockMHz(smMHz int) int {
+	if b.MaxClocks.SMMHz <= 0 || smMHz <= 0 {
+		return 0
+	}
+	return min(b.MaxClocks.VideoMHz, (b.MaxClocks.VideoMHz*smMHz+b.MaxClocks.SMMHz/2)/b.MaxClocks.SMMHz)
+}
+
 // Thermal is how an architecture family's data-center part moves under
 // load, for the telemetry's load model: its SM clock at idle, base and
 // boost, and its temperature at idle and at the power limit.

@@ -11,7 +11,6 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
@@ -131,12 +130,12 @@ func Resources(driver, pool string, gpus *gpuset.Set, devs []gpuset.Device, stor
 
 // Taint is the device taint of an unhealthy GPU with the given reason,
 // since then: key <driver>/xid with the XID as its value when the reason
-// names one (telemetry.ParseXID: "XID 79: …"), else <driver>/unhealthy;
+// names one (topology.ParseXID: "XID 79: …"), else <driver>/unhealthy;
 // effect NoSchedule, so no new claim gets the GPU and claims that hold it
 // keep it.
 func Taint(driver, reason string, since metav1.Time) resourceapi.DeviceTaint {
 	t := resourceapi.DeviceTaint{Key: driver + "/" + TaintUnhealthy, Effect: resourceapi.DeviceTaintEffectNoSchedule}
-	if xid, ok := telemetry.ParseXID(reason); ok {
+	if xid, ok := topology.ParseXID(reason); ok {
 		t.Key, t.Value = driver+"/"+TaintXID, strconv.Itoa(xid)
 	}
 	if !since.IsZero() {

@@ -61,7 +61,7 @@ type Config struct {
 	DriverVersion string
 	// Devices gives each GPU's health at read time: a GPU is unhealthy when
 	// any of its DeviceIDs is, and its XID comes from the first such
-	// device's reason (ParseXID). Nil: every GPU is healthy.
+	// device's reason (topology.ParseXID). Nil: every GPU is healthy.
 	Devices Devices
 	// Holders says who holds which device ids at read time. Nil: every GPU
 	// is free.
@@ -385,7 +385,7 @@ func (e *Exporter) health() (lost []bool, xids []int) {
 		if !ok || d.Healthy {
 			continue
 		}
-		if x, ok := ParseXID(d.Reason); ok && xids[pos] == 0 {
+		if x, ok := topology.ParseXID(d.Reason); ok && xids[pos] == 0 {
 			xids[pos] = x
 		}
 		lost[pos] = true

@@ -1,67 +1,12 @@
 package telemetry_test
 
 import (
-	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
 	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
 )
-
-func TestParseXID(t *testing.T) {
-	for _, tc := range []struct {
-		reason string
-		want   int
-		ok     bool
-	}{
-		{"XID 79", 79, true},
-		{"xid 48: double bit ECC", 48, true},
-		{"Xid 13", 13, true},
-		{"XID:94", 94, true},
-		{"xid=63", 63, true},
-		{"XID #31", 31, true},
-		{"fault injection: XID 79 on fake-3", 79, true},
-		{"admin: XID 79, then XID 48", 79, true},
-		{"XID 0", 0, true},
-		{"XID 999999", 999999, true},
-		{"", 0, false},
-		{"admin: drain", 0, false},
-		{"fault injection: down:fake-1:after=30s", 0, false},
-		{"XID", 0, false},
-		{"XID 1234567", 0, false}, // more than 6 digits
-		{"XIDS 79", 0, false},
-		{"noxid 79", 0, false},
-		{"XID 79abc", 0, false},
-		{"XID -1", 0, false},
-	} {
-		got, ok := telemetry.ParseXID(tc.reason)
-		if got != tc.want || ok != tc.ok {
-			t.Errorf("ParseXID(%q) = %d, %v; want %d, %v", tc.reason, got, ok, tc.want, tc.ok)
-		}
-	}
-}
-
-func FuzzParseXID(f *testing.F) {
-	for _, s := range []string{"XID 79", "xid 48: x", "admin", "XID 1234567", "XID:", "xid\t\n5"} {
-		f.Add(s)
-	}
-	digits := regexp.MustCompile(`[0-9]+`)
-	f.Fuzz(func(t *testing.T, reason string) {
-		n, ok := telemetry.ParseXID(reason)
-		switch {
-		case !ok && n != 0:
-			t.Fatalf("ParseXID(%q) = %d without an XID", reason, n)
-		case ok && (n < 0 || n > 999999):
-			t.Fatalf("ParseXID(%q) = %d: out of range", reason, n)
-		case ok && !strings.Contains(strings.ToLower(reason), "xid"):
-			t.Fatalf("ParseXID(%q) = %d: no xid in the reason", reason, n)
-		case ok && !digits.MatchString(reason):
-			t.Fatalf("ParseXID(%q) = %d: no number in the reason", reason, n)
-		}
-		_ = telemetry.XIDText(n)
-	})
-}
 
 func TestXIDText(t *testing.T) {
 	for xid, want := range map[int]string{

@@ -1,33 +1,5 @@
 package telemetry
 
-import (
-	"regexp"
-	"strconv"
-)
-
-// xidRE finds an XID in a health reason: the word "xid" in any case, then
-// optional spaces, ':', '=' or '#', then 1 to 6 decimal digits ending the
-// number: "XID 79", "xid 48: double bit ECC", "Xid=13", "fault: XID:79".
-var xidRE = regexp.MustCompile(`(?i)\bxid[\s:=#]*([0-9]{1,6})\b`)
-
-// ParseXID returns the XID error number a health reason names, and whether
-// it names one. The first match of the word "xid" (any case) followed by
-// optional spaces, ':', '=' or '#' and a number of 1 to 6 digits counts:
-// "XID 79" → 79, "xid 48: double bit ECC" → 48, "Xid=13" → 13. A reason
-// without one ("fault injection: down:fake-1:after=30s", "xid", "XID 1234567")
-// gives 0, false.
-func ParseXID(reason string) (int, bool) {
-	m := xidRE.FindStringSubmatch(reason)
-	if m == nil {
-		return 0, false
-	}
-	n, err := strconv.Atoi(m[1])
-	if err != nil { // cannot happen: at most 6 digits
-		return 0, false
-	}
-	return n, true
-}
-
 // unknownXID is err_msg for an XID beyond xidText.
 const unknownXID = "Unknown Error"
 
