@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -47,7 +48,7 @@ func TestLive_WriteReadApply(t *testing.T) {
 	if !got.Apply(&a) || a.Telemetry.UtilizationGPUPercent != 90 || a.Telemetry.MemoryUsedMiB != 4096 || a.Telemetry.PowerDrawW != 301.25 {
 		t.Errorf("Apply to %s: %+v", g.ID, a.Telemetry)
 	}
-	if got.Apply(&b) || b.Telemetry != other.Telemetry {
+	if got.Apply(&b) || !reflect.DeepEqual(b.Telemetry, other.Telemetry) {
 		t.Errorf("Apply to a GPU the live file lacks changed it: %+v", b.Telemetry)
 	}
 	if (*status.Live)(nil).Apply(&b) {

@@ -13,7 +13,7 @@ import (
 // UUID and serial derived from node and the device id (topology.DeriveUUID), the fake
 // driver's versions, healthy since now, and idle telemetry updated now: 0 %
 // utilization, no memory used, topology.IdleTemperatureC, the model's idle power, the
-// idle SM clock and the maximum memory clock. The driver reserves 0.6 % of
+// idle SM clock (and its video clock) and the maximum memory clock. The driver reserves 0.6 % of
 // the memory. It returns an error if index is out of range.
 func NewGPU(m *topology.Machine, index int, node string, now time.Time) (*GPU, error) {
 	if index < 0 || index >= m.Len() {
@@ -30,6 +30,7 @@ func NewGPU(m *topology.Machine, index int, node string, now time.Time) (*GPU, e
 		PowerDrawW:     float64(model.IdlePowerW),
 		SMClockMHz:     board.IdleSMClockMHz,
 		MemoryClockMHz: max.MemoryMHz,
+		VideoClockMHz:  board.VideoClockMHz(board.IdleSMClockMHz),
 	}
 	if board.HBM {
 		v := topology.IdleMemoryTemperatureC

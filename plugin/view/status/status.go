@@ -142,6 +142,40 @@ type Telemetry struct {
 	FanSpeedPercent *int `json:"fanSpeedPercent"`
 	// LastXID is the XID of the last error the GPU reported; null if none.
 	LastXID *int `json:"lastXid"`
+	// VideoClockMHz is clocks.video (clocks.current.video) in MHz.
+	VideoClockMHz int `json:"videoClockMHz"`
+	// UtilizationEncoderPercent and UtilizationDecoderPercent are
+	// utilization.encoder and utilization.decoder, 0..100.
+	UtilizationEncoderPercent int `json:"utilizationEncoderPercent"`
+	UtilizationDecoderPercent int `json:"utilizationDecoderPercent"`
+	// PCIeTxKBps and PCIeRxKBps are the PCIe throughput nvidia-smi -q shows
+	// ("Tx Throughput", "Rx Throughput", in KB/s): the telemetry's
+	// DCGM_FI_PROF_PCIE_TX_BYTES and RX_BYTES / 1000.
+	PCIeTxKBps int64 `json:"pcieTxKBps"`
+	PCIeRxKBps int64 `json:"pcieRxKBps"`
+	// TotalEnergyMJ is the energy the GPU used, in mJ, since the plugin
+	// began counting (DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION).
+	TotalEnergyMJ int64 `json:"totalEnergyMJ"`
+	// ClockEventReasons are the active clock event reasons, NVML's bit mask
+	// (topology.ClockEvent*): clocks_event_reasons.active.
+	ClockEventReasons uint64 `json:"clockEventReasons"`
+	// MemoryErrors are the ECC counts, remapped rows and retired pages.
+	MemoryErrors topology.MemoryErrors `json:"memoryErrors"`
+	// Holders are the containers holding the GPU with their own use of it
+	// (the telemetry's holders), in holding order: the processes nvidia-smi
+	// lists. Empty when the GPU is free or the telemetry is off.
+	Holders []Holder `json:"holders,omitempty"`
+}
+
+// Holder is one container holding a GPU, and its share of the GPU.
+type Holder struct {
+	Namespace string `json:"namespace"`
+	Pod       string `json:"pod"`
+	Container string `json:"container"`
+	// UtilizationGPUPercent and MemoryUsedMiB are the holder's own share of
+	// the GPU's utilization.gpu and memory.used.
+	UtilizationGPUPercent int `json:"utilizationGpuPercent"`
+	MemoryUsedMiB         int `json:"memoryUsedMiB"`
 }
 
 var (
@@ -243,8 +277,54 @@ func (t *Telemetry) validate(prefix string, maxUsedMiB int) error {
 		return bad("fanSpeedPercent", *t.FanSpeedPercent, "null or 0..200")
 	case t.LastXID != nil && (*t.LastXID < 0 || *t.LastXID > 1<<20):
 		return bad("lastXid", *t.LastXID, "null or an XID number")
+	case t.VideoClockMHz < 0 || t.VideoClockMHz > 100000:
+		return bad("videoClockMHz", t.VideoClockMHz, "0..100000")
+	case t.UtilizationEncoderPercent < 0 || t.UtilizationEncoderPercent > 100:
+		return bad("utilizationEncoderPercent", t.UtilizationEncoderPercent, "0..100")
+	case t.UtilizationDecoderPercent < 0 || t.UtilizationDecoderPercent > 100:
+		return bad("utilizationDecoderPercent", t.UtilizationDecoderPercent, "0..100")
+	case t.PCIeTxKBps < 0 || t.PCIeTxKBps > maxPCIeKBps:
+		return bad("pcieTxKBps", t.PCIeTxKBps, fmt.Sprintf("0..%d", maxPCIeKBps))
+	case t.PCIeRxKBps < 0 || t.PCIeRxKBps > maxPCIeKBps:
+		return bad("pcieRxKBps", t.PCIeRxKBps, fmt.Sprintf("0..%d", maxPCIeKBps))
+	case t.TotalEnergyMJ < 0:
+		return bad("totalEnergyMJ", t.TotalEnergyMJ, "0 or more")
+	case t.ClockEventReasons&^topology.ClockEventsSupported != 0:
+		return bad("clockEventReasons", fmt.Sprintf("%#x", t.ClockEventReasons), fmt.Sprintf("bits of %#x", topology.ClockEventsSupported))
+	case !validMemoryErrors(t.MemoryErrors):
+		return bad("memoryErrors", fmt.Sprintf("%+v", t.MemoryErrors), "counts of 0 or more")
+	case len(t.Holders) > maxHolders:
+		return bad("holders", len(t.Holders), fmt.Sprintf("at most %d", maxHolders))
+	}
+	for i, h := range t.Holders {
+		field := fmt.Sprintf("holders[%d]", i)
+		switch {
+		case len(h.Namespace) > 253 || len(h.Pod) > 253 || len(h.Container) > 253 ||
+			!printable(h.Namespace) || !printable(h.Pod) || !printable(h.Container):
+			return bad(field, fmt.Sprintf("%q/%q/%q", h.Namespace, h.Pod, h.Container), "namespace, pod and container names")
+		case h.UtilizationGPUPercent < 0 || h.UtilizationGPUPercent > 100:
+			return bad(field+".utilizationGpuPercent", h.UtilizationGPUPercent, "0..100")
+		case h.MemoryUsedMiB < 0 || h.MemoryUsedMiB > maxUsedMiB:
+			return bad(field+".memoryUsedMiB", h.MemoryUsedMiB, fmt.Sprintf("0..%d (total - reserved)", maxUsedMiB))
+		}
 	}
 	return nil
+}
+
+// Bounds of the live values.
+const (
+	maxPCIeKBps = 1 << 30 // 1 TB/s: above any PCIe link
+	maxHolders  = 1024    // containers sharing one GPU
+)
+
+func validMemoryErrors(e topology.MemoryErrors) bool {
+	for _, v := range []int{e.VolatileCorrected, e.VolatileUncorrected, e.AggregateCorrected, e.AggregateUncorrected,
+		e.RemappedCorrectable, e.RemappedUncorrectable, e.RetiredSBE, e.RetiredDBE} {
+		if v < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func validClocks(c Clocks) bool {

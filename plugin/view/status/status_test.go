@@ -164,6 +164,20 @@ func TestValidate_Refuses(t *testing.T) {
 		{"negative power", func(g *status.GPU) { g.Telemetry.PowerDrawW = -1 }, status.ErrInvalidStatus, "powerDrawW"},
 		{"fan above 200", func(g *status.GPU) { g.Telemetry.FanSpeedPercent = &big }, status.ErrInvalidStatus, "fanSpeedPercent"},
 		{"negative xid", func(g *status.GPU) { g.Telemetry.LastXID = &neg }, status.ErrInvalidStatus, "lastXid"},
+		{"video clock", func(g *status.GPU) { g.Telemetry.VideoClockMHz = -1 }, status.ErrInvalidStatus, "videoClockMHz"},
+		{"encoder above 100", func(g *status.GPU) { g.Telemetry.UtilizationEncoderPercent = 101 }, status.ErrInvalidStatus, "utilizationEncoderPercent"},
+		{"decoder negative", func(g *status.GPU) { g.Telemetry.UtilizationDecoderPercent = -1 }, status.ErrInvalidStatus, "utilizationDecoderPercent"},
+		{"pcie tx", func(g *status.GPU) { g.Telemetry.PCIeTxKBps = -5 }, status.ErrInvalidStatus, "pcieTxKBps"},
+		{"pcie rx", func(g *status.GPU) { g.Telemetry.PCIeRxKBps = 1 << 40 }, status.ErrInvalidStatus, "pcieRxKBps"},
+		{"energy", func(g *status.GPU) { g.Telemetry.TotalEnergyMJ = -1 }, status.ErrInvalidStatus, "totalEnergyMJ"},
+		{"clock event bits", func(g *status.GPU) { g.Telemetry.ClockEventReasons = 0x200 }, status.ErrInvalidStatus, "clockEventReasons"},
+		{"memory errors", func(g *status.GPU) { g.Telemetry.MemoryErrors.RetiredDBE = -1 }, status.ErrInvalidStatus, "memoryErrors"},
+		{"holder memory", func(g *status.GPU) {
+			g.Telemetry.Holders = []status.Holder{{Namespace: "ml", Pod: "p", Container: "c", MemoryUsedMiB: g.MemoryTotalMiB}}
+		}, status.ErrInvalidStatus, "holders[0].memoryUsedMiB"},
+		{"holder name", func(g *status.GPU) {
+			g.Telemetry.Holders = []status.Holder{{Namespace: "ml", Pod: "a,b", Container: "c"}}
+		}, status.ErrInvalidStatus, "holders[0]"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
