@@ -2,6 +2,7 @@ package telemetry_test
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -18,6 +19,25 @@ import (
 // each, 64-95 shared by two replica holders each, 96-127 free; two GPUs
 // unhealthy with an XID.
 func benchExporter(b *testing.B, n int, perPod bool) *telemetry.Exporter {
+	return benchExporterWith(b, n, perPod, nil)
+}
+
+// nineFields are the collectors the exporter served before it served
+// dcgm-exporter's whole default set: the baseline of the scrape's cost.
+var nineFields = []telemetry.Collector{
+	{Field: "DCGM_FI_DEV_SM_CLOCK", Type: "gauge", Help: "SM clock frequency (in MHz)."},
+	{Field: "DCGM_FI_DEV_GPU_TEMP", Type: "gauge", Help: "GPU temperature (in C)."},
+	{Field: "DCGM_FI_DEV_POWER_USAGE", Type: "gauge", Help: "Power draw (in W)."},
+	{Field: "DCGM_FI_DEV_GPU_UTIL", Type: "gauge", Help: "GPU utilization (in %)."},
+	{Field: "DCGM_FI_DEV_MEM_COPY_UTIL", Type: "gauge", Help: "Memory utilization (in %)."},
+	{Field: "DCGM_FI_DEV_XID_ERRORS", Type: "gauge", Help: "Value of the last XID error encountered."},
+	{Field: "DCGM_FI_DEV_FB_FREE", Type: "gauge", Help: "Framebuffer memory free (in MiB)."},
+	{Field: "DCGM_FI_DEV_FB_USED", Type: "gauge", Help: "Framebuffer memory used (in MiB)."},
+	{Field: "DCGM_FI_PROF_GR_ENGINE_ACTIVE", Type: "gauge", Help: "Ratio of time the graphics engine is active."},
+	{Field: "DCGM_FI_DRIVER_VERSION", Type: "label", Help: "Driver Version"},
+}
+
+func benchExporterWith(b *testing.B, n int, perPod bool, collectors []telemetry.Collector) *telemetry.Exporter {
 	b.Helper()
 	m := mustGeneric(b, n)
 	replicas := map[int]int{}
@@ -39,7 +59,7 @@ func benchExporter(b *testing.B, n int, perPod bool) *telemetry.Exporter {
 	devs.SetHealth(3, false, "XID 79")
 	devs.SetHealth(n-1, false, "XID 48")
 	return mustNew(b, telemetry.Config{GPUs: gpus, GPUModel: m.GPUModel(), Hostname: "node-1", DriverVersion: "550.54.15",
-		Devices: devs, Holders: hs, Seed: 7, Clock: storetest.NewClock(b, epoch), PerPod: perPod})
+		Devices: devs, Holders: hs, Seed: 7, Clock: storetest.NewClock(b, epoch), PerPod: perPod, Collectors: collectors})
 }
 
 // BenchmarkScrape is a whole /metrics scrape at 128 GPUs, without and with
@@ -59,6 +79,7 @@ func BenchmarkScrape(b *testing.B) {
 	}
 	e := benchExporter(b, 128, false)
 	b.Run("gpus=128", func(b *testing.B) { scrape(b, e.Handler()) })
+	b.Run("gpus=128/nine-fields", func(b *testing.B) { scrape(b, benchExporterWith(b, 128, false, nineFields).Handler()) })
 	b.Run("gpus=128/perPod", func(b *testing.B) { scrape(b, benchExporter(b, 128, true).Handler()) })
 	b.Run("gpus=8", func(b *testing.B) { scrape(b, benchExporter(b, 8, false).Handler()) })
 	reg := prometheus.NewRegistry()
@@ -127,5 +148,26 @@ func (c *clientGolang) Collect(ch chan<- prometheus.Metric) {
 		emit("DCGM_FI_DEV_FB_FREE", float64(r.MemoryFreeMiB), pod)
 		emit("DCGM_FI_DEV_FB_USED", float64(r.MemoryUsedMiB), pod)
 		emit("DCGM_FI_PROF_GR_ENGINE_ACTIVE", r.GREngineActive, pod)
+	}
+}
+
+// BenchmarkExposition is the exporter's own cost of a scrape at 128 GPUs,
+// the readings and the text, without an HTTP recorder's buffer: with
+// dcgm-exporter's default counters, and with the nine fields served before
+// them.
+func BenchmarkExposition(b *testing.B) {
+	for _, bc := range []struct {
+		name       string
+		collectors []telemetry.Collector
+	}{{"default-counters", nil}, {"nine-fields", nineFields}} {
+		b.Run(bc.name, func(b *testing.B) {
+			e := benchExporterWith(b, 128, false, bc.collectors)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := e.WriteTo(io.Discard); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

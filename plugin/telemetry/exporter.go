@@ -30,6 +30,10 @@ type GPU struct {
 	// when it is shared. Holdings and device health name these ids. At
 	// least one; unique across GPUs.
 	DeviceIDs []string
+	// NVLinks is the number of the GPU's NVLinks (NVLinks of the machine's
+	// pairs, see NVLinksOf): 0 for a GPU without NVLink, whose
+	// DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL stays 0.
+	NVLinks int
 }
 
 // Clock reads the time the load model is evaluated at; it must be safe for
@@ -78,6 +82,18 @@ type Config struct {
 	// as dcgm-exporter --kubernetes-virtual-gpus does; off, such a GPU has
 	// one series per field, labelled with its last holder.
 	PerPod bool
+	// ReservedMiB is the memory the driver reserves beyond GPUModel's
+	// MemoryMiB (DCGM_FI_DEV_FB_RESERVED): FB_USED + FB_FREE + FB_RESERVED
+	// is the GPU's whole memory. 0 or more.
+	ReservedMiB int
+	// Collectors are the fields served, with their types and help
+	// (ParseCollectors, as dcgm-exporter's -f file); nil is
+	// DefaultCollectors, dcgm-exporter's default counters.
+	Collectors []Collector
+	// Counters keeps the counters (energy, NVLink traffic) across
+	// exporters: give each exporter of the process the same one, so that
+	// a rebuilt exporter goes on counting. Nil: the exporter's own.
+	Counters *Counters
 	// Logger gets one warning per failed scrape; the zero Logger discards.
 	Logger zerolog.Logger
 }
@@ -92,6 +108,9 @@ type Exporter struct {
 	prefix  [][]byte       // per position: `{gpu="…",…,DCGM_FI_DRIVER_VERSION="…"`
 	gm      topology.GPUModel
 	prof    topology.Thermal
+	hw      hardware
+	fams    []servedFamily // the collectors, in field id order
+	counter *Counters
 	model   Model
 	seed    uint64
 	clock   Clock
@@ -122,6 +141,21 @@ func New(cfg Config) (*Exporter, error) {
 	if len(cfg.GPUs) == 0 {
 		return nil, fmt.Errorf("new telemetry exporter: no GPUs: %w", ErrInvalidConfig)
 	}
+	if cfg.ReservedMiB < 0 {
+		return nil, fmt.Errorf("new telemetry exporter: reserved memory %d MiB: want 0 or more: %w", cfg.ReservedMiB, ErrInvalidConfig)
+	}
+	collectors := cfg.Collectors
+	if collectors == nil {
+		collectors = DefaultCollectors()
+	}
+	fams, driverLabel, err := serve(collectors)
+	if err != nil {
+		return nil, fmt.Errorf("new telemetry exporter: %w", err)
+	}
+	counters := cfg.Counters
+	if counters == nil {
+		counters = NewCounters()
+	}
 	gpus := slices.Clone(cfg.GPUs)
 	slices.SortFunc(gpus, func(a, b GPU) int { return a.Index - b.Index })
 	e := &Exporter{
@@ -131,6 +165,9 @@ func New(cfg Config) (*Exporter, error) {
 		prefix:    make([][]byte, len(gpus)),
 		gm:        cfg.GPUModel,
 		prof:      cfg.GPUModel.Thermal(),
+		hw:        newHardware(cfg.GPUModel, cfg.ReservedMiB),
+		fams:      fams,
+		counter:   counters,
 		model:     model,
 		seed:      cfg.Seed,
 		clock:     cfg.Clock,
@@ -147,7 +184,11 @@ func New(cfg Config) (*Exporter, error) {
 		if err := e.addGPU(pos, g); err != nil {
 			return nil, fmt.Errorf("new telemetry exporter: %w", err)
 		}
-		e.prefix[pos] = appendPrefix(nil, g, cfg.GPUModel.Product, cfg.Hostname, cfg.DriverVersion)
+		driver := cfg.DriverVersion
+		if !driverLabel {
+			driver = "" // the collectors leave the label out
+		}
+		e.prefix[pos] = appendPrefix(nil, g, cfg.GPUModel.Product, cfg.Hostname, driver)
 	}
 	return e, nil
 }
@@ -165,6 +206,8 @@ func (e *Exporter) addGPU(pos int, g GPU) error {
 		return fmt.Errorf("%s: PCI bus id %q: want one like 00000000:07:00.0: %w", gpu, g.PCIBusID, ErrInvalidConfig)
 	case len(g.DeviceIDs) == 0:
 		return fmt.Errorf("%s: no device ids: %w", gpu, ErrInvalidConfig)
+	case g.NVLinks < 0 || g.NVLinks > 1<<10:
+		return fmt.Errorf("%s: %d NVLinks: want 0..%d: %w", gpu, g.NVLinks, 1<<10, ErrInvalidConfig)
 	}
 	for _, id := range g.DeviceIDs {
 		if id == "" {
@@ -240,6 +283,51 @@ type Reading struct {
 	// GREngineActive is DCGM_FI_PROF_GR_ENGINE_ACTIVE, the ratio 0..1 of
 	// time the graphics engine is busy: utilization / 100.
 	GREngineActive float64 `json:"gr_engine_active"`
+	// MemoryClockMHz is DCGM_FI_DEV_MEM_CLOCK (clocks.mem): the board's
+	// maximum memory clock, as a GPU in P0 keeps it.
+	MemoryClockMHz int `json:"clocks_mem_mhz"`
+	// VideoClockMHz is clocks.video: the board's video clock at the SM
+	// clock (topology.Board.VideoClockMHz).
+	VideoClockMHz int `json:"clocks_video_mhz"`
+	// MemoryTemperatureC is DCGM_FI_DEV_MEMORY_TEMP (temperature.memory):
+	// 3 °C above the GPU on a board with HBM, 0 on one without a memory
+	// sensor, as DCGM reports it there.
+	MemoryTemperatureC int `json:"temperature_memory"`
+	// TotalEnergyMJ is DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION: the integral
+	// of the power, in mJ, since the Counters first saw the GPU.
+	TotalEnergyMJ int64 `json:"total_energy_mj"`
+	// EncoderUtilizationPercent and DecoderUtilizationPercent are
+	// DCGM_FI_DEV_ENC_UTIL and DEC_UTIL: 0, compute workloads do not use
+	// the video engines.
+	EncoderUtilizationPercent int `json:"utilization_encoder"`
+	DecoderUtilizationPercent int `json:"utilization_decoder"`
+	// MemoryReservedMiB is DCGM_FI_DEV_FB_RESERVED (memory.reserved).
+	MemoryReservedMiB int `json:"memory_reserved_mib"`
+	// NVLinkKiB is DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL: the NVLink traffic
+	// of all the GPU's links, both ways, in KiB, counted as TotalEnergyMJ
+	// is; 0 for a GPU without NVLink.
+	NVLinkKiB int64 `json:"nvlink_bandwidth_total_kib"`
+	// TensorActive is DCGM_FI_PROF_PIPE_TENSOR_ACTIVE and DRAMActive
+	// DCGM_FI_PROF_DRAM_ACTIVE (memory copy utilization / 100), ratios
+	// 0..1.
+	TensorActive float64 `json:"pipe_tensor_active"`
+	DRAMActive   float64 `json:"dram_active"`
+	// PCIeTxBytes and PCIeRxBytes are DCGM_FI_PROF_PCIE_TX_BYTES and
+	// RX_BYTES, in bytes/s.
+	PCIeTxBytes int64 `json:"pcie_tx_bytes"`
+	PCIeRxBytes int64 `json:"pcie_rx_bytes"`
+	// ClockEventReasons are the active clock event reasons, NVML's mask
+	// (topology.ClockEvent*): GPU idle when idle, SW power cap when the
+	// clock falls towards base, the thermal slowdowns under a thermal
+	// fault.
+	ClockEventReasons uint64 `json:"clocks_event_reasons"`
+	// Fault is the fault of an unhealthy GPU that still answers:
+	// topology.FaultECC or FaultThermal ("ecc", "thermal"); "" otherwise.
+	Fault string `json:"fault,omitempty"`
+	// MemoryErrors are the ECC counts and repairs of an ECC fault
+	// (topology.GPUModel.MemoryErrors): DCGM_FI_DEV_*_REMAPPED_ROWS and
+	// ROW_REMAP_FAILURE on boards that remap rows.
+	MemoryErrors topology.MemoryErrors `json:"memory_errors"`
 	// Holders are the containers holding the GPU, in holding order, with
 	// their share: their utilizations and memory sum to the GPU's (up to
 	// rounding).
@@ -269,13 +357,15 @@ func (e *Exporter) Readings() ([]Reading, error) {
 
 // ReadingsAt returns every GPU's reading at t, in index order: a pure
 // function of the seed, the model, the second of t, the holders, the health
-// and the overrides in force at t.
+// and the overrides in force at t, but for the counters (energy, NVLink
+// traffic), which first add each second since the last reading (see
+// Counters).
 func (e *Exporter) ReadingsAt(t time.Time) ([]Reading, error) {
 	holders, err := e.holdersByGPU()
 	if err != nil {
 		return nil, err
 	}
-	lost, xids := e.health()
+	faults := e.health()
 	sec := t.Unix()
 	e.mu.Lock()
 	overrides := e.activeOverrides(t)
@@ -289,7 +379,7 @@ func (e *Exporter) ReadingsAt(t time.Time) ([]Reading, error) {
 		r := &out[pos]
 		*r = Reading{
 			Index: g.Index, UUID: g.UUID, MemoryTotalMiB: e.gm.MemoryMiB, MemoryFreeMiB: e.gm.MemoryMiB,
-			PowerLimitW: e.gm.PowerLimitW,
+			PowerLimitW: e.gm.PowerLimitW, MemoryReservedMiB: e.hw.reservedMiB,
 		}
 		if len(hs) > 0 {
 			r.Holders = make([]HolderReading, len(hs))
@@ -297,27 +387,21 @@ func (e *Exporter) ReadingsAt(t time.Time) ([]Reading, error) {
 				r.Holders[i] = HolderReading{Holder: h.Holder, VGPU: h.vgpu}
 			}
 		}
-		if lost[pos] {
-			r.Lost, r.XID = true, xids[pos]
-			r.MemoryTotalMiB, r.MemoryFreeMiB, r.PowerLimitW = 0, 0, 0
+		f := faults[pos]
+		r.XID = f.xid
+		if f.lost {
+			r.Lost = true
+			r.MemoryTotalMiB, r.MemoryFreeMiB, r.PowerLimitW, r.MemoryReservedMiB = 0, 0, 0, 0
 			continue
 		}
-		loads, mem = loads[:0], mem[:0]
-		for i, h := range hs {
-			l := e.model.load(e.seed, holderKey(e.seed, h.Holder), g.Index, sec, h.vgpu != "")
-			m := -1.0
-			if o, ok := overrides[overrideKey{pos, h.Holder}]; ok {
-				if o.setUtil {
-					l.util = o.util
-				}
-				if o.setMem {
-					m = float64(o.memMiB)
-				}
-				r.Holders[i].Overridden = true
-			}
-			loads, mem = append(loads, l), append(mem, m)
+		if f.kind != topology.FaultLost {
+			r.Fault = f.kind.String()
+			r.MemoryErrors = e.gm.MemoryErrors(topology.Fault{Kind: f.kind, XID: f.xid})
 		}
-		v := sample(e.gm, e.prof, gpuKey(e.seed, 0, g.Index), sec, loads, mem)
+		thermal := f.kind == topology.FaultThermal
+		loads, mem = e.loadsAt(loads[:0], mem[:0], pos, hs, overrides, sec, r.Holders)
+		gk := gpuKey(e.seed, 0, g.Index)
+		v := sample(&e.hw, gk, sec, loads, mem, thermal)
 		r.UtilizationPercent = int(math.Round(v.util))
 		r.MemoryUtilizationPercent = int(math.Round(v.memCopy))
 		r.MemoryUsedMiB = int(math.Round(v.memUsed))
@@ -326,12 +410,55 @@ func (e *Exporter) ReadingsAt(t time.Time) ([]Reading, error) {
 		r.PowerDrawW = roundMilli(v.power)
 		r.SMClockMHz = int(math.Round(v.smClock))
 		r.GREngineActive = math.Round(v.util*100) / 10000
+		r.MemoryClockMHz = e.hw.board.MaxClocks.MemoryMHz
+		r.VideoClockMHz = e.hw.board.VideoClockMHz(r.SMClockMHz)
+		if e.hw.board.HBM {
+			r.MemoryTemperatureC = topology.MemoryTemperatureC(r.TemperatureC)
+		}
+		r.TensorActive = math.Round(v.tensor*1e6) / 1e6
+		r.DRAMActive = math.Round(v.memCopy*1e4) / 1e6
+		r.PCIeTxBytes, r.PCIeRxBytes = int64(math.Round(v.pcieTx)), int64(math.Round(v.pcieRx))
+		r.ClockEventReasons = v.reasons
 		for i := range r.Holders {
 			r.Holders[i].UtilizationPercent = int(math.Round(loads[i].util))
 			r.Holders[i].MemoryUsedMiB = int(math.Round(mem[i]))
 		}
+		nvlinkBps := float64(g.NVLinks) * e.hw.nvlinkBps
+		r.TotalEnergyMJ, r.NVLinkKiB = e.counter.advance(g.UUID, sec, v.power, v.memCopy, nvlinkBps,
+			func(s int64) (powerW, memCopy float64) {
+				var ls []holderLoad
+				var ms []float64
+				ls, ms = e.loadsAt(ls, ms, pos, hs, overrides, s, nil)
+				w := sample(&e.hw, gk, s, ls, ms, thermal)
+				return w.power, w.memCopy
+			})
 	}
 	return out, nil
+}
+
+// loadsAt appends the loads the holders hs of the GPU at pos put on it at
+// second sec, after their overrides, to loads, and their memory (−1: the
+// model's) to mem; it marks the overridden holders in marks (nil: none).
+func (e *Exporter) loadsAt(loads []holderLoad, mem []float64, pos int, hs []gpuHolder, overrides map[overrideKey]override,
+	sec int64, marks []HolderReading) ([]holderLoad, []float64) {
+	index := e.gpus[pos].Index
+	for i, h := range hs {
+		l := e.model.load(e.seed, holderKey(e.seed, h.Holder), index, sec, h.vgpu != "")
+		m := -1.0
+		if o, ok := overrides[overrideKey{pos, h.Holder}]; ok {
+			if o.setUtil {
+				l.util = o.util
+			}
+			if o.setMem {
+				m = float64(o.memMiB)
+			}
+			if marks != nil {
+				marks[i].Overridden = true
+			}
+		}
+		loads, mem = append(loads, l), append(mem, m)
+	}
+	return loads, mem
 }
 
 // gpuHolder is one holder of one GPU.
@@ -372,23 +499,43 @@ func (e *Exporter) holdersByGPU() ([][]gpuHolder, error) {
 	return out, nil
 }
 
-// health returns, by GPU position, whether the GPU is unhealthy and the XID
-// the first of its unhealthy devices' reasons that names one names (0 if
-// none does).
-func (e *Exporter) health() (lost []bool, xids []int) {
-	lost, xids = make([]bool, len(e.gpus)), make([]int, len(e.gpus))
+// gpuFault is a GPU's health at read time: unhealthy and lost, or
+// unhealthy and still answering with a fault, and the XID its reasons name.
+type gpuFault struct {
+	lost bool
+	kind topology.FaultKind // of a GPU that answers: FaultECC, FaultThermal; FaultLost when healthy
+	xid  int
+}
+
+// health returns, by GPU position, its fault: a GPU is lost when one of its
+// unhealthy devices' reasons names a lost GPU (topology.ParseFault), else
+// it answers with the first unhealthy device's fault; its XID is the first
+// XID its unhealthy devices' reasons name (0 if none does).
+func (e *Exporter) health() []gpuFault {
+	out := make([]gpuFault, len(e.gpus))
 	if e.devices == nil {
-		return lost, xids
+		return out
 	}
+	seen := make([]bool, len(e.gpus))
 	for _, d := range e.devices.Devices() {
 		pos, ok := e.byID[d.ID]
 		if !ok || d.Healthy {
 			continue
 		}
-		if x, ok := topology.ParseXID(d.Reason); ok && xids[pos] == 0 {
-			xids[pos] = x
+		f := topology.ParseFault(d.Reason)
+		g := &out[pos]
+		if f.XID != 0 && g.xid == 0 {
+			g.xid = f.XID
+		} else if x, ok := topology.ParseXID(d.Reason); ok && g.xid == 0 {
+			g.xid = x
 		}
-		lost[pos] = true
+		switch {
+		case !f.Answers():
+			g.lost, g.kind = true, topology.FaultLost
+		case !seen[pos] && !g.lost:
+			g.kind = f.Kind
+		}
+		seen[pos] = true
 	}
-	return lost, xids
+	return out
 }

@@ -12,43 +12,101 @@ import (
 // 0.0.4.
 const ContentType = "text/plain; version=0.0.4; charset=utf-8"
 
-// family is one series name of the exposition, as dcgm-exporter 4.5.3-4.8.2
-// prints it with its default counters (etc/default-counters.csv: name, type,
-// help).
+// family is one DCGM field the exporter can serve, as dcgm-exporter
+// 4.5.3-4.8.2 prints it with its default counters (etc/default-counters.csv:
+// name, type, help).
 type family struct {
 	name, help string
-	double     bool // a DCGM_FT_DOUBLE field: printed with %f
-	xid        bool // DCGM_FI_DEV_XID_ERRORS: err_code, err_msg; kept while lost
-	perProcess bool // per-pod values with PerPod (GPU_UTIL, FB_USED)
-	device     func(*Reading) float64
-	holder     func(*HolderReading) float64
+	id         int    // DCGM field id: families print in id order
+	typ        string // the default counters' Prometheus type
+	double     bool   // a DCGM_FT_DOUBLE field: printed with %f
+	xid        bool   // DCGM_FI_DEV_XID_ERRORS: err_code, err_msg; kept while lost
+	perProcess bool   // per-pod values with PerPod (GPU_UTIL, FB_USED)
+	// supported says whether DCGM has a value for the field on the
+	// hardware; nil: always. A field without one is left out, as
+	// dcgm-exporter leaves blank values out.
+	supported func(*hardware) bool
+	device    func(*Reading) float64
+	holder    func(*HolderReading) float64
 }
 
-// families are the reported fields in DCGM field id order, the order
-// dcgm-exporter prints them in: SM_CLOCK 100, GPU_TEMP 150, POWER_USAGE
-// 155, GPU_UTIL 203, MEM_COPY_UTIL 204, XID_ERRORS 230, FB_FREE 251,
-// FB_USED 252, PROF_GR_ENGINE_ACTIVE 1001. All are gauges.
+func profiling(hw *hardware) bool { return hw.profiling }
+func rowRemap(hw *hardware) bool  { return hw.rowRemap }
+func hbm(hw *hardware) bool       { return hw.board.HBM }
+
+// families are the fields the exporter serves, in DCGM field id order, the
+// order dcgm-exporter prints them in: every field of dcgm-exporter's
+// default counters.
 var families = []family{
-	{name: "DCGM_FI_DEV_SM_CLOCK", help: "SM clock frequency (in MHz).",
+	{name: "DCGM_FI_DEV_SM_CLOCK", id: 100, typ: "gauge", help: "SM clock frequency (in MHz).",
 		device: func(r *Reading) float64 { return float64(r.SMClockMHz) }},
-	{name: "DCGM_FI_DEV_GPU_TEMP", help: "GPU temperature (in C).",
+	{name: "DCGM_FI_DEV_MEM_CLOCK", id: 101, typ: "gauge", help: "Memory clock frequency (in MHz).",
+		device: func(r *Reading) float64 { return float64(r.MemoryClockMHz) }},
+	{name: "DCGM_FI_DEV_MEMORY_TEMP", id: 140, typ: "gauge", help: "Memory temperature (in C).",
+		supported: hbm, device: func(r *Reading) float64 { return float64(r.MemoryTemperatureC) }},
+	{name: "DCGM_FI_DEV_GPU_TEMP", id: 150, typ: "gauge", help: "GPU temperature (in C).",
 		device: func(r *Reading) float64 { return float64(r.TemperatureC) }},
-	{name: "DCGM_FI_DEV_POWER_USAGE", help: "Power draw (in W).", double: true,
+	{name: "DCGM_FI_DEV_POWER_USAGE", id: 155, typ: "gauge", help: "Power draw (in W).", double: true,
 		device: func(r *Reading) float64 { return r.PowerDrawW }},
-	{name: "DCGM_FI_DEV_GPU_UTIL", help: "GPU utilization (in %).", perProcess: true,
+	{name: "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", id: 156, typ: "counter", help: "Total energy consumption since boot (in mJ).",
+		device: func(r *Reading) float64 { return float64(r.TotalEnergyMJ) }},
+	{name: "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", id: 202, typ: "counter", help: "Total number of PCIe retries.",
+		device: func(*Reading) float64 { return 0 }},
+	{name: "DCGM_FI_DEV_GPU_UTIL", id: 203, typ: "gauge", help: "GPU utilization (in %).", perProcess: true,
 		device: func(r *Reading) float64 { return float64(r.UtilizationPercent) },
 		holder: func(h *HolderReading) float64 { return float64(h.UtilizationPercent) }},
-	{name: "DCGM_FI_DEV_MEM_COPY_UTIL", help: "Memory utilization (in %).",
+	{name: "DCGM_FI_DEV_MEM_COPY_UTIL", id: 204, typ: "gauge", help: "Memory utilization (in %).",
 		device: func(r *Reading) float64 { return float64(r.MemoryUtilizationPercent) }},
-	{name: "DCGM_FI_DEV_XID_ERRORS", help: "Value of the last XID error encountered.", xid: true,
+	{name: "DCGM_FI_DEV_ENC_UTIL", id: 206, typ: "gauge", help: "Encoder utilization (in %).",
+		device: func(r *Reading) float64 { return float64(r.EncoderUtilizationPercent) }},
+	{name: "DCGM_FI_DEV_DEC_UTIL", id: 207, typ: "gauge", help: "Decoder utilization (in %).",
+		device: func(r *Reading) float64 { return float64(r.DecoderUtilizationPercent) }},
+	{name: "DCGM_FI_DEV_XID_ERRORS", id: 230, typ: "gauge", help: "Value of the last XID error encountered.", xid: true,
 		device: func(r *Reading) float64 { return float64(r.XID) }},
-	{name: "DCGM_FI_DEV_FB_FREE", help: "Framebuffer memory free (in MiB).",
+	{name: "DCGM_FI_DEV_FB_FREE", id: 251, typ: "gauge", help: "Framebuffer memory free (in MiB).",
 		device: func(r *Reading) float64 { return float64(r.MemoryFreeMiB) }},
-	{name: "DCGM_FI_DEV_FB_USED", help: "Framebuffer memory used (in MiB).", perProcess: true,
+	{name: "DCGM_FI_DEV_FB_USED", id: 252, typ: "gauge", help: "Framebuffer memory used (in MiB).", perProcess: true,
 		device: func(r *Reading) float64 { return float64(r.MemoryUsedMiB) },
 		holder: func(h *HolderReading) float64 { return float64(h.MemoryUsedMiB) }},
-	{name: "DCGM_FI_PROF_GR_ENGINE_ACTIVE", help: "Ratio of time the graphics engine is active.", double: true,
-		device: func(r *Reading) float64 { return r.GREngineActive }},
+	{name: "DCGM_FI_DEV_FB_RESERVED", id: 253, typ: "gauge", help: "Framebuffer memory reserved (in MiB).",
+		device: func(r *Reading) float64 { return float64(r.MemoryReservedMiB) }},
+	{name: "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", id: 393, typ: "counter", help: "Number of remapped rows for uncorrectable errors",
+		supported: rowRemap, device: func(r *Reading) float64 { return float64(r.MemoryErrors.RemappedUncorrectable) }},
+	{name: "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", id: 394, typ: "counter", help: "Number of remapped rows for correctable errors",
+		supported: rowRemap, device: func(r *Reading) float64 { return float64(r.MemoryErrors.RemappedCorrectable) }},
+	{name: "DCGM_FI_DEV_ROW_REMAP_FAILURE", id: 395, typ: "gauge", help: "Whether remapping of rows has failed",
+		supported: rowRemap, device: func(r *Reading) float64 { return b2f(r.MemoryErrors.RemapFailure) }},
+	{name: "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", id: 449, typ: "counter", help: "Total number of NVLink bandwidth counters for all lanes.",
+		device: func(r *Reading) float64 { return float64(r.NVLinkKiB) }},
+	{name: "DCGM_FI_DEV_VGPU_LICENSE_STATUS", id: 526, typ: "gauge", help: "vGPU License status",
+		device: func(*Reading) float64 { return 0 }},
+	{name: "DCGM_FI_PROF_GR_ENGINE_ACTIVE", id: 1001, typ: "gauge", help: "Ratio of time the graphics engine is active.", double: true,
+		supported: profiling, device: func(r *Reading) float64 { return r.GREngineActive }},
+	{name: "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", id: 1004, typ: "gauge", help: "Ratio of cycles the tensor (HMMA) pipe is active.", double: true,
+		supported: profiling, device: func(r *Reading) float64 { return r.TensorActive }},
+	{name: "DCGM_FI_PROF_DRAM_ACTIVE", id: 1005, typ: "gauge",
+		help: "Ratio of cycles the device memory interface is active sending or receiving data.", double: true,
+		supported: profiling, device: func(r *Reading) float64 { return r.DRAMActive }},
+	{name: "DCGM_FI_PROF_PCIE_TX_BYTES", id: 1009, typ: "gauge",
+		help:      "The rate of data transmitted over the PCIe bus - including both protocol headers and data payloads - in bytes per second.",
+		supported: profiling, device: func(r *Reading) float64 { return float64(r.PCIeTxBytes) }},
+	{name: "DCGM_FI_PROF_PCIE_RX_BYTES", id: 1010, typ: "gauge",
+		help:      "The rate of data received over the PCIe bus - including both protocol headers and data payloads - in bytes per second.",
+		supported: profiling, device: func(r *Reading) float64 { return float64(r.PCIeRxBytes) }},
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// servedFamily is a family as the collectors serve it: with their type and
+// help.
+type servedFamily struct {
+	*family
+	typ, help string
 }
 
 // Handler serves the exposition on GET /metrics, computed at request time.
@@ -85,7 +143,11 @@ func (e *Exporter) WriteTo(w io.Writer) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	n, err := w.Write(e.AppendExposition(nil, rs))
+	bp := bufPool.Get().(*[]byte)
+	b := e.AppendExposition((*bp)[:0], rs)
+	n, err := w.Write(b)
+	*bp = b
+	bufPool.Put(bp)
 	if err != nil {
 		return int64(n), fmt.Errorf("write telemetry: %w", err)
 	}
@@ -109,13 +171,25 @@ var _ io.WriterTo = (*Exporter)(nil)
 // value; GPU_UTIL and FB_USED instead keep the device-level sample without
 // pod labels and add one per holder with the holder's own value.
 func (e *Exporter) AppendExposition(b []byte, rs []Reading) []byte {
-	for fi := range families {
-		f := &families[fi]
+	segs := e.holderSegments(rs)
+	positions := make([]int, len(rs)) // by reading: the GPU's position, -1 if another exporter's
+	for i := range rs {
+		if pos, ok := e.byIndex[rs[i].Index]; ok {
+			positions[i] = pos
+		} else {
+			positions[i] = -1
+		}
+	}
+	for fi := range e.fams {
+		f := &e.fams[fi]
+		if f.supported != nil && !f.supported(&e.hw) {
+			continue
+		}
 		header := false
 		for i := range rs {
 			r := &rs[i]
-			pos, ok := e.byIndex[r.Index]
-			if !ok || r.Lost && !f.xid {
+			pos := positions[i]
+			if pos < 0 || r.Lost && !f.xid {
 				continue // another exporter's GPU, or a lost GPU's field
 			}
 			if !header {
@@ -125,23 +199,26 @@ func (e *Exporter) AppendExposition(b []byte, rs []Reading) []byte {
 				b = append(b, f.help...)
 				b = append(b, "\n# TYPE "...)
 				b = append(b, f.name...)
-				b = append(b, " gauge\n"...)
+				b = append(b, ' ')
+				b = append(b, f.typ...)
+				b = append(b, '\n')
 				header = true
 			}
 			v := f.device(r)
+			hs := segs[i]
 			switch n := len(r.Holders); {
 			case n == 0:
-				b = e.appendSample(b, f, pos, r, nil, v)
+				b = e.appendSample(b, f.family, pos, r, nil, v)
 			case !e.perPod:
-				b = e.appendSample(b, f, pos, r, &r.Holders[n-1], v)
+				b = e.appendSample(b, f.family, pos, r, &hs[n-1], v)
 			case f.perProcess:
-				b = e.appendSample(b, f, pos, r, nil, v)
-				for i := range r.Holders {
-					b = e.appendSample(b, f, pos, r, &r.Holders[i], f.holder(&r.Holders[i]))
+				b = e.appendSample(b, f.family, pos, r, nil, v)
+				for k := range r.Holders {
+					b = e.appendSample(b, f.family, pos, r, &hs[k], f.holder(&r.Holders[k]))
 				}
 			default:
-				for i := range r.Holders {
-					b = e.appendSample(b, f, pos, r, &r.Holders[i], v)
+				for k := range r.Holders {
+					b = e.appendSample(b, f.family, pos, r, &hs[k], v)
 				}
 			}
 		}
@@ -149,13 +226,59 @@ func (e *Exporter) AppendExposition(b []byte, rs []Reading) []byte {
 	return b
 }
 
+// holderSegment is a holder's labels as printed, computed once a scrape:
+// `,container="…"` and `,namespace="…",pod="…"` (and `,vgpu="…"` with
+// PerPod), the XID labels going between the two.
+type holderSegment struct {
+	container, rest []byte
+}
+
+// holderSegments returns the label segments of every reading's holders.
+func (e *Exporter) holderSegments(rs []Reading) [][]holderSegment {
+	out := make([][]holderSegment, len(rs))
+	n := 0
+	for i := range rs {
+		n += len(rs[i].Holders)
+	}
+	if n == 0 {
+		return out
+	}
+	all := make([]holderSegment, 0, n)
+	var buf []byte
+	for i := range rs {
+		for _, h := range rs[i].Holders {
+			start := len(buf)
+			buf = appendLabel(buf, "container", h.Container)
+			mid := len(buf)
+			buf = appendLabel(buf, "namespace", h.Namespace)
+			buf = appendLabel(buf, "pod", h.Pod)
+			if e.perPod && h.VGPU != "" {
+				buf = appendLabel(buf, "vgpu", h.VGPU)
+			}
+			all = append(all, holderSegment{container: buf[start:mid:mid], rest: buf[mid:len(buf):len(buf)]})
+		}
+	}
+	// buf may have moved while it grew: cut the segments again from its
+	// final backing array.
+	off := 0
+	for i := range all {
+		c, r := len(all[i].container), len(all[i].rest)
+		all[i] = holderSegment{container: buf[off : off+c : off+c], rest: buf[off+c : off+c+r : off+c+r]}
+		off += c + r
+	}
+	for i := range rs {
+		out[i], all = all[:len(rs[i].Holders)], all[len(rs[i].Holders):]
+	}
+	return out
+}
+
 // appendSample appends one sample line of family f for the GPU at pos, with
-// holder h's labels (nil: none).
-func (e *Exporter) appendSample(b []byte, f *family, pos int, r *Reading, h *HolderReading, v float64) []byte {
+// holder labels h (nil: none).
+func (e *Exporter) appendSample(b []byte, f *family, pos int, r *Reading, h *holderSegment, v float64) []byte {
 	b = append(b, f.name...)
 	b = append(b, e.prefix[pos]...)
 	if h != nil {
-		b = appendLabel(b, "container", h.Container)
+		b = append(b, h.container...)
 	}
 	if f.xid {
 		b = append(b, `,err_code="`...)
@@ -164,11 +287,7 @@ func (e *Exporter) appendSample(b []byte, f *family, pos int, r *Reading, h *Hol
 		b = appendLabel(b, "err_msg", XIDText(r.XID))
 	}
 	if h != nil {
-		b = appendLabel(b, "namespace", h.Namespace)
-		b = appendLabel(b, "pod", h.Pod)
-		if e.perPod && h.VGPU != "" {
-			b = appendLabel(b, "vgpu", h.VGPU)
-		}
+		b = append(b, h.rest...)
 	}
 	b = append(b, "} "...)
 	if f.double {

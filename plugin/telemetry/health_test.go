@@ -6,6 +6,7 @@ import (
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
 	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 func TestXIDText(t *testing.T) {
@@ -30,8 +31,8 @@ func series(text string, gpu string) []string {
 	return out
 }
 
-// A GPU marked unhealthy with an XID reason shows the XID, and nothing
-// else, as a GPU that fell off the bus does; healed, it reports as before
+// A GPU marked unhealthy with an XID reason of a lost GPU shows the XID,
+// and nothing else, as a GPU that fell off the bus does; healed, it reports as before
 // with XID 0. Without an XID in its reason it shows 0 while lost.
 func TestExporter_UnhealthyGPUShowsXIDOnly(t *testing.T) {
 	m := mustMachine(t, "dgx-a100")
@@ -41,15 +42,15 @@ func TestExporter_UnhealthyGPUShowsXIDOnly(t *testing.T) {
 	hs.Set(hold("ml", "job", "main", "fake-1"))
 	e := mustNew(t, telemetry.Config{GPUs: gpus, GPUModel: m.GPUModel(), Devices: devs, Holders: hs, Seed: 1, Clock: storetest.NewClock(t, epoch)})
 	healthy := series(exposition(t, e), "1")
-	if len(healthy) != 9 {
-		t.Fatalf("healthy held GPU has %d series, want 9:\n%s", len(healthy), strings.Join(healthy, "\n"))
+	if len(healthy) != 25 {
+		t.Fatalf("healthy held GPU of an A100 has %d series, want every default counter's 25:\n%s", len(healthy), strings.Join(healthy, "\n"))
 	}
 
 	for _, tc := range []struct {
 		reason, code, msg string
 	}{
 		{"XID 79", "79", "GPU has fallen off the bus"},
-		{"xid 48: double bit ECC", "48", "Double Bit ECC Error"},
+		{"xid 13: graphics", "13", "Graphics Engine Exception"},
 		{"admin: drain", "0", "No Error"},
 		{"XID 200", "200", "Unknown Error"},
 	} {
@@ -67,7 +68,7 @@ func TestExporter_UnhealthyGPUShowsXIDOnly(t *testing.T) {
 		if r := rs[1]; !r.Lost || r.UtilizationPercent != 0 || r.MemoryUsedMiB != 0 || r.PowerDrawW != 0 || r.SMClockMHz != 0 || len(r.Holders) != 1 {
 			t.Errorf("unhealthy %q: reading %+v, want lost with zero values and its holder", tc.reason, r)
 		}
-		if other := series(exposition(t, e), "0"); len(other) != 9 {
+		if other := series(exposition(t, e), "0"); len(other) != 25 {
 			t.Errorf("unhealthy GPU 1 took GPU 0's series with it: %d left", len(other))
 		}
 	}
@@ -92,5 +93,88 @@ func TestExporter_ReplicaHealth(t *testing.T) {
 	r := mustReadings(t, e)[0]
 	if !r.Lost || r.XID != 94 {
 		t.Errorf("replicas unhealthy (no XID, XID 94): lost %v, XID %d; want lost, 94", r.Lost, r.XID)
+	}
+}
+
+// An ECC fault leaves the GPU answering, as a real GPU with a memory error
+// does: every series stays, with its XID and the remapped rows its XID
+// records; a GPU that retires pages instead (V100) has no remapped-rows
+// series at all. Healed, the counts go back to 0.
+func TestExporter_ECCFaultAnswers(t *testing.T) {
+	for _, tc := range []struct {
+		machine, reason string
+		want            map[string]string // series of GPU 1 -> value
+		absent          []string
+	}{
+		{"dgx-a100", "XID 48: double bit ECC", map[string]string{"DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": "1",
+			"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": "0", "DCGM_FI_DEV_ROW_REMAP_FAILURE": "0", "DCGM_FI_DEV_XID_ERRORS": "48"}, nil},
+		{"dgx-a100", "XID 64", map[string]string{"DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": "0", "DCGM_FI_DEV_ROW_REMAP_FAILURE": "1",
+			"DCGM_FI_DEV_XID_ERRORS": "64"}, nil},
+		{"dgx-a100", "XID 92: SBE storm", map[string]string{"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": "1", "DCGM_FI_DEV_XID_ERRORS": "92"}, nil},
+		{"dgx1-volta", "XID 48", map[string]string{"DCGM_FI_DEV_XID_ERRORS": "48"},
+			[]string{"DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_FAILURE"}},
+	} {
+		t.Run(tc.machine+"/"+tc.reason, func(t *testing.T) {
+			m := mustMachine(t, tc.machine)
+			gpus := machineGPUs(m, nil)[:2]
+			devs := newDevices(gpus)
+			hs := &holdings{}
+			hs.Set(hold("ml", "job", "main", "fake-1"))
+			e := mustNew(t, telemetry.Config{GPUs: gpus, GPUModel: m.GPUModel(), Devices: devs, Holders: hs, Clock: storetest.NewClock(t, epoch)})
+			healthy := len(series(exposition(t, e), "1"))
+			devs.SetHealth(1, false, tc.reason)
+			lines := series(exposition(t, e), "1")
+			if len(lines) != healthy {
+				t.Errorf("ECC fault: %d series, want all %d of a healthy GPU", len(lines), healthy)
+			}
+			got := map[string]string{}
+			for _, l := range lines {
+				name, _, _ := strings.Cut(l, "{")
+				got[name] = l[strings.LastIndexByte(l, ' ')+1:]
+			}
+			for name, v := range tc.want {
+				if got[name] != v {
+					t.Errorf("%s = %q, want %s", name, got[name], v)
+				}
+			}
+			for _, name := range tc.absent {
+				if _, ok := got[name]; ok {
+					t.Errorf("%s served on %s, whose GPUs retire pages", name, tc.machine)
+				}
+			}
+			if r := mustReadings(t, e)[1]; r.Lost || r.Fault != "ecc" || r.UtilizationPercent == 0 {
+				t.Errorf("reading %+v: want an answering, busy GPU with fault ecc", r)
+			}
+			devs.SetHealth(1, true, "")
+			if r := mustReadings(t, e)[1]; r.MemoryErrors != (topology.MemoryErrors{}) || r.XID != 0 || r.Fault != "" {
+				t.Errorf("healed: %+v", r)
+			}
+		})
+	}
+}
+
+// A thermal fault keeps the GPU answering at its slowdown temperature, its
+// busy clock halved and the thermal slowdown reasons active.
+func TestExporter_ThermalFault(t *testing.T) {
+	m := mustMachine(t, "hgx-h100")
+	gpus := machineGPUs(m, nil)[:1]
+	devs := newDevices(gpus)
+	hs := &holdings{}
+	hs.Set(hold("ml", "job", "main", "fake-0"))
+	e := mustNew(t, telemetry.Config{GPUs: gpus, GPUModel: m.GPUModel(), Devices: devs, Holders: hs, Clock: storetest.NewClock(t, epoch)})
+	cool := mustReadings(t, e)[0]
+	devs.SetHealth(0, false, "thermal slowdown: fan failure")
+	hot := mustReadings(t, e)[0]
+	slowdown := m.GPUModel().Thresholds().SlowdownC
+	const thermal = topology.ClockEventHWSlowdown | topology.ClockEventHWThermalSlowdown | topology.ClockEventSWThermalSlowdown
+	switch {
+	case hot.Lost || hot.Fault != "thermal":
+		t.Errorf("thermal fault: lost %v fault %q, want an answering GPU with fault thermal", hot.Lost, hot.Fault)
+	case hot.TemperatureC < slowdown:
+		t.Errorf("thermal fault: %d °C, want at least the slowdown temperature %d °C", hot.TemperatureC, slowdown)
+	case hot.SMClockMHz*2 > cool.SMClockMHz+1:
+		t.Errorf("thermal fault: SM clock %d MHz, want half of %d", hot.SMClockMHz, cool.SMClockMHz)
+	case hot.ClockEventReasons&thermal != thermal || cool.ClockEventReasons&thermal != 0:
+		t.Errorf("clock event reasons %#x hot, %#x cool", hot.ClockEventReasons, cool.ClockEventReasons)
 	}
 }

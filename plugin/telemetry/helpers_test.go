@@ -96,7 +96,7 @@ func uuid(i int) string { return fmt.Sprintf("GPU-0a1b2c3d-4e5f-6071-8293-a4b5c6
 func machineGPUs(m *topology.Machine, replicas map[int]int) []telemetry.GPU {
 	gpus := make([]telemetry.GPU, m.Len())
 	for i := range gpus {
-		gpus[i] = telemetry.GPU{Index: i, UUID: uuid(i), PCIBusID: m.PCIBusID(i), DeviceIDs: []string{m.ID(i)}}
+		gpus[i] = telemetry.GPU{Index: i, UUID: uuid(i), PCIBusID: m.PCIBusID(i), DeviceIDs: []string{m.ID(i)}, NVLinks: telemetry.NVLinksOf(m, i)}
 		if n := replicas[i]; n > 0 {
 			gpus[i].DeviceIDs = nil
 			for j := range n {

@@ -137,6 +137,10 @@ const (
 	tagPower
 	tagTemp
 	tagTempNoise
+	tagTensor
+	tagPCIeTx
+	tagPCIeRx
+	tagPCIeRatio
 )
 
 // holderKey returns the hash key of a holder under seed.
@@ -158,9 +162,10 @@ func secondKey(k uint64, sec int64) uint64 { return mix(k ^ uint64(sec)*golden1)
 // holderLoad is what one holder asks of one GPU at one second, before the
 // GPU's sum is capped.
 type holderLoad struct {
-	util     float64 // % of the GPU, 0..100
-	memFrac  float64 // of the GPU's memory, 0..1, at full utilization
-	copyRate float64 // memory copy utilization per point of utilization
+	util       float64 // % of the GPU, 0..100
+	memFrac    float64 // of the GPU's memory, 0..1, at full utilization
+	copyRate   float64 // memory copy utilization per point of utilization
+	tensorRate float64 // tensor pipe activity per point of utilization
 }
 
 // load returns the load holder key hk puts on GPU gpu at second sec under
@@ -168,13 +173,14 @@ type holderLoad struct {
 // lighter workload: half the utilization and a quarter of the memory.
 func (m Model) load(seed, hk uint64, gpu int, sec int64, replica bool) holderLoad {
 	l := holderLoad{
-		memFrac:  0.15 + 0.6*unit(draw(hk, tagMemory)),
-		copyRate: 0.2 + 0.4*unit(draw(hk, tagCopy)),
+		memFrac:    0.15 + 0.6*unit(draw(hk, tagMemory)),
+		copyRate:   0.2 + 0.4*unit(draw(hk, tagCopy)),
+		tensorRate: 0.3 + 0.5*unit(draw(hk, tagTensor)),
 	}
 	noise := signed(draw(secondKey(gpuKey(seed, hk, gpu), sec), tagNoise))
 	switch m {
 	case ModelIdle:
-		return holderLoad{copyRate: l.copyRate}
+		return holderLoad{copyRate: l.copyRate, tensorRate: l.tensorRate}
 	case ModelWave:
 		mean := 35 + 30*unit(draw(hk, tagWaveMean))
 		amp := 20 + 15*unit(draw(hk, tagWaveAmp))

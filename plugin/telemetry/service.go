@@ -70,7 +70,9 @@ type Service struct {
 	devices  Devices
 	live     LiveSink
 	hostname string
-	notify   func() // asks the lifecycle tracker to look for holders now
+	coll     []Collector
+	counters *Counters // the energy and NVLink counters, across rebuilds
+	notify   func()    // asks the lifecycle tracker to look for holders now
 	clock    Clock
 	log      zerolog.Logger
 
@@ -139,6 +141,9 @@ type ServiceConfig struct {
 	Live LiveSink
 	// Hostname is the Hostname label.
 	Hostname string
+	// Collectors are the fields served (ParseCollectors); nil is
+	// DefaultCollectors.
+	Collectors []Collector
 	// Notify asks the lifecycle tracker to look for holders now; nil: none.
 	Notify func()
 	// Clock is the load model's clock; nil is the wall clock.
@@ -165,7 +170,8 @@ func NewService(cfg ServiceConfig) *Service {
 	if holders == nil {
 		holders = StoreHolders{Store: active}
 	}
-	return &Service{st: cfg.Store, holders: holders, devices: cfg.Devices, live: cfg.Live, hostname: cfg.Hostname, notify: notify, clock: clock,
+	return &Service{st: cfg.Store, holders: holders, devices: cfg.Devices, live: cfg.Live, hostname: cfg.Hostname,
+		coll: cfg.Collectors, counters: NewCounters(), notify: notify, clock: clock,
 		log: cfg.Logger.With().Str("component", "telemetry").Logger(), kick: make(chan struct{}, 1), overrides: map[loadKey]loadOverride{}}
 }
 
@@ -206,10 +212,14 @@ func (t *Service) newExporter(set *gpuset.Set, settings Settings) (*Exporter, er
 		return nil, err
 	}
 	gm := set.Machine().GPUModel()
-	gm.MemoryMiB -= topology.ReservedMiB(gm.MemoryMiB) // as nvidia-smi counts it: used + free = total − reserved
+	reserved := topology.ReservedMiB(gm.MemoryMiB)
+	gm.MemoryMiB -= reserved // as nvidia-smi counts it: used + free = total − reserved
 	return New(Config{
 		GPUs:          gpus,
 		GPUModel:      gm,
+		ReservedMiB:   reserved,
+		Collectors:    t.coll,
+		Counters:      t.counters,
 		Hostname:      t.hostname,
 		DriverVersion: topology.DriverVersion,
 		Devices:       t.devices,
@@ -236,7 +246,7 @@ func exporterGPUs(set *gpuset.Set, stored []store.Device) ([]GPU, error) {
 			return nil, fmt.Errorf("telemetry: GPU %s has no UUID: the node has no identity (-node-name, or a machine id) to derive one from", m.ID(i))
 		}
 		ids := set.DeviceIDsOf(i)
-		out[i] = GPU{Index: i, UUID: u, PCIBusID: m.PCIBusID(i), DeviceIDs: ids}
+		out[i] = GPU{Index: i, UUID: u, PCIBusID: m.PCIBusID(i), DeviceIDs: ids, NVLinks: NVLinksOf(m, i)}
 	}
 	return out, nil
 }

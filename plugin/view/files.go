@@ -151,6 +151,7 @@ func (f *Files) publishLocked(set *View) error {
 		}
 		g.UUID = d.UUID
 		g.Health = statusHealth(d.Healthy, d.Reason, d.Since, now)
+		g.Telemetry = faultTelemetry(m.GPUModel(), g.Telemetry, g.Health)
 		gpus[g.ID] = g
 		list = append(list, g)
 	}
@@ -194,6 +195,9 @@ func (f *Files) Health(id string, healthy bool, reason string) {
 	now := f.now()
 	next := *g
 	next.Health = statusHealth(healthy, reason, now, now)
+	if f.set != nil {
+		next.Telemetry = faultTelemetry(f.set.set.Machine().GPUModel(), next.Telemetry, next.Health)
+	}
 	next.Telemetry.Updated = now
 	if err := f.status.Write(&next); err != nil {
 		f.fellBehindLocked(err, "status file not updated: nvidia-smi in containers shows the previous health; "+
@@ -284,6 +288,39 @@ func (f *Files) catchUp() bool {
 	}
 	f.caughtUpLocked()
 	return true
+}
+
+// faultTelemetry returns idle telemetry t of a GPU of model gm with the
+// marks of its health h, as the telemetry shows them (topology.ParseFault):
+// an ECC fault's memory errors and its XID as the last; a thermal fault's
+// temperature (1 °C above slowdown) and thermal slowdown reasons; a lost
+// GPU's XID; healthy, no errors and the GPU idle reason. The status files
+// carry them while the telemetry is off; its live values replace them.
+func faultTelemetry(gm topology.GPUModel, t status.Telemetry, h status.Health) status.Telemetry {
+	t.MemoryErrors = topology.MemoryErrors{}
+	t.ClockEventReasons = topology.ClockEventGPUIdle
+	if h.Healthy {
+		return t
+	}
+	f := topology.ParseFault(h.Reason)
+	if f.XID != 0 {
+		x := f.XID
+		t.LastXID = &x
+	} else if x, ok := topology.ParseXID(h.Reason); ok {
+		t.LastXID = &x
+	}
+	switch f.Kind {
+	case topology.FaultECC:
+		t.MemoryErrors = gm.MemoryErrors(f)
+	case topology.FaultThermal:
+		t.TemperatureC = max(t.TemperatureC, gm.Thresholds().SlowdownC+1)
+		if t.MemoryTemperatureC != nil {
+			v := topology.MemoryTemperatureC(t.TemperatureC)
+			t.MemoryTemperatureC = &v
+		}
+		t.ClockEventReasons |= topology.ClockEventHWSlowdown | topology.ClockEventHWThermalSlowdown | topology.ClockEventSWThermalSlowdown
+	}
+	return t
 }
 
 // statusHealth is a status file's health: the reason only when unhealthy,

@@ -8,6 +8,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 func TestStatusHealth_ReasonFitsTheFormat(t *testing.T) {
@@ -138,5 +141,45 @@ func TestInstallTool_NotAFile(t *testing.T) {
 				t.Errorf("temporary files left: %v", left)
 			}
 		})
+	}
+}
+
+// The status files (the telemetry off) show a fault as the telemetry does:
+// an ECC fault's memory errors and XID, a thermal fault's heat and
+// slowdown reasons; healthy again, neither.
+func TestFaultTelemetry(t *testing.T) {
+	m, err := topology.Preset("dgx-a100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	g, err := status.NewGPU(m, 0, "node-a", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gm := m.GPUModel()
+	ecc := faultTelemetry(gm, g.Telemetry, statusHealth(false, "XID 48", now, now))
+	if ecc.MemoryErrors.RemappedUncorrectable != 1 || !ecc.MemoryErrors.RemapPending || ecc.LastXID == nil || *ecc.LastXID != 48 {
+		t.Errorf("ECC fault: %+v", ecc)
+	}
+	hot := faultTelemetry(gm, g.Telemetry, statusHealth(false, "thermal", now, now))
+	if hot.TemperatureC <= gm.Thresholds().SlowdownC || hot.ClockEventReasons&topology.ClockEventHWThermalSlowdown == 0 ||
+		hot.MemoryTemperatureC == nil || *hot.MemoryTemperatureC != hot.TemperatureC+3 {
+		t.Errorf("thermal fault: %+v", hot)
+	}
+	lost := faultTelemetry(gm, g.Telemetry, statusHealth(false, "XID 79", now, now))
+	if lost.MemoryErrors != (topology.MemoryErrors{}) || lost.LastXID == nil || *lost.LastXID != 79 {
+		t.Errorf("lost GPU: %+v", lost)
+	}
+	healed := faultTelemetry(gm, ecc, statusHealth(true, "", now, now))
+	if healed.MemoryErrors != (topology.MemoryErrors{}) || healed.ClockEventReasons != topology.ClockEventGPUIdle {
+		t.Errorf("healed: %+v", healed)
+	}
+	if err := (&status.GPU{}).Validate(); err == nil {
+		t.Fatal("validate accepted an empty status")
+	}
+	g.Telemetry = ecc
+	if err := g.Validate(); err != nil {
+		t.Errorf("status with an ECC fault: %v", err)
 	}
 }

@@ -49,12 +49,13 @@ func (f *Files) DropLive() error {
 
 // liveTelemetry returns g's telemetry with reading r's values at now:
 // utilization.gpu, utilization.memory, memory.used (at most total −
-// reserved), temperature.gpu, power.draw and clocks.sm are the exporter's
-// DCGM_FI_DEV_GPU_UTIL, MEM_COPY_UTIL, FB_USED, GPU_TEMP, POWER_USAGE and
-// SM_CLOCK. A board with a memory sensor reads topology.MemoryTemperatureC,
-// one with a fan turns at topology.FanSpeedPercent; the memory clock stays
-// at its maximum. An XID sets lastXid (and it stays); a lost
-// GPU keeps its last values (nvidia-smi shows no value of a lost GPU).
+// reserved), temperature.gpu, power.draw, clocks.sm, clocks.mem,
+// clocks.video, the encoder and decoder utilization, the PCIe throughput
+// (bytes/s / 1000: KB/s), the energy, the clock event reasons, the memory
+// errors and the holders' own use are the exporter's. A board with a memory
+// sensor reads topology.MemoryTemperatureC, one with a fan turns at
+// topology.FanSpeedPercent. An XID sets lastXid (and it stays); a lost GPU
+// keeps its last values (nvidia-smi shows no value of a lost GPU).
 func liveTelemetry(g *status.GPU, r *telemetry.Reading, now time.Time) status.Telemetry {
 	t := g.Telemetry
 	t.Updated = now.UTC()
@@ -65,9 +66,10 @@ func liveTelemetry(g *status.GPU, r *telemetry.Reading, now time.Time) status.Te
 	if r.Lost {
 		return t
 	}
+	usable := g.MemoryTotalMiB - g.MemoryReservedMiB
 	t.UtilizationGPUPercent = r.UtilizationPercent
 	t.UtilizationMemoryPercent = r.MemoryUtilizationPercent
-	t.MemoryUsedMiB = min(r.MemoryUsedMiB, g.MemoryTotalMiB-g.MemoryReservedMiB)
+	t.MemoryUsedMiB = min(r.MemoryUsedMiB, usable)
 	t.TemperatureC = r.TemperatureC
 	if t.MemoryTemperatureC != nil {
 		v := topology.MemoryTemperatureC(r.TemperatureC)
@@ -75,9 +77,24 @@ func liveTelemetry(g *status.GPU, r *telemetry.Reading, now time.Time) status.Te
 	}
 	t.PowerDrawW = r.PowerDrawW
 	t.SMClockMHz = r.SMClockMHz
+	if r.MemoryClockMHz > 0 {
+		t.MemoryClockMHz = r.MemoryClockMHz
+	}
+	t.VideoClockMHz = r.VideoClockMHz
 	if t.FanSpeedPercent != nil {
 		v := topology.FanSpeedPercent(r.UtilizationPercent)
 		t.FanSpeedPercent = &v
+	}
+	t.UtilizationEncoderPercent = r.EncoderUtilizationPercent
+	t.UtilizationDecoderPercent = r.DecoderUtilizationPercent
+	t.PCIeTxKBps, t.PCIeRxKBps = r.PCIeTxBytes/1000, r.PCIeRxBytes/1000
+	t.TotalEnergyMJ = r.TotalEnergyMJ
+	t.ClockEventReasons = r.ClockEventReasons & topology.ClockEventsSupported
+	t.MemoryErrors = r.MemoryErrors
+	t.Holders = nil
+	for _, h := range r.Holders {
+		t.Holders = append(t.Holders, status.Holder{Namespace: h.Namespace, Pod: h.Pod, Container: h.Container,
+			UtilizationGPUPercent: h.UtilizationPercent, MemoryUsedMiB: min(h.MemoryUsedMiB, usable)})
 	}
 	return t
 }
