@@ -269,7 +269,8 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	}
 	var telem *telemetry.Service
 	if start.TelemetryAddress != "" {
-		tc := telemetry.ServiceConfig{Store: st, Active: ag.Active(), Devices: ag, Live: files, Hostname: nodeName, Clock: env.clock, Logger: log}
+		tc := telemetry.ServiceConfig{Store: st, Active: ag.Active(), Devices: ag, Live: files, Hostname: nodeName,
+			Collectors: start.TelemetryCollectors, Clock: env.clock, Logger: log}
 		if useDRA {
 			tc.Holders = dra.Holders{Store: driver} // its prepared claims, from memory
 		} else {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
+
 	"github.com/rs/zerolog"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/agent"
@@ -64,6 +66,12 @@ type Config struct {
 	// (plugin/telemetry) on /metrics; "" is off (default off). It is never
 	// MetricsAddress.
 	TelemetryAddress string
+	// TelemetryCollectors are the telemetry's fields, from the
+	// -telemetry-collectors file (dcgm-exporter's -f format); nil is
+	// dcgm-exporter's default counters.
+	TelemetryCollectors []telemetry.Collector
+	// TelemetryCollectorsFile is the file they came from; "" without one.
+	TelemetryCollectorsFile string
 
 	// File is the -config file or the profile's file the values came
 	// from; "" without one.
@@ -71,8 +79,9 @@ type Config struct {
 	// Ignored lists the fields of the file, known from NVIDIA's device
 	// plugin, that have no effect here. The caller logs them once.
 	Ignored []Note
-	// Warnings are what the configuration allows that is unsafe, one
-	// sentence each (an acknowledged -device-node-source). The caller logs
+	// Warnings are what the configuration allows that is unsafe or will
+	// not do all it says, one sentence each (an acknowledged
+	// -device-node-source, a telemetry collector not simulated). The caller logs
 	// each once, at warn.
 	Warnings []string
 	// Overridden lists the fields of the file whose value the command

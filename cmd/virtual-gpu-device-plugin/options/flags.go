@@ -201,6 +201,10 @@ type Settings struct {
 	// TelemetryAddress serves dcgm-exporter-compatible GPU telemetry on
 	// /metrics; "" is off (-telemetry-address, default "").
 	TelemetryAddress string
+	// TelemetryCollectors is a collectors file in dcgm-exporter's format
+	// choosing the telemetry's fields; "" serves dcgm-exporter's default
+	// counters (-telemetry-collectors, default "").
+	TelemetryCollectors string
 	// TelemetryModel is the load model: idle, steady, wave or random-walk
 	// (-telemetry-model, default steady).
 	TelemetryModel string
@@ -297,6 +301,7 @@ func newFlagSet(s *Settings, b *bootstrap) *flag.FlagSet {
 	fs.DurationVar(&s.AbandonAfter, "abandon-after", podresources.DefaultAbandonAfter, "mark an allocation abandoned when no pod claimed it this long")
 	fs.StringVar(&s.MetricsAddress, "metrics-address", "", "serve /metrics, /healthz and /readyz on this `host:port` (e.g. :9400 or 127.0.0.1:9400); empty: off")
 	fs.StringVar(&s.TelemetryAddress, "telemetry-address", "", "serve dcgm-exporter-compatible GPU telemetry (DCGM_FI_DEV_* series) on /metrics at this `host:port` (dcgm-exporter's is :9400); empty: off")
+	fs.StringVar(&s.TelemetryCollectors, "telemetry-collectors", "", "the telemetry's fields: a `file` in dcgm-exporter's collectors format (its -f: \"DCGM field, type, help\" lines); empty: dcgm-exporter's default counters")
 	fs.StringVar(&s.TelemetryModel, "telemetry-model", string(telemetry.ModelSteady), "the load a container puts on the GPUs it holds (`model`): "+strings.Join(modelNames(), ", "))
 	fs.IntVar(&s.TelemetrySeed, "telemetry-seed", 0, "seed of the load model: the same seed and clock give the same values")
 	fs.BoolVar(&s.TelemetryPerPod, "telemetry-per-pod", false, "a GPU shared by several containers has one telemetry series per container (dcgm-exporter's --kubernetes-virtual-gpus), not one for its newest holder")

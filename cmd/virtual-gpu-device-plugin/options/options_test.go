@@ -628,3 +628,36 @@ func TestUnknownVariables(t *testing.T) {
 		t.Errorf("no environment: %q", got)
 	}
 }
+
+// -telemetry-collectors reads a dcgm-exporter collectors file: its fields
+// reach the configuration, what is not simulated is a warning naming the
+// file and line, a bad line an error naming the flag, the file and the line.
+func TestLoad_TelemetryCollectors(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "counters.csv")
+	if err := os.WriteFile(good, []byte("# mine\nDCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization (in %).\n"+
+		"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, counter, Total number of double-bit volatile ECC errors.\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := load([]string{"-telemetry-collectors=" + good}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.TelemetryCollectors) != 1 || c.TelemetryCollectors[0].Field != "DCGM_FI_DEV_GPU_UTIL" || c.TelemetryCollectorsFile != good {
+		t.Errorf("collectors %+v from %q", c.TelemetryCollectors, c.TelemetryCollectorsFile)
+	}
+	if len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0], good+": collectors line 3: DCGM_FI_DEV_ECC_DBE_VOL_TOTAL is not simulated") {
+		t.Errorf("warnings %q", c.Warnings)
+	}
+	if c, err := load(nil, nil); err != nil || c.TelemetryCollectors != nil {
+		t.Errorf("default: collectors %+v, %v; want none (the default counters)", c.TelemetryCollectors, err)
+	}
+	bad := filepath.Join(dir, "bad.csv")
+	if err := os.WriteFile(bad, []byte("DCGM_FI_DEV_GPU_UTIL, gauge\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = load([]string{"-telemetry-collectors=" + bad}, nil)
+	checkInvalid(t, err, `invalid -telemetry-collectors="`+bad+`": collectors line 1: "DCGM_FI_DEV_GPU_UTIL,gauge": want 3 values`)
+	_, err = load(nil, map[string]string{"VGPU_TELEMETRY_COLLECTORS": filepath.Join(dir, "none.csv")})
+	checkInvalid(t, err, `invalid VGPU_TELEMETRY_COLLECTORS="`+filepath.Join(dir, "none.csv")+`": open `)
+}

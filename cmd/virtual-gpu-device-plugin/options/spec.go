@@ -73,6 +73,7 @@ type flagsSpec struct {
 	PodResourcesSocket            *string     `yaml:"podResourcesSocket" flag:"pod-resources-socket" profile:"path"`
 	MetricsAddress                *string     `yaml:"metricsAddress" flag:"metrics-address" profile:"path"`
 	TelemetryAddress              *string     `yaml:"telemetryAddress" flag:"telemetry-address" profile:"path"`
+	TelemetryCollectors           *string     `yaml:"telemetryCollectors" flag:"telemetry-collectors" profile:"path"`
 	TelemetryModel                *string     `yaml:"telemetryModel" flag:"telemetry-model" profile:"allow"`
 	TelemetrySeed                 *int        `yaml:"telemetrySeed" flag:"telemetry-seed" profile:"allow" min:"0"`
 	TelemetryPerPod               *bool       `yaml:"telemetryPerPod" flag:"telemetry-per-pod" profile:"allow"`

@@ -439,6 +439,14 @@ func (s *Settings) validateTelemetry(c *Config) error {
 		}
 	}
 	c.TelemetryAddress = s.TelemetryAddress
+	if s.TelemetryCollectors != "" {
+		cs, warnings, err := readCollectors(s.TelemetryCollectors)
+		if err != nil {
+			return s.bad("telemetry-collectors", s.TelemetryCollectors, "%w", err)
+		}
+		c.TelemetryCollectors, c.TelemetryCollectorsFile = cs, s.TelemetryCollectors
+		c.Warnings = append(c.Warnings, warnings...)
+	}
 	model, err := telemetry.ParseModel(s.TelemetryModel)
 	if err != nil || s.TelemetryModel == "" {
 		return s.bad("telemetry-model", s.TelemetryModel, "must be one of %s", strings.Join(modelNames(), ", "))
@@ -725,4 +733,19 @@ func (s *Settings) validateKubeletAPI(c *Config) error {
 		*d.dst = filepath.Clean(d.value)
 	}
 	return nil
+}
+
+// readCollectors reads a collectors file (telemetry.ParseCollectors); the
+// warnings name the file.
+func readCollectors(path string) ([]telemetry.Collector, []string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	cs, warnings, err := telemetry.ParseCollectors(f)
+	for i := range warnings {
+		warnings[i] = path + ": " + warnings[i] + " (dcgm-exporter would serve it)"
+	}
+	return cs, warnings, err
 }
