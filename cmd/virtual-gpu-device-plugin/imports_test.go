@@ -35,7 +35,7 @@ var allowedImports = map[string][]string{
 	"plugin/view/nvidiasmi": {"plugin/view/loadsock", "plugin/view/status", "topology"},
 	"plugin/kube":           {"topology"},
 	"plugin/podresources":   {"store"},
-	"plugin/faults":         {"store"},
+	"plugin/faults":         {"store", "topology"},
 	"plugin/gpuset":         {"allocator", "store", "topology"},
 	"plugin/metrics":        {"plugin/gpuset", "store", "topology"},
 	"plugin/telemetry":      {"plugin/gpuset", "plugin/view/loadsock", "store", "topology"},

@@ -11,6 +11,17 @@
 //	                                and is repaired after one with mean 5 m
 //	random:mtbf=1h:repair=5m:devices=fake-0|fake-3:seed=7
 //	                                only those devices, with a fixed seed (reproducible)
+//	down:fake-1:after=30s:cause=ecc:xid=48
+//	                                a double-bit ECC error: fake-1 is unhealthy but its GPU
+//	                                still answers, with its ECC counts and a remapped row
+//	flap:fake-2:period=1m:cause=thermal
+//	                                fake-2 overheats (slowdown temperature, clocks halved)
+//
+// Every kind takes cause=lost|ecc|thermal (default lost: the GPU fell off
+// the bus and answers nothing) and xid=N (the XID it reports; with cause
+// ecc one of a memory error's, 48, 63, 64, 92, 94 or 95; none with cause
+// thermal). They are words of the recorded reason, which the telemetry and
+// nvidia-smi read the failure from (topology.ParseFault).
 //
 // Durations are Go durations (300ms, 10s, 1h30m). after may be 0 or any
 // positive duration; for, period, mtbf and repair must be at least MinPeriod
@@ -40,6 +51,7 @@ import (
 	"unicode"
 
 	"github.com/unicore/virtual-gpu-device-plugin/store"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 // Limits of a plan.
@@ -80,10 +92,40 @@ type Fault struct {
 	Devices []string
 	// Seed makes a random fault reproducible; zero means a random seed.
 	Seed uint64
+	// Cause is what the failed device shows (topology.ParseFault): ""
+	// or CauseLost, a GPU off the bus; CauseECC, a memory error (the GPU
+	// answers with its ECC counts and remapped rows); CauseThermal, a GPU
+	// held at its slowdown temperature.
+	Cause Cause
+	// XID is the XID the failure reports, 0 for none.
+	XID int
 }
 
-// String is the fault in plan syntax.
+// Cause is what a fault's devices show while they are down.
+type Cause string
+
+// The causes.
+const (
+	CauseLost    Cause = "lost"
+	CauseECC     Cause = "ecc"
+	CauseThermal Cause = "thermal"
+)
+
+// String is the fault in plan syntax. It is the reason recorded with each
+// change: its cause and XID words ("cause=ecc", "xid=48") are what the
+// telemetry and nvidia-smi read the failure from (topology.ParseFault).
 func (f Fault) String() string {
+	s := f.base()
+	if f.Cause != "" {
+		s += ":cause=" + string(f.Cause)
+	}
+	if f.XID != 0 {
+		s += ":xid=" + strconv.Itoa(f.XID)
+	}
+	return s
+}
+
+func (f Fault) base() string {
 	switch f.Kind {
 	case KindDown:
 		s := fmt.Sprintf("down:%s:after=%s", f.Device, f.After)
@@ -148,6 +190,7 @@ func parseOne(item string) (Fault, error) {
 	default:
 		return f, fmt.Errorf("unknown kind %q: want down, flap or random", parts[0])
 	}
+	allowed["cause"], allowed["xid"] = true, true
 	seen := map[string]bool{}
 	for _, a := range args {
 		k, v, ok := strings.Cut(a, "=")
@@ -175,6 +218,17 @@ func parseOne(item string) (Fault, error) {
 			f.Repair, err = duration(k, v)
 		case "devices":
 			f.Devices = strings.Split(v, "|")
+		case "cause":
+			f.Cause = Cause(v)
+			if f.Cause != CauseLost && f.Cause != CauseECC && f.Cause != CauseThermal {
+				err = fmt.Errorf("cause %q: want lost, ecc or thermal", v)
+			}
+		case "xid":
+			n, perr := strconv.Atoi(v)
+			if perr != nil || n < 1 || n > 999999 || strconv.Itoa(n) != v {
+				err = fmt.Errorf("xid %q: want an XID number, 1 to 999999", v)
+			}
+			f.XID = n
 		case "seed":
 			f.Seed, err = strconv.ParseUint(v, 10, 64)
 			if err != nil || f.Seed == 0 {
@@ -210,11 +264,37 @@ func duration(k, v string) (time.Duration, error) {
 	return d, nil
 }
 
+// validateCause checks that the cause and the XID agree: what the reason
+// says (topology.ParseFault) is the cause given.
+func (f Fault) validateCause() error {
+	switch {
+	case f.Cause != "" && f.Cause != CauseLost && f.Cause != CauseECC && f.Cause != CauseThermal:
+		return fmt.Errorf("cause %q: want lost, ecc or thermal", f.Cause)
+	case f.XID < 0 || f.XID > 999999:
+		return fmt.Errorf("xid %d: want an XID number, 1 to 999999", f.XID)
+	case f.XID == 0:
+		return nil
+	case f.Cause == CauseThermal:
+		return fmt.Errorf("xid %d with cause thermal: a thermal slowdown reports no XID", f.XID)
+	}
+	ecc := topology.ParseFault("xid="+strconv.Itoa(f.XID)).Kind == topology.FaultECC
+	switch {
+	case f.Cause == CauseECC && !ecc:
+		return fmt.Errorf("xid %d with cause ecc: not a memory error's XID (48, 63, 64, 92, 94, 95)", f.XID)
+	case f.Cause == CauseLost && ecc:
+		return fmt.Errorf("xid %d with cause lost: a memory error's XID, whose GPU still answers (cause ecc)", f.XID)
+	}
+	return nil
+}
+
 // Validate checks f against the rules of the package doc: a known kind, valid
 // device ids, after not negative, for (if set), period, mtbf and repair at
 // least MinPeriod, a random fault's devices named once. The error names the
 // value and the rule.
 func (f Fault) Validate() error {
+	if err := f.validateCause(); err != nil {
+		return err
+	}
 	floor := func(k string, d time.Duration) error {
 		if d < MinPeriod {
 			return fmt.Errorf("%s %s: must be at least %s (the floor of for, period, mtbf and repair)", k, d, MinPeriod)

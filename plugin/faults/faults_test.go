@@ -13,6 +13,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 var _ faults.Clock = (*storetest.Clock)(nil)
@@ -24,6 +25,9 @@ func TestParse_Valid(t *testing.T) {
 	}{
 		{"empty", "", ""},
 		{"down", "down:fake-1:after=30s", "down:fake-1:after=30s"},
+		{"ecc", "down:fake-1:xid=48:after=30s:cause=ecc", "down:fake-1:after=30s:cause=ecc:xid=48"},
+		{"thermal flap", "flap:fake-2:cause=thermal:period=1m", "flap:fake-2:period=1m0s:cause=thermal"},
+		{"random lost with an xid", "random:mtbf=1h:repair=5m:xid=79", "random:mtbf=1h0m0s:repair=5m0s:xid=79"},
 		{"down at once for a while", "down:fake-1:after=0s:for=2m", "down:fake-1:after=0s:for=2m0s"},
 		{"after has no floor", "down:fake-1:after=1ns", "down:fake-1:after=1ns"},
 		{"floors are inclusive", "flap:a:period=1s;down:b:after=0s:for=1s;random:mtbf=1s:repair=1s", "flap:a:period=1s;down:b:after=0s:for=1s;random:mtbf=1s:repair=1s"},
@@ -61,7 +65,7 @@ func TestParse_BadPlan(t *testing.T) {
 		{"twice", "down:fake-0:after=1s:after=2s", "after given twice"},
 		{"flap 1ns", "flap:fake-0:period=1ns", `fault 1 "flap:fake-0:period=1ns": period 1ns: must be at least 1s`},
 		{"flap negative", "flap:fake-0:period=-10s", "period -10s: must be at least 1s"},
-		{"flap takes period", "flap:fake-0:after=1s", `unexpected "after=1s": flap takes period=`},
+		{"flap takes period", "flap:fake-0:after=1s", `unexpected "after=1s": flap takes cause=, period=, xid=`},
 		{"mtbf below the floor", "random:mtbf=10ms:repair=1s", "mtbf 10ms: must be at least 1s"},
 		{"repair below the floor", "random:mtbf=1h:repair=500ms", "repair 500ms: must be at least 1s"},
 		{"no repair", "random:mtbf=1h", "random needs repair=<duration>"},
@@ -72,6 +76,12 @@ func TestParse_BadPlan(t *testing.T) {
 		{"negative seed", "random:mtbf=1h:repair=1m:seed=-3", `seed "-3": want a positive integer`},
 		{"zero seed", "random:mtbf=1h:repair=1m:seed=0", `seed "0": want a positive integer (leave seed out for a random one)`},
 		{"second fault", "down:fake-0:after=1s;flap:x", `fault 2 "flap:x": flap needs period=<duration>`},
+		{"unknown cause", "down:fake-0:after=1s:cause=fire", `cause "fire": want lost, ecc or thermal`},
+		{"xid not a number", "down:fake-0:after=1s:xid=4x", `xid "4x": want an XID number, 1 to 999999`},
+		{"xid zero", "down:fake-0:after=1s:xid=0", `xid "0": want an XID number`},
+		{"ecc with a lost xid", "down:fake-0:after=1s:cause=ecc:xid=79", "xid 79 with cause ecc: not a memory error's XID"},
+		{"lost with an ecc xid", "down:fake-0:after=1s:cause=lost:xid=48", "xid 48 with cause lost: a memory error's XID"},
+		{"thermal with an xid", "down:fake-0:after=1s:cause=thermal:xid=79", "a thermal slowdown reports no XID"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -340,4 +350,27 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("%q does not round-trip through %q: %+v, %v; want %+v", plan, strings.Join(parts, ";"), again, err, p)
 		}
 	})
+}
+
+// The reason each change records says the cause as the telemetry and
+// nvidia-smi read it.
+func TestFault_ReasonNamesTheCause(t *testing.T) {
+	for plan, want := range map[string]topology.Fault{
+		"down:fake-1:after=1s":                   {Kind: topology.FaultLost},
+		"down:fake-1:after=1s:xid=79":            {Kind: topology.FaultLost, XID: 79},
+		"down:fake-1:after=1s:cause=ecc":         {Kind: topology.FaultECC},
+		"down:fake-1:after=1s:cause=ecc:xid=64":  {Kind: topology.FaultECC, XID: 64},
+		"down:fake-1:after=1s:xid=48":            {Kind: topology.FaultECC, XID: 48},
+		"flap:fake-1:period=1s:cause=thermal":    {Kind: topology.FaultThermal},
+		"random:mtbf=1h:repair=1m:cause=lost":    {Kind: topology.FaultLost},
+		"random:mtbf=1h:repair=1m:cause=thermal": {Kind: topology.FaultThermal},
+	} {
+		fs, err := faults.Parse(plan)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := topology.ParseFault("fault injection: " + fs[0].String()); got != want {
+			t.Errorf("%s: the reason reads as %+v, want %+v", plan, got, want)
+		}
+	}
 }
