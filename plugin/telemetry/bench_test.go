@@ -171,3 +171,23 @@ func BenchmarkExposition(b *testing.B) {
 		})
 	}
 }
+
+// discardWriter is a ResponseWriter that drops the body: the server's
+// cost of a scrape without a recorder's copy of it.
+type discardWriter struct{ h http.Header }
+
+func (d *discardWriter) Header() http.Header         { return d.h }
+func (d *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (d *discardWriter) WriteHeader(int)             {}
+
+// BenchmarkScrapeDiscard is the handler at 128 GPUs writing to a
+// ResponseWriter that drops the body. The same benchmark dropped into an
+// earlier tree gives the ratio to its scrape.
+func BenchmarkScrapeDiscard(b *testing.B) {
+	h := benchExporter(b, 128, false).Handler()
+	req := httptest.NewRequest("GET", "/metrics", nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		h.ServeHTTP(&discardWriter{h: http.Header{}}, req)
+	}
+}

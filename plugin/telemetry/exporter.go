@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -118,6 +119,8 @@ type Exporter struct {
 	devices Devices
 	holders HolderSource
 	log     zerolog.Logger
+
+	lastSize atomic.Int64 // bytes of the last exposition
 
 	mu        sync.Mutex
 	overrides map[overrideKey]override

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 )
@@ -171,6 +172,11 @@ var _ io.WriterTo = (*Exporter)(nil)
 // value; GPU_UTIL and FB_USED instead keep the device-level sample without
 // pod labels and add one per holder with the holder's own value.
 func (e *Exporter) AppendExposition(b []byte, rs []Reading) []byte {
+	// Grow once to the last exposition's size: a pooled buffer the GC took
+	// would otherwise double its way up, copying each time.
+	b = slices.Grow(b, int(e.lastSize.Load()))
+	start := len(b)
+	defer func() { e.lastSize.Store(int64(len(b) - start)) }()
 	segs := e.holderSegments(rs)
 	positions := make([]int, len(rs)) // by reading: the GPU's position, -1 if another exporter's
 	for i := range rs {
