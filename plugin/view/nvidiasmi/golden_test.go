@@ -105,7 +105,7 @@ func TestMain_Golden(t *testing.T) {
 }
 
 // helpQueryGPU returns the output of --help-query-gpu.
-func helpQueryGPU(t *testing.T) string {
+func helpQueryGPU(t testing.TB) string {
 	out, code := runEnv(t, map[string]string{nvidiasmi.EnvIDs: "fake-0"}, "--help-query-gpu")
 	if code != 0 {
 		t.Fatalf("--help-query-gpu: exit code %d", code)

@@ -22,6 +22,13 @@ type gpu struct {
 	// family, compute capability): the board facts and thresholds of
 	// topology; zero without a status file.
 	model topology.GPUModel
+	// What follows from the model, computed once (each field of
+	// --query-gpu asks): its board, facts, thresholds, ECC and row
+	// remapping.
+	board      topology.Board
+	boardFacts topology.BoardFacts
+	thresholds topology.TempThresholds
+	ecc, remap bool
 	// fault is what an unhealthy GPU's health reason says of its failure
 	// (topology.ParseFault); the zero Fault (lost) for a healthy one.
 	fault topology.Fault
@@ -34,6 +41,8 @@ func (g *gpu) setStatus(st *status.GPU) {
 	g.st = st
 	cc, _ := topology.ParseComputeCapability(st.ComputeCapability)
 	g.model = topology.GPUModel{Product: st.Product, Family: st.Family, Compute: cc, PowerLimitW: st.PowerLimitW}
+	g.board, g.boardFacts, g.thresholds = g.model.Board(), g.model.Facts(), g.model.Thresholds()
+	g.ecc, g.remap = g.model.ECC(), g.model.RowRemapping()
 	if !st.Health.Healthy {
 		g.fault = topology.ParseFault(st.Health.Reason)
 	}
@@ -97,7 +106,7 @@ func (g *gpu) migCapable() bool {
 // eccEnabled reports whether ECC is on: data-center boards ship with it on;
 // workstation and consumer boards (those with a fan) with it off
 // (topology.GPUModel.ECC).
-func (g *gpu) eccEnabled() bool { return g.st != nil && g.model.ECC() }
+func (g *gpu) eccEnabled() bool { return g.st != nil && g.ecc }
 
 // eccSupported reports whether the board has an ECC mode at all: GeForce
 // boards show N/A, workstation boards Disabled.
@@ -106,10 +115,10 @@ func (g *gpu) eccSupported() bool { return g.st != nil && g.brand() != "GeForce"
 // rowRemapping reports whether the GPU replaces bad memory rows (Ampere and
 // later data-center parts) rather than retiring pages (Pascal, Volta)
 // (topology.GPUModel.RowRemapping).
-func (g *gpu) rowRemapping() bool { return g.model.RowRemapping() }
+func (g *gpu) rowRemapping() bool { return g.remap }
 
 // facts are the static facts of the GPU's board (topology.BoardFacts).
-func (g *gpu) facts() topology.BoardFacts { return g.model.Facts() }
+func (g *gpu) facts() topology.BoardFacts { return g.boardFacts }
 
 // gspCapable reports whether the GPU runs its firmware on a GSP (Turing and
 // later): gsp.mode Enabled, a GSP firmware version, protected memory
@@ -119,12 +128,12 @@ func (g *gpu) gspCapable() bool { return g.cc() >= 75 }
 // tlimitKnown reports whether the GPU reports its T.Limit temperatures: the
 // data-center boards (no fan), as real H100, H200 and L40S do and a GeForce
 // board does not.
-func (g *gpu) tlimitKnown() bool { return g.st != nil && !g.model.Board().Fan }
+func (g *gpu) tlimitKnown() bool { return g.st != nil && !g.board.Fan }
 
 // tlimit is temperature.gpu.tlimit: how far the GPU is below its maximum
 // operating temperature, in °C (a real H200 at 28 C shows 59, at 52 C 35).
 func (g *gpu) tlimit() int {
-	return g.model.Thresholds().MaxOperatingC - g.st.Telemetry.TemperatureC
+	return g.thresholds.MaxOperatingC - g.st.Telemetry.TemperatureC
 }
 
 // clockEvents is the active clock event reasons: the telemetry's mask, with

@@ -103,10 +103,10 @@ func gpuNodes(q *queryContext, g *gpu) []node {
 		if !g.tlimitKnown() {
 			return kvNA(label, tag)
 		}
-		return kv(label, tag, itoa(offset(g.model.Thresholds()))+" C")
+		return kv(label, tag, itoa(offset(g.thresholds))+" C")
 	}
 	memTlimit := na
-	if g.tlimitKnown() && g.model.Board().HBM {
+	if g.tlimitKnown() && g.board.HBM {
 		memTlimit = "0 C"
 	}
 	gspVersion := na

@@ -185,7 +185,7 @@ func TestRealRecordings_QueryGPU(t *testing.T) {
 }
 
 // allFieldNames are the canonical names of --help-query-gpu.
-func allFieldNames(t *testing.T) []string {
+func allFieldNames(t testing.TB) []string {
 	var names []string
 	for _, line := range strings.Split(helpQueryGPU(t), "\n") {
 		if name, ok := strings.CutPrefix(line, `"`); ok {
