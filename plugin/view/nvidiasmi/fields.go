@@ -158,7 +158,7 @@ func buildFields() []field {
 		return "", false
 	}))
 	add("pstate", nil, "", "The performance state, P0 (maximum) to P12 (minimum).", fixed("P0"))
-	add("clocks_event_reasons.supported", []string{"clocks_throttle_reasons.supported"}, "", "The bitmask of supported clocks event reasons.", fixed("0x00000000000001FF"))
+	add("clocks_event_reasons.supported", []string{"clocks_throttle_reasons.supported"}, "", "The bitmask of supported clocks event reasons: every one.", fixed(fmt.Sprintf("0x%016X", topology.ClockEventsSupported)))
 	add("clocks_event_reasons.active", []string{"clocks_throttle_reasons.active"}, "", "The bitmask of active clocks event reasons (0x1 idle, 0x4 power cap, 0x8 HW slowdown, 0x20 SW thermal, 0x40 HW thermal, …).", known(func(g *gpu) string {
 		return fmt.Sprintf("0x%016X", g.clockEvents())
 	}))

@@ -139,6 +139,9 @@ func writeSummaryGPU(out *bytes.Buffer, g *gpu) {
 			name = name[:maxSummaryName-3] + "..."
 		}
 		ecc = "Off"
+		if !g.eccSupported() {
+			ecc = "N/A"
+		}
 		if g.eccEnabled() {
 			ecc = itoa(s.Telemetry.MemoryErrors.VolatileUncorrected)
 		}

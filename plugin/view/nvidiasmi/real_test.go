@@ -288,3 +288,27 @@ func TestRealRecordings_QueryLabels(t *testing.T) {
 		})
 	}
 }
+
+// TestGeForce_NoECC: a GeForce board has no ECC mode: N/A in the summary
+// and for ecc.mode.*, as a real GeForce RTX 2080 SUPER shows (driver
+// 595.71.05, in the same captures); a workstation board's is Disabled,
+// "Off" in the summary.
+func TestGeForce_NoECC(t *testing.T) {
+	for _, tc := range []struct {
+		r          recording
+		cell, mode string
+	}{
+		{recording{product: "NVIDIA GeForce RTX 2080 SUPER", cc: "7.5", memoryMiB: 8192, powerLimitW: 250, idlePowerW: 40}, "N/A", "[N/A]"},
+		{recording{product: "NVIDIA RTX A6000", cc: "8.6", memoryMiB: 49140, powerLimitW: 300, idlePowerW: 25}, "Off", "Disabled"},
+	} {
+		f := newFixture(t, tc.r.machine(t), []int{0}, nil)
+		out, _ := f.run(t)
+		if want := fmt.Sprintf(" Off |%21s |\n", tc.cell); !strings.Contains(out, want) {
+			t.Errorf("%s summary: no ECC cell %q:\n%s", tc.r.product, tc.cell, out)
+		}
+		out, _ = f.run(t, "--query-gpu=ecc.mode.current,ecc.mode.pending", "--format=csv,noheader")
+		if want := tc.mode + ", " + tc.mode + "\n"; out != want {
+			t.Errorf("%s ecc.mode: %q, want %q", tc.r.product, out, want)
+		}
+	}
+}
