@@ -23,6 +23,8 @@ func TestFacts_Presets(t *testing.T) {
 		switch {
 		case !subID.MatchString(f.SubDeviceID), !vbios.MatchString(f.VBIOS), !image.MatchString(f.InforomImage), f.InforomOEM == "":
 			t.Errorf("%s (%s): facts %+v", name, g.Product, f)
+		case f.BAR1MiB < 256:
+			t.Errorf("%s: BAR1 of %d MiB", name, f.BAR1MiB)
 		case f.MinPowerLimitW <= 0 || f.MinPowerLimitW >= g.PowerLimitW:
 			t.Errorf("%s: min power limit %d W, power limit %d W", name, f.MinPowerLimitW, g.PowerLimitW)
 		case (f.RemapBanks > 0) != (g.RowRemapping() && g.ECC()):

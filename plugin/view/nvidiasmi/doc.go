@@ -83,8 +83,10 @@
 //     element names of nvsmi_device_v12.dtd), with the same values as
 //     --query-gpu, T.Limit thresholds, the bank remap histogram and the
 //     Processes section (<process_info> elements in XML). Still N/A where a
-//     real GPU has a value: GPU PDI, board and GPU part numbers, BAR1
-//     memory, GPU memory power, PCIe atomic caps, the fabric.
+//     real GPU has a value: board and GPU part numbers, GPU memory power,
+//     PCIe atomic caps (the host's), the fabric. BAR1 Memory Usage is the
+//     board's aperture (topology.BoardFacts) with the memory in use and 1
+//     MiB mapped; GPU PDI is derived from the UUID.
 //   - topo -m: the matrix of the container's GPUs (labels from
 //     VIRTUAL_GPU_LINKS, CPU and NUMA affinity), the legend; the project's
 //     parser, topology.ParseNvidiaSMI, reads it back.

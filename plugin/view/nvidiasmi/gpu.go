@@ -158,6 +158,17 @@ func (g *gpu) videoClock() (int, bool) {
 	return v, v > 0
 }
 
+// pdi is the GPU's PDI (its per-device identifier, "0x737bb8d09327f7d9" on
+// a real H200): the last 16 hex digits of its UUID, so that it is unique
+// and stable as a real one; N/A without a UUID.
+func (g *gpu) pdi() string {
+	if g.st == nil || g.uuid == "" {
+		return "N/A"
+	}
+	hex := strings.ReplaceAll(strings.TrimPrefix(g.uuid, "GPU-"), "-", "")
+	return "0x" + hex[len(hex)-16:]
+}
+
 // moduleID is platform.module_id: the GPU's position on its SXM baseboard
 // (1-8, from its index on the node), 1 for a PCIe card.
 func (g *gpu) moduleID() int {

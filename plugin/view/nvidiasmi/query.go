@@ -127,6 +127,13 @@ func gpuNodes(q *queryContext, g *gpu) []node {
 	if g.st != nil {
 		displayClock = activeWord(g.clockEvents()&topology.ClockEventDisplayClockSetting != 0)
 	}
+	bar1Total, bar1Used, bar1Free := na, na, na
+	if total := g.facts().BAR1MiB; g.st != nil && total > 0 {
+		// The driver maps the memory in use and 1 MiB of its own (a real
+		// H200: 1 MiB idle, 32363 MiB with 32362 MiB used).
+		used := min(total, g.st.Telemetry.MemoryUsedMiB+1)
+		bar1Total, bar1Used, bar1Free = itoa(total)+" MiB", itoa(used)+" MiB", itoa(total-used)+" MiB"
+	}
 	counter := func(label string) node { return kv(label, "", f("clocks_event_reasons_counters.sw_power_cap")) }
 	mem := func(label, tag, v string) node { return kv(label, tag, v) }
 	return []node{
@@ -145,7 +152,7 @@ func gpuNodes(q *queryContext, g *gpu) []node {
 		sec("Driver Model", "driver_model", kvNA("Current", "current_dm"), kvNA("Pending", "pending_dm")),
 		kv("Serial Number", "serial", f("serial")),
 		kv("GPU UUID", "uuid", uuid),
-		kvNA("GPU PDI", ""),
+		kv("GPU PDI", "", g.pdi()),
 		kv("Minor Number", "minor_number", minor),
 		kv("VBIOS Version", "vbios_version", f("vbios_version")),
 		kv("MultiGPU Board", "multigpu_board", "No"),
@@ -212,7 +219,7 @@ func gpuNodes(q *queryContext, g *gpu) []node {
 		sec("FB Memory Usage", "fb_memory_usage",
 			mem("Total", "total", f("memory.total")), mem("Reserved", "reserved", f("memory.reserved")),
 			mem("Used", "used", f("memory.used")), mem("Free", "free", f("memory.free"))),
-		sec("BAR1 Memory Usage", "bar1_memory_usage", kvNA("Total", "total"), kvNA("Used", "used"), kvNA("Free", "free")),
+		sec("BAR1 Memory Usage", "bar1_memory_usage", kv("Total", "total", bar1Total), kv("Used", "used", bar1Used), kv("Free", "free", bar1Free)),
 		sec("Conf Compute Protected Memory Usage", "cc_protected_memory_usage",
 			kv("Total", "total", f("protected_memory.total")), kv("Used", "used", f("protected_memory.used")), kv("Free", "free", f("protected_memory.free"))),
 		kv("Compute Mode", "compute_mode", f("compute_mode")),

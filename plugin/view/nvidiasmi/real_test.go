@@ -237,10 +237,8 @@ var qExceptions = map[string]string{
 // qValueExceptions are -q labels the real GPU has a value of and this
 // nvidia-smi prints N/A for: what is not simulated.
 var qValueExceptions = map[string]string{
-	"GPU PDI":                 "a per-chip id, not simulated",
-	"Board Part Number":       "not simulated",
-	"GPU Part Number":         "not simulated",
-	"BAR1 Memory Usage/Total": "not simulated", "BAR1 Memory Usage/Used": "not simulated", "BAR1 Memory Usage/Free": "not simulated",
+	"Board Part Number": "not simulated",
+	"GPU Part Number":   "not simulated",
 	"GPU Memory Power Readings/Average Power Draw": "not simulated",
 	"PCI/Atomic Caps Outbound":                     "the host's PCIe root port's (N/A on the recorded H200)",
 	"PCI/Atomic Caps Inbound":                      "the host's PCIe root port's",
