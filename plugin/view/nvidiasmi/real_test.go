@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
@@ -149,38 +150,51 @@ var csvExceptions = map[string]string{
 func TestRealRecordings_QueryGPU(t *testing.T) {
 	fields := allFieldNames(t)
 	for _, r := range recordings {
-		t.Run(r.product, func(t *testing.T) {
-			body := r.section(t, "idle :: query-gpu (csv, what the exporter parses)")
-			real := csvValues(t, body[0], body[1])
-			f := newFixture(t, r.machine(t), []int{0}, nil)
-			out, code := f.run(t, "--query-gpu="+strings.Join(fields, ","), "--format=csv")
-			lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
-			if code != 0 || len(lines) != 2 {
-				t.Fatalf("exit code %d, output:\n%s", code, out)
-			}
-			ours := csvValues(t, lines[0], lines[1])
-			compared := 0
-			for _, name := range fields {
-				rv, ok := real[name]
-				if !ok || noValue(rv) {
-					continue // not in this driver's list, or no value on the real GPU
-				}
-				compared++
-				if why, ok := csvExceptions[name]; ok {
-					t.Logf("%s: exception (%s): real %q, ours %q", name, why, rv, ours[name])
-					continue
-				}
-				switch ov := ours[name]; {
-				case noValue(ov):
-					t.Errorf("%s: [N/A], the real %s shows %q", name, r.product, rv)
-				case shape(ov) != shape(rv):
-					t.Errorf("%s: %q (shape %q), the real %s shows %q (shape %q)", name, ov, shape(ov), r.product, rv, shape(rv))
-				}
-			}
-			if compared < 130 {
-				t.Errorf("compared only %d properties", compared)
-			}
-		})
+		for _, state := range []string{"idle", "load"} {
+			t.Run(r.product+"/"+state, func(t *testing.T) { compareQueryGPU(t, r, state, fields) })
+		}
+	}
+}
+
+// compareQueryGPU compares --query-gpu of a GPU of r's product, idle or
+// busy, with the recording of that state.
+func compareQueryGPU(t *testing.T, r recording, state string, fields []string) {
+	body := r.section(t, state+" :: query-gpu (csv, what the exporter parses)")
+	real := csvValues(t, body[0], body[1])
+	f := newFixture(t, r.machine(t), []int{0}, func(_ int, g *status.GPU) {
+		if state == "load" {
+			g.Telemetry.UtilizationGPUPercent, g.Telemetry.UtilizationMemoryPercent = 100, 7
+			g.Telemetry.MemoryUsedMiB, g.Telemetry.PowerDrawW = g.MemoryTotalMiB/4, float64(g.PowerLimitW)*0.9
+			g.Telemetry.SMClockMHz, g.Telemetry.VideoClockMHz = g.MaxClocks.SMMHz, g.MaxClocks.VideoMHz
+			g.Telemetry.TemperatureC = 52
+		}
+	})
+	out, code := f.run(t, "--query-gpu="+strings.Join(fields, ","), "--format=csv")
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if code != 0 || len(lines) != 2 {
+		t.Fatalf("exit code %d, output:\n%s", code, out)
+	}
+	ours := csvValues(t, lines[0], lines[1])
+	compared := 0
+	for _, name := range fields {
+		rv, ok := real[name]
+		if !ok || noValue(rv) {
+			continue // not in this driver's list, or no value on the real GPU
+		}
+		compared++
+		if why, ok := csvExceptions[name]; ok {
+			t.Logf("%s: exception (%s): real %q, ours %q", name, why, rv, ours[name])
+			continue
+		}
+		switch ov := ours[name]; {
+		case noValue(ov):
+			t.Errorf("%s: [N/A], the real %s shows %q", name, r.product, rv)
+		case shape(ov) != shape(rv):
+			t.Errorf("%s: %q (shape %q), the real %s shows %q (shape %q)", name, ov, shape(ov), r.product, rv, shape(rv))
+		}
+	}
+	if compared < 130 {
+		t.Errorf("compared only %d properties", compared)
 	}
 }
 
@@ -308,5 +322,67 @@ func TestGeForce_NoECC(t *testing.T) {
 		if want := tc.mode + ", " + tc.mode + "\n"; out != want {
 			t.Errorf("%s ecc.mode: %q, want %q", tc.r.product, out, want)
 		}
+	}
+}
+
+// TestRealRecordings_Processes: the process lists of a busy GPU have the
+// real tool's shapes: --query-compute-apps' header and values,
+// --query-accounted-apps' header alone, and the summary's process lines
+// column for column.
+func TestRealRecordings_Processes(t *testing.T) {
+	const apps = "timestamp,gpu_name,gpu_bus_id,gpu_serial,gpu_uuid,pid,process_name,used_gpu_memory"
+	const accounted = "timestamp,gpu_name,gpu_bus_id,gpu_serial,gpu_uuid,pid,gpu_util,mem_util,max_memory_usage,time"
+	for _, r := range recordings {
+		t.Run(r.product, func(t *testing.T) {
+			f := newFixture(t, r.machine(t), []int{0}, nil)
+			f.writeLive(t, func(_ int, tel *status.Telemetry) {
+				tel.UtilizationGPUPercent, tel.MemoryUsedMiB = 100, 28234
+				tel.Holders = []status.Holder{{Namespace: "ml", Pod: testPod, Container: "main", UtilizationGPUPercent: 100, MemoryUsedMiB: 28234}}
+			})
+			real := r.section(t, "load :: query-compute-apps (per-process)")
+			out, code := f.run(t, "--query-compute-apps="+apps, "--format=csv")
+			ours := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+			if code != 0 || len(ours) != 2 || ours[0] != real[0] {
+				t.Fatalf("exit %d:\n%s\nwant the header %q", code, out, real[0])
+			}
+			rv, ov := strings.Split(real[1], ", "), strings.Split(ours[1], ", ")
+			for i, name := range strings.Split(apps, ",") {
+				if name != "process_name" && shape(ov[i]) != shape(rv[i]) {
+					t.Errorf("%s: %q, the real tool prints %q", name, ov[i], rv[i])
+				}
+			}
+			real = r.section(t, "load :: query-accounted-apps")
+			if out, code := f.run(t, "--query-accounted-apps="+accounted, "--format=csv"); code != 0 || out != real[0]+"\n" {
+				t.Errorf("accounted apps: exit %d %q, want %q", code, out, real[0]+"\n")
+			}
+			var realLine string
+			for _, l := range r.section(t, "load :: nvidia-smi (default table)") {
+				if strings.HasPrefix(l, "|    0   N/A  N/A ") {
+					realLine = l
+					break
+				}
+			}
+			out, _ = f.run(t)
+			var ourLine string
+			for _, l := range strings.Split(out, "\n") {
+				if strings.HasPrefix(l, "|    0   N/A  N/A ") {
+					ourLine = l
+				}
+			}
+			columns := func(l string) []int { // where each cell ends
+				var ends []int
+				for i := 1; i < len(l); i++ {
+					if l[i] == ' ' && l[i-1] != ' ' {
+						ends = append(ends, i)
+					}
+				}
+				return ends
+			}
+			rc, oc := columns(realLine), columns(ourLine)
+			// GPU, GI, CI, PID, type, then (after the name) memory and the border.
+			if len(ourLine) != len(realLine) || !slices.Equal(oc[:5], rc[:5]) || oc[len(oc)-1] != rc[len(rc)-1] {
+				t.Errorf("summary process line\n%q\nthe real one\n%q", ourLine, realLine)
+			}
+		})
 	}
 }
