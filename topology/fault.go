@@ -208,14 +208,18 @@ type TempThresholds struct {
 }
 
 // thresholdsByFamily are typical data-center boards' thresholds: P100,
-// V100, T4, A100, L40S, H100, B200.
+// V100, T4, A100, L40S, H100, B200. The Hopper and Ada values are those of
+// real H100, H200 and L40S boards (nvidia-smi -q "GPU Shutdown T.Limit
+// Temp" -8 C and -5 C, "GPU Slowdown T.Limit Temp" -2 C, relative to a max
+// operating temperature of 87 C: utkuozdemir/nvidia_gpu_exporter,
+// internal/captures).
 var thresholdsByFamily = map[string]TempThresholds{
 	"pascal":       {90, 87, 85, 95},
 	"volta":        {90, 87, 83, 85},
 	"turing":       {96, 93, 85, 0},
 	"ampere":       {92, 89, 85, 95},
 	"ada-lovelace": {92, 89, 87, 0},
-	"hopper":       {92, 89, 87, 95},
+	"hopper":       {95, 89, 87, 95},
 	"blackwell":    {92, 89, 87, 95},
 }
 

@@ -35,6 +35,19 @@ func BenchmarkMain_QueryGPU(b *testing.B) {
 	benchMain(b, "--query-gpu="+commonFields, "--format=csv,noheader,nounits")
 }
 
+// BenchmarkMain_QueryGPUEveryField is a scrape of every property of
+// --help-query-gpu (with the values of the live file, the board facts and
+// the memory errors) of 8 GPUs.
+func BenchmarkMain_QueryGPUEveryField(b *testing.B) {
+	var names []string
+	for _, line := range strings.Split(helpQueryGPU(b), "\n") {
+		if name, ok := strings.CutPrefix(line, `"`); ok {
+			names = append(names, name[:strings.Index(name, `"`)])
+		}
+	}
+	benchMain(b, "--query-gpu="+strings.Join(names, ","), "--format=csv")
+}
+
 // BenchmarkMain_Summary is `nvidia-smi` in a container with 8 GPUs.
 func BenchmarkMain_Summary(b *testing.B) { benchMain(b) }
 

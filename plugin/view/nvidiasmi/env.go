@@ -107,7 +107,7 @@ func readMachine(env func(string) string) *machine {
 			continue // identity unknown: shown as N/A
 		}
 		live.Apply(st)
-		g.st = st
+		g.setStatus(st)
 		if !numaFromEnv {
 			g.numa = st.NUMANode
 		}

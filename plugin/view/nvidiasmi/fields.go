@@ -107,7 +107,11 @@ func buildFields() []field {
 	add("pci.baseClass", nil, "", "The PCI base class code, in hex (3: display controller).", fixed("0x3"))
 	add("pci.subClass", nil, "", "The PCI sub class code, in hex (2: 3D controller).", fixed("0x2"))
 	add("pci.device_id", nil, "", "The PCI device and vendor id, in hex.", knownIf(func(g *gpu) (string, bool) { return g.deviceID() }))
-	nas(notSimulated, "pci.sub_device_id",
+	add("pci.sub_device_id", nil, "", "The PCI subsystem id and subsystem vendor id, in hex.", knownIf(func(g *gpu) (string, bool) {
+		v := g.facts().SubDeviceID
+		return v, v != ""
+	}))
+	nas(notSimulated,
 		"vgpu_device_capability.fractional_multiVgpu", "vgpu_device_capability.heterogeneous_timeSlice_profile",
 		"vgpu_device_capability.heterogeneous_timeSlice_sizes", "vgpu_device_capability.homogeneous_placements",
 		"vgpu_device_capability.mig_timeSlicing", "vgpu_device_capability.mig_timeSlicing_mode")
@@ -130,12 +134,20 @@ func buildFields() []field {
 	add("accounting.mode", nil, "", "Whether accounting is on: Disabled.", fixed("Disabled"))
 	add("accounting.buffer_size", nil, "", "The size of the accounting buffer, in processes.", fixed("4000"))
 	nas("The driver model, Windows only: always [N/A] on Linux.", "driver_model.current", "driver_model.pending")
-	nas(notSimulated, "vbios_version")
-	add("inforom.img", []string{"inforom.image"}, "", notSimulated, na)
-	add("inforom.oem", nil, "", notSimulated, na)
-	add("inforom.ecc", nil, "", notSimulated, na)
-	add("inforom.pwr", []string{"inforom.power"}, "", notSimulated, na)
-	add("inforom.checksum_validation", nil, "", notSimulated, na)
+	fact := func(f func(b topology.BoardFacts) string) valueFunc {
+		return knownIf(func(g *gpu) (string, bool) { v := f(g.facts()); return v, v != "" })
+	}
+	add("vbios_version", nil, "", "The VBIOS version of the board.", fact(func(b topology.BoardFacts) string { return b.VBIOS }))
+	add("inforom.img", []string{"inforom.image"}, "", "The version of the InfoROM image.", fact(func(b topology.BoardFacts) string { return b.InforomImage }))
+	add("inforom.oem", nil, "", "The version of the InfoROM OEM object.", fact(func(b topology.BoardFacts) string { return b.InforomOEM }))
+	add("inforom.ecc", nil, "", "The version of the InfoROM ECC object; [N/A] without ECC.", fact(func(b topology.BoardFacts) string { return b.InforomECC }))
+	add("inforom.pwr", []string{"inforom.power"}, "", "The version of the InfoROM power object: [N/A], as on real data-center boards.", na)
+	add("inforom.checksum_validation", nil, "", "The result of the InfoROM checksum validation: valid.", fact(func(b topology.BoardFacts) string {
+		if b.InforomImage == "" {
+			return ""
+		}
+		return "valid"
+	}))
 	add("gpu_recovery_action", nil, "", "The recommended recovery action: None.", fixed("None"))
 	add("gom.current", []string{"gpu_operation_mode.current"}, "", notSimulated, na)
 	add("gom.pending", []string{"gpu_operation_mode.pending"}, "", notSimulated, na)
@@ -146,21 +158,13 @@ func buildFields() []field {
 		return "", false
 	}))
 	add("pstate", nil, "", "The performance state, P0 (maximum) to P12 (minimum).", fixed("P0"))
-	add("clocks_event_reasons.supported", []string{"clocks_throttle_reasons.supported"}, "", "The bitmask of supported clocks event reasons.", fixed("0x00000000000001FF"))
-	add("clocks_event_reasons.active", []string{"clocks_throttle_reasons.active"}, "", "The bitmask of active clocks event reasons: 0x1 (idle) when nothing runs.", known(func(g *gpu) string {
-		if g.idle() {
-			return "0x0000000000000001"
-		}
-		return "0x0000000000000000"
+	add("clocks_event_reasons.supported", []string{"clocks_throttle_reasons.supported"}, "", "The bitmask of supported clocks event reasons: every one.", fixed(fmt.Sprintf("0x%016X", topology.ClockEventsSupported)))
+	add("clocks_event_reasons.active", []string{"clocks_throttle_reasons.active"}, "", "The bitmask of active clocks event reasons (0x1 idle, 0x4 power cap, 0x8 HW slowdown, 0x20 SW thermal, 0x40 HW thermal, …).", known(func(g *gpu) string {
+		return fmt.Sprintf("0x%016X", g.clockEvents())
 	}))
-	add("clocks_event_reasons.gpu_idle", []string{"clocks_throttle_reasons.gpu_idle"}, "", "Active when nothing runs on the GPU.", known(func(g *gpu) string {
-		if g.idle() {
-			return "Active"
-		}
-		return "Not Active"
-	}))
-	for _, r := range []string{"applications_clocks_setting", "sw_power_cap", "hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown", "sync_boost"} {
-		add("clocks_event_reasons."+r, []string{"clocks_throttle_reasons." + r}, "", "Whether this reason lowers the clocks: Not Active.", fixed("Not Active"))
+	for _, r := range clockEventFields {
+		aliases := []string{"clocks_throttle_reasons." + r.name}
+		add("clocks_event_reasons."+r.name, aliases, "", r.help, known(func(g *gpu) string { return activeWord(g.clockEvents()&r.bit != 0) }))
 	}
 	for _, r := range []string{"sw_power_cap", "sync_boost", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"} {
 		add("clocks_event_reasons_counters."+r, nil, "us", "The time this reason lowered the clocks, in microseconds: 0.", fixed("0"))
@@ -173,7 +177,9 @@ func buildFields() []field {
 	add("compute_cap", nil, "", "The CUDA compute capability, MAJOR.MINOR.", known(func(g *gpu) string { return g.st.ComputeCapability }))
 	add("utilization.gpu", nil, "%", "The percent of time a kernel ran on the GPU over the last sample period.", known(func(g *gpu) string { return itoa(g.st.Telemetry.UtilizationGPUPercent) }))
 	add("utilization.memory", nil, "%", "The percent of time the GPU memory was read or written over the last sample period.", known(func(g *gpu) string { return itoa(g.st.Telemetry.UtilizationMemoryPercent) }))
-	for _, e := range []string{"encoder", "decoder", "jpeg", "ofa"} {
+	add("utilization.encoder", nil, "%", "The utilization of the video encoder, in percent.", known(func(g *gpu) string { return itoa(g.st.Telemetry.UtilizationEncoderPercent) }))
+	add("utilization.decoder", nil, "%", "The utilization of the video decoder, in percent.", known(func(g *gpu) string { return itoa(g.st.Telemetry.UtilizationDecoderPercent) }))
+	for _, e := range []string{"jpeg", "ofa"} {
 		add("utilization."+e, nil, "%", "The utilization of the "+e+" engine: 0.", fixed("0"))
 	}
 	add("encoder.stats.sessionCount", nil, "", "The number of encoder sessions: 0.", fixed("0"))
@@ -184,20 +190,24 @@ func buildFields() []field {
 		if g.eccEnabled() {
 			return "Enabled", true
 		}
-		return "Disabled", true
+		return "Disabled", g.eccSupported()
 	})
 	add("ecc.mode.current", nil, "", "Whether ECC is on.", eccMode)
 	add("ecc.mode.pending", nil, "", "Whether ECC will be on after the next reboot.", eccMode)
 	eccZero := knownIf(func(g *gpu) (string, bool) { return "0", g.eccEnabled() })
 	for _, kind := range []string{"corrected", "uncorrected"} {
 		for _, scope := range []string{"volatile", "aggregate"} {
+			count := eccCount(kind, scope)
+			dram := knownIf(func(g *gpu) (string, bool) { return itoa(count(g.st.Telemetry.MemoryErrors)), g.eccEnabled() })
 			for _, loc := range []string{"device_memory", "dram", "register_file", "l1_cache", "l2_cache", "texture_memory", "cbu", "sram", "total"} {
-				v := eccZero
+				v, help := dram, "ECC errors ("+kind+", "+scope+") in "+strings.ReplaceAll(loc, "_", " ")+"."
 				switch loc {
 				case "register_file", "l1_cache", "l2_cache", "texture_memory", "cbu":
-					v = na
+					v, help = na, "Not reported by Hopper-class GPUs: [N/A]."
+				case "sram":
+					v, help = eccZero, "ECC errors ("+kind+", "+scope+") in SRAM: 0."
 				}
-				add("ecc.errors."+kind+"."+scope+"."+loc, nil, "", "ECC errors ("+kind+", "+scope+") in "+strings.ReplaceAll(loc, "_", " ")+": 0.", v)
+				add("ecc.errors."+kind+"."+scope+"."+loc, nil, "", help, v)
 			}
 		}
 	}
@@ -209,25 +219,34 @@ func buildFields() []field {
 	for _, n := range []string{"l2", "sm", "mcu", "pcie", "other"} {
 		add("ecc.errors.uncorrected.aggregate.sram."+n, nil, "", "Uncorrected SRAM errors by source: 0.", eccZero)
 	}
-	retired := func(v string) valueFunc {
-		return knownIf(func(g *gpu) (string, bool) { return v, !g.rowRemapping() && g.eccEnabled() })
+	retired := func(v func(e topology.MemoryErrors) string) valueFunc {
+		return knownIf(func(g *gpu) (string, bool) {
+			return v(g.st.Telemetry.MemoryErrors), !g.rowRemapping() && g.eccEnabled()
+		})
 	}
-	add("retired_pages.single_bit_ecc.count", []string{"retired_pages.sbe"}, "", "Pages retired after single-bit errors (before Ampere): 0.", retired("0"))
-	add("retired_pages.double_bit.count", []string{"retired_pages.dbe"}, "", "Pages retired after double-bit errors (before Ampere): 0.", retired("0"))
-	add("retired_pages.pending", nil, "", "Whether pages wait for retirement: No.", retired("No"))
-	remap := func(v string) valueFunc {
-		return knownIf(func(g *gpu) (string, bool) { return v, g.rowRemapping() && g.eccEnabled() })
+	add("retired_pages.single_bit_ecc.count", []string{"retired_pages.sbe"}, "", "Pages retired after single-bit errors (before Ampere).", retired(func(e topology.MemoryErrors) string { return itoa(e.RetiredSBE) }))
+	add("retired_pages.double_bit.count", []string{"retired_pages.dbe"}, "", "Pages retired after double-bit errors (before Ampere).", retired(func(e topology.MemoryErrors) string { return itoa(e.RetiredDBE) }))
+	add("retired_pages.pending", nil, "", "Whether a page waits for retirement at the next reset: Yes or No.", retired(func(e topology.MemoryErrors) string { return yesNo(e.RetiredPending) }))
+	remap := func(v func(e topology.MemoryErrors) string) valueFunc {
+		return knownIf(func(g *gpu) (string, bool) { return v(g.st.Telemetry.MemoryErrors), g.rowRemapping() && g.eccEnabled() })
 	}
-	add("remapped_rows.correctable", []string{"remapped_rows.sbe"}, "", "Rows remapped after correctable errors (Ampere and later): 0.", remap("0"))
-	add("remapped_rows.correctable_inactive", nil, "", "Inactive rows remapped after correctable errors: 0.", remap("0"))
-	add("remapped_rows.uncorrectable", []string{"remapped_rows.dbe"}, "", "Rows remapped after uncorrectable errors: 0.", remap("0"))
-	add("remapped_rows.uncorrectable_inactive", nil, "", "Inactive rows remapped after uncorrectable errors: 0.", remap("0"))
-	add("remapped_rows.pending", nil, "", "Whether a row remapping waits for a GPU reset: No.", remap("No"))
-	add("remapped_rows.failure", nil, "", "Whether a row remapping ever failed: No.", remap("No"))
-	nas(notSimulated, "remapped_rows.histogram.max", "remapped_rows.histogram.high", "remapped_rows.histogram.partial",
-		"remapped_rows.histogram.low", "remapped_rows.histogram.none")
+	zeroRows := func(topology.MemoryErrors) string { return "0" }
+	add("remapped_rows.correctable", []string{"remapped_rows.sbe"}, "", "Rows remapped after correctable errors (Ampere and later).", remap(func(e topology.MemoryErrors) string { return itoa(e.RemappedCorrectable) }))
+	add("remapped_rows.correctable_inactive", nil, "", "Inactive rows remapped after correctable errors: 0.", remap(zeroRows))
+	add("remapped_rows.uncorrectable", []string{"remapped_rows.dbe"}, "", "Rows remapped after uncorrectable errors.", remap(func(e topology.MemoryErrors) string { return itoa(e.RemappedUncorrectable) }))
+	add("remapped_rows.uncorrectable_inactive", nil, "", "Inactive rows remapped after uncorrectable errors: 0.", remap(zeroRows))
+	add("remapped_rows.pending", nil, "", "Whether a row remapping waits for a GPU reset: Yes or No.", remap(func(e topology.MemoryErrors) string { return yesNo(e.RemapPending) }))
+	add("remapped_rows.failure", nil, "", "Whether a row remapping failed: Yes or No.", remap(func(e topology.MemoryErrors) string { return yesNo(e.RemapFailure) }))
+	for i, n := range histogramNames {
+		add("remapped_rows.histogram."+n, nil, "", "The memory banks with "+histogramHelp[i]+" spare rows left.", knownIf(func(g *gpu) (string, bool) {
+			h, ok := g.remapHistogram()
+			return itoa(h[i]), ok
+		}))
+	}
 	add("temperature.gpu", nil, "", "The GPU temperature, in degrees C.", known(func(g *gpu) string { return itoa(g.st.Telemetry.TemperatureC) }))
-	nas(notSimulated, "temperature.gpu.tlimit")
+	add("temperature.gpu.tlimit", nil, "", "How far the GPU is below its maximum operating temperature, in degrees C.", knownIf(func(g *gpu) (string, bool) {
+		return itoa(g.tlimit()), g.tlimitKnown()
+	}))
 	add("temperature.memory", nil, "", "The HBM temperature, in degrees C; [N/A] for other memory.", knownIf(func(g *gpu) (string, bool) {
 		if t := g.st.Telemetry.MemoryTemperatureC; t != nil {
 			return itoa(*t), true
@@ -243,7 +262,10 @@ func buildFields() []field {
 	add("power.limit", []string{"gpu.power.requested_limit"}, "W", "The power limit, in watts.", limit)
 	add("enforced.power.limit", []string{"gpu.power.current_limit"}, "W", "The power limit in force, in watts.", limit)
 	add("power.default_limit", []string{"gpu.power.default_limit"}, "W", "The default power limit, in watts.", limit)
-	add("power.min_limit", []string{"gpu.power.min_limit"}, "W", notSimulated, na)
+	add("power.min_limit", []string{"gpu.power.min_limit"}, "W", "The lowest power limit that can be set, in watts.", knownIf(func(g *gpu) (string, bool) {
+		w := g.facts().MinPowerLimitW
+		return watts(float64(w)), w > 0
+	}))
 	add("power.max_limit", []string{"gpu.power.max_limit"}, "W", "The highest power limit that can be set, in watts.", limit)
 	add("module.power.draw.average", nil, "W", notSimulated, na)
 	add("module.power.draw.instant", nil, "W", notSimulated, na)
@@ -272,7 +294,10 @@ func buildFields() []field {
 	add("clocks.current.graphics", []string{"clocks.gr"}, "MHz", "The graphics (shader) clock, in MHz.", sm)
 	add("clocks.current.sm", []string{"clocks.sm"}, "MHz", "The SM clock, in MHz.", sm)
 	add("clocks.current.memory", []string{"clocks.mem"}, "MHz", "The memory clock, in MHz.", known(func(g *gpu) string { return itoa(g.st.Telemetry.MemoryClockMHz) }))
-	add("clocks.current.video", []string{"clocks.video"}, "MHz", notSimulated, na)
+	add("clocks.current.video", []string{"clocks.video"}, "MHz", "The video encoder/decoder clock, in MHz.", knownIf(func(g *gpu) (string, bool) {
+		v, ok := g.videoClock()
+		return itoa(v), ok
+	}))
 	add("clocks.applications.graphics", []string{"clocks.applications.gr"}, "MHz", "The applications graphics clock, in MHz: the maximum.", maxGr)
 	add("clocks.applications.memory", []string{"clocks.applications.mem"}, "MHz", "The applications memory clock, in MHz: the maximum.", maxMem)
 	add("clocks.default_applications.graphics", []string{"clocks.default_applications.gr"}, "MHz", "The default applications graphics clock, in MHz.", maxGr)
@@ -283,17 +308,84 @@ func buildFields() []field {
 	mig := knownIf(func(g *gpu) (string, bool) { return "Disabled", g.migCapable() })
 	add("mig.mode.current", nil, "", "Whether MIG is on: Disabled; [N/A] for GPUs without MIG.", mig)
 	add("mig.mode.pending", nil, "", "Whether MIG will be on after a reset.", mig)
-	nas(notSimulated, "gsp.mode.current", "gsp.mode.default", "c2c.mode")
+	gsp := knownIf(func(g *gpu) (string, bool) { return "Enabled", g.gspCapable() })
+	add("gsp.mode.current", nil, "", "Whether the GPU's firmware runs on its GSP: Enabled from Turing on.", gsp)
+	add("gsp.mode.default", nil, "", "Whether GSP firmware is on by default.", gsp)
+	add("c2c.mode", nil, "", "The chip-to-chip link mode: Disabled on Hopper (no Grace CPU attached), [N/A] before.", knownIf(func(g *gpu) (string, bool) {
+		return "Disabled", g.cc() >= 90
+	}))
 	for _, n := range []string{"total", "used", "free"} {
-		add("protected_memory."+n, nil, "MiB", notSimulated, na)
+		add("protected_memory."+n, nil, "MiB", "Confidential computing protected memory, in MiB: 0 (confidential computing off).", knownIf(func(g *gpu) (string, bool) {
+			return "0", g.gspCapable()
+		}))
 	}
-	nas(notSimulated, "fabric.state", "fabric.status", "fabric.cliqueId", "fabric.clusterUuid", "fabric.health.summary",
+	nas("The NVLink fabric of NVSwitch systems: not simulated, [N/A].", "fabric.state", "fabric.status", "fabric.cliqueId", "fabric.clusterUuid", "fabric.health.summary",
 		"fabric.health.bandwidth", "fabric.health.route_recovery_in_progress", "fabric.health.route_unhealthy",
-		"fabric.health.access_timeout_recovery", "fabric.health.incorrect_configuration", "fabric.health.partition_assigned",
-		"platform.chassis_serial_number", "platform.slot_number", "platform.tray_index", "platform.host_id",
-		"platform.peer_type", "platform.module_id", "platform.gpu_fabric_guid", "hostname")
+		"fabric.health.access_timeout_recovery", "fabric.health.incorrect_configuration", "fabric.health.partition_assigned")
+	add("platform.chassis_serial_number", nil, "", "The chassis serial number: empty, as real boards outside a GB200 rack report.", fixed(""))
+	add("platform.slot_number", nil, "", "The slot number in the chassis: 0.", fixed("0"))
+	add("platform.tray_index", nil, "", "The tray index in the chassis: 0.", fixed("0"))
+	add("platform.host_id", nil, "", "The host id: 1.", fixed("1"))
+	add("platform.peer_type", nil, "", "How the GPU reaches its peers: Direct Connected.", fixed("Direct Connected"))
+	add("platform.module_id", nil, "", "The GPU's module on its baseboard: 1-8 on an SXM baseboard, 1 for a PCIe card.", known(func(g *gpu) string { return itoa(g.moduleID()) }))
+	add("platform.gpu_fabric_guid", nil, "", "The GPU's fabric GUID: 0x0000000000000000 outside an NVLink fabric.", fixed("0x0000000000000000"))
+	nas("The host name of a GB200 rack's tray: [N/A].", "hostname")
 	return fs
 }
+
+// clockEventFields are the clock event reasons --query-gpu reports one by
+// one, with their NVML bits (topology.ClockEvent*), in the order of driver
+// 580's --help-query-gpu.
+var clockEventFields = []struct {
+	name, help string
+	bit        uint64
+}{
+	{"gpu_idle", "Active when nothing runs on the GPU.", topology.ClockEventGPUIdle},
+	{"applications_clocks_setting", "Active when the applications clocks hold the clocks down.", topology.ClockEventApplicationsClocksSetting},
+	{"sw_power_cap", "Active when the power draw reached the power limit.", topology.ClockEventSWPowerCap},
+	{"hw_slowdown", "Active when the hardware slows the clocks (temperature or power brake).", topology.ClockEventHWSlowdown},
+	{"hw_thermal_slowdown", "Active when the GPU is too hot: hardware slowdown.", topology.ClockEventHWThermalSlowdown},
+	{"hw_power_brake_slowdown", "Active when an external power brake slows the GPU.", topology.ClockEventHWPowerBrakeSlowdown},
+	{"sw_thermal_slowdown", "Active when the GPU or its memory reached the slowdown temperature.", topology.ClockEventSWThermalSlowdown},
+	{"sync_boost", "Active when the clocks follow another GPU's in a sync boost group.", topology.ClockEventSyncBoost},
+}
+
+// activeWord is "Active" or "Not Active".
+func activeWord(b bool) string {
+	if b {
+		return "Active"
+	}
+	return "Not Active"
+}
+
+// yesNo is "Yes" or "No".
+func yesNo(b bool) string {
+	if b {
+		return "Yes"
+	}
+	return "No"
+}
+
+// eccCount returns the ECC count of a kind (corrected, uncorrected) and
+// scope (volatile, aggregate).
+func eccCount(kind, scope string) func(e topology.MemoryErrors) int {
+	switch kind + "." + scope {
+	case "corrected.volatile":
+		return func(e topology.MemoryErrors) int { return e.VolatileCorrected }
+	case "corrected.aggregate":
+		return func(e topology.MemoryErrors) int { return e.AggregateCorrected }
+	case "uncorrected.volatile":
+		return func(e topology.MemoryErrors) int { return e.VolatileUncorrected }
+	}
+	return func(e topology.MemoryErrors) int { return e.AggregateUncorrected }
+}
+
+// histogramNames are the buckets of the bank remap availability histogram,
+// histogramHelp how many spare rows their banks have left.
+var (
+	histogramNames = []string{"max", "high", "partial", "low", "none"}
+	histogramHelp  = []string{"all their", "most of their", "some of their", "few", "no"}
+)
 
 // fieldsByName finds a field by name or alias.
 var fieldsByName = func() map[string]*field {

@@ -47,15 +47,6 @@ func FuzzParseFields(f *testing.F) {
 	})
 }
 
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
 func FuzzParseSelector(f *testing.F) {
 	for _, s := range []string{"0", "0,1,2", " 3 , 1", "GPU-0ad70432-690a-8c80-736d-ffae01403654", "00000000:07:00.0", "07:00.0",
 		"0:a1:00", "61:00.9", "0,,1", "", "abc", "-1", "1439126426468", "99999999999999999999", "GPU-", "::", "1:2:3:4"} {
@@ -102,5 +93,87 @@ func FuzzParseSelector(f *testing.F) {
 		}
 		g := &gpu{pos: 0, uuid: "GPU-0ad70432-690a-8c80-736d-ffae01403654", numa: -1}
 		selectGPUs([]*gpu{g}, sels)
+	})
+}
+
+func FuzzParseAppFields(f *testing.F) {
+	for _, s := range []string{"pid,process_name,used_gpu_memory", "name, used_memory", "gpu_util,mem_util,time", "pid,", "", ",",
+		"timestamp,bogus", strings.Repeat("pid,", 100) + "name"} {
+		f.Add(s, false)
+		f.Add(s, true)
+	}
+	f.Fuzz(func(t *testing.T, list string, accounted bool) {
+		fields := computeAppFields
+		if accounted {
+			fields = accountedAppFields
+		}
+		fs, bad, ok := parseAppFields(list, fields)
+		if len(list) > maxFieldListBytes {
+			if ok {
+				t.Fatal("accepted a list over the size bound")
+			}
+			return
+		}
+		known := func(name string) *appField {
+			for i := range fields {
+				if fields[i].name == name || contains(fields[i].aliases, name) {
+					return &fields[i]
+				}
+			}
+			return nil
+		}
+		tokens := strings.Split(list, ",")
+		if !ok {
+			for _, tok := range tokens {
+				if tok = strings.TrimSpace(tok); known(tok) == nil {
+					if tok != bad {
+						t.Fatalf("reported %q, but the first unknown name is %q", bad, tok)
+					}
+					return
+				}
+			}
+			t.Fatalf("refused %q naming %q, but every name is a field", list, bad)
+		}
+		if len(fs) != len(tokens) {
+			t.Fatalf("%d fields for %d names", len(fs), len(tokens))
+		}
+		for i, tok := range tokens {
+			if fs[i] != known(strings.TrimSpace(tok)) {
+				t.Fatalf("name %q gave field %s", tok, fs[i].name)
+			}
+		}
+	})
+}
+
+// FuzzParseArgs: any command line parses without a panic; one naming a
+// query list keeps its value whole, and a combination of two queries is
+// refused.
+func FuzzParseArgs(f *testing.F) {
+	for _, s := range []string{"--query-compute-apps=pid --format=csv", "--query-accounted-apps pid --format csv,noheader",
+		"--help-query-compute-apps", "--help-query-accounted-apps", "--query-gpu=name --query-compute-apps=pid --format=csv",
+		"-q -x -i 0", "--query-compute-apps", "topo -m", "--query-compute-apps= --format=csv"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		args := strings.Fields(line)
+		o, msg := parseArgs(args)
+		if msg != "" {
+			return
+		}
+		queries := 0
+		for _, p := range []*string{o.queryGPU, o.computeApps, o.accountedApps} {
+			if p != nil {
+				queries++
+				if *p == "" {
+					t.Fatal("an empty query list was accepted")
+				}
+			}
+		}
+		if queries > 1 && validCombination(o) {
+			t.Fatalf("%q: %d queries make a valid combination", line, queries)
+		}
+		if o.csv() != (queries > 0) {
+			t.Fatalf("%q: csv() %v with %d queries", line, o.csv(), queries)
+		}
 	})
 }

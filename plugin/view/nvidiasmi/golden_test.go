@@ -23,7 +23,7 @@ func TestMain_Golden(t *testing.T) {
 		return newFixture(t, mustPreset(t, "dgx-a100"), []int{6}, func(_ int, g *status.GPU) {
 			temp := 61
 			g.Telemetry.UtilizationGPUPercent, g.Telemetry.UtilizationMemoryPercent = 97, 43
-			g.Telemetry.MemoryUsedMiB, g.Telemetry.PowerDrawW, g.Telemetry.SMClockMHz = 31234, 352.61, 1410
+			g.Telemetry.MemoryUsedMiB, g.Telemetry.PowerDrawW, g.Telemetry.SMClockMHz, g.Telemetry.VideoClockMHz = 31234, 352.61, 1410, 1290
 			g.Telemetry.TemperatureC, g.Telemetry.MemoryTemperatureC = 58, &temp
 		})
 	}
@@ -35,6 +35,10 @@ func TestMain_Golden(t *testing.T) {
 				g.Telemetry.LastXID = &xid
 			}
 		})
+	}
+	eccFault := func(t *testing.T) *fixture { return faultFixture(t, "hgx-h100", "XID 48: double bit ECC error") }
+	thermal := func(t *testing.T) *fixture {
+		return faultFixture(t, "hgx-h100", "thermal: GPU held at its slowdown temperature")
 	}
 	noStatus := func(t *testing.T) *fixture {
 		f := newFixture(t, mustPreset(t, "pcie-8gpu"), []int{0, 1}, nil)
@@ -77,6 +81,15 @@ func TestMain_Golden(t *testing.T) {
 		{"query-xml", busy, []string{"-q", "-x"}, 0},
 		{"query-xml-lost-gpu", lost, []string{"--query", "--xml-format"}, 255},
 		{"help-query-gpu", h100, []string{"--help-query-gpu"}, 0},
+		{"help-query-compute-apps", h100, []string{"--help-query-compute-apps"}, 0},
+		{"help-query-accounted-apps", h100, []string{"--help-query-accounted-apps"}, 0},
+		{"summary-procs", procsFixture, nil, 0},
+		{"query-procs", procsFixture, []string{"-q", "-i", "0"}, 0},
+		{"query-xml-procs", procsFixture, []string{"-q", "-x", "-i", "0"}, 0},
+		{"compute-apps", procsFixture, []string{"--query-compute-apps=timestamp,gpu_name,gpu_bus_id,gpu_serial,gpu_uuid,pid,process_name,used_gpu_memory", "--format=csv"}, 0},
+		{"summary-ecc-fault", eccFault, nil, 0},
+		{"query-ecc-fault", eccFault, []string{"-q", "-i", "1"}, 0},
+		{"csv-thermal-fault", thermal, []string{"--query-gpu=index,temperature.gpu,temperature.gpu.tlimit,clocks.sm,clocks_event_reasons.active,clocks_event_reasons.hw_slowdown,clocks_event_reasons.hw_thermal_slowdown,clocks_event_reasons.sw_thermal_slowdown", "--format=csv"}, 0},
 		{"version", h100, []string{"--version"}, 0},
 		{"help", h100, []string{"-h"}, 0},
 	}
@@ -92,7 +105,7 @@ func TestMain_Golden(t *testing.T) {
 }
 
 // helpQueryGPU returns the output of --help-query-gpu.
-func helpQueryGPU(t *testing.T) string {
+func helpQueryGPU(t testing.TB) string {
 	out, code := runEnv(t, map[string]string{nvidiasmi.EnvIDs: "fake-0"}, "--help-query-gpu")
 	if code != 0 {
 		t.Fatalf("--help-query-gpu: exit code %d", code)

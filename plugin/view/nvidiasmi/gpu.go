@@ -18,11 +18,41 @@ type gpu struct {
 	uuid string      // from VIRTUAL_GPU_UUIDS or the status file; "" if unknown
 	numa int         // NUMA node, -1 if unknown
 	st   *status.GPU // nil: no readable status file, identity unknown
+	// model is the GPU's model rebuilt from its status file (product,
+	// family, compute capability): the board facts and thresholds of
+	// topology; zero without a status file.
+	model topology.GPUModel
+	// What follows from the model, computed once (each field of
+	// --query-gpu asks): its board, facts, thresholds, ECC and row
+	// remapping.
+	board      topology.Board
+	boardFacts topology.BoardFacts
+	thresholds topology.TempThresholds
+	ecc, remap bool
+	// fault is what an unhealthy GPU's health reason says of its failure
+	// (topology.ParseFault); the zero Fault (lost) for a healthy one.
+	fault topology.Fault
+	// procs are the container's processes on the GPU (see readProcs).
+	procs []process
 }
 
-// lost reports whether the GPU's status says it is unhealthy: nvidia-smi
-// then shows it as a GPU whose device handle cannot be obtained.
-func (g *gpu) lost() bool { return g.st != nil && !g.st.Health.Healthy }
+// setStatus records the GPU's status file and what follows from it.
+func (g *gpu) setStatus(st *status.GPU) {
+	g.st = st
+	cc, _ := topology.ParseComputeCapability(st.ComputeCapability)
+	g.model = topology.GPUModel{Product: st.Product, Family: st.Family, Compute: cc, PowerLimitW: st.PowerLimitW}
+	g.board, g.boardFacts, g.thresholds = g.model.Board(), g.model.Facts(), g.model.Thresholds()
+	g.ecc, g.remap = g.model.ECC(), g.model.RowRemapping()
+	if !st.Health.Healthy {
+		g.fault = topology.ParseFault(st.Health.Reason)
+	}
+}
+
+// lost reports whether the GPU's status says it is unhealthy with a fault
+// that leaves it unreachable (a GPU off the bus, or a reason naming no ECC
+// or thermal fault): nvidia-smi then shows it as a GPU whose device handle
+// cannot be obtained. A GPU with an ECC or thermal fault still answers.
+func (g *gpu) lost() bool { return g.st != nil && !g.st.Health.Healthy && !g.fault.Answers() }
 
 // lostMessage is what nvidia-smi prints for a GPU it cannot get a handle of
 // (a GPU that fell off the bus), with the bus id as NVML prints it there:
@@ -74,14 +104,92 @@ func (g *gpu) migCapable() bool {
 }
 
 // eccEnabled reports whether ECC is on: data-center boards ship with it on;
-// workstation and consumer boards (those with a fan) with it off.
-func (g *gpu) eccEnabled() bool {
-	return g.st != nil && g.st.Telemetry.FanSpeedPercent == nil
-}
+// workstation and consumer boards (those with a fan) with it off
+// (topology.GPUModel.ECC).
+func (g *gpu) eccEnabled() bool { return g.st != nil && g.ecc }
+
+// eccSupported reports whether the board has an ECC mode at all: GeForce
+// boards show N/A, workstation boards Disabled.
+func (g *gpu) eccSupported() bool { return g.st != nil && g.brand() != "GeForce" }
 
 // rowRemapping reports whether the GPU replaces bad memory rows (Ampere and
-// later) rather than retiring pages (Pascal, Volta).
-func (g *gpu) rowRemapping() bool { return g.cc() >= 80 }
+// later data-center parts) rather than retiring pages (Pascal, Volta)
+// (topology.GPUModel.RowRemapping).
+func (g *gpu) rowRemapping() bool { return g.remap }
+
+// facts are the static facts of the GPU's board (topology.BoardFacts).
+func (g *gpu) facts() topology.BoardFacts { return g.boardFacts }
+
+// gspCapable reports whether the GPU runs its firmware on a GSP (Turing and
+// later): gsp.mode Enabled, a GSP firmware version, protected memory
+// counts.
+func (g *gpu) gspCapable() bool { return g.cc() >= 75 }
+
+// tlimitKnown reports whether the GPU reports its T.Limit temperatures: the
+// data-center boards (no fan), as real H100, H200 and L40S do and a GeForce
+// board does not.
+func (g *gpu) tlimitKnown() bool { return g.st != nil && !g.board.Fan }
+
+// tlimit is temperature.gpu.tlimit: how far the GPU is below its maximum
+// operating temperature, in °C (a real H200 at 28 C shows 59, at 52 C 35).
+func (g *gpu) tlimit() int {
+	return g.thresholds.MaxOperatingC - g.st.Telemetry.TemperatureC
+}
+
+// clockEvents is the active clock event reasons: the telemetry's mask, with
+// the idle reason when nothing runs, as a real idle GPU shows.
+func (g *gpu) clockEvents() uint64 {
+	m := g.st.Telemetry.ClockEventReasons
+	if g.idle() {
+		m |= topology.ClockEventGPUIdle
+	}
+	return m
+}
+
+// videoClock is clocks.video: the telemetry's, or where it has none the
+// board's video clock for the SM clock (topology.Board.VideoClockMHz).
+func (g *gpu) videoClock() (int, bool) {
+	if v := g.st.Telemetry.VideoClockMHz; v > 0 {
+		return v, true
+	}
+	c := g.st.MaxClocks
+	b := topology.Board{MaxClocks: topology.Clocks{GraphicsMHz: c.GraphicsMHz, SMMHz: c.SMMHz, MemoryMHz: c.MemoryMHz, VideoMHz: c.VideoMHz}}
+	v := b.VideoClockMHz(g.st.Telemetry.SMClockMHz)
+	return v, v > 0
+}
+
+// pdi is the GPU's PDI (its per-device identifier, "0x737bb8d09327f7d9" on
+// a real H200): the last 16 hex digits of its UUID, so that it is unique
+// and stable as a real one; N/A without a UUID.
+func (g *gpu) pdi() string {
+	if g.st == nil || g.uuid == "" {
+		return "N/A"
+	}
+	hex := strings.ReplaceAll(strings.TrimPrefix(g.uuid, "GPU-"), "-", "")
+	return "0x" + hex[len(hex)-16:]
+}
+
+// moduleID is platform.module_id: the GPU's position on its SXM baseboard
+// (1-8, from its index on the node), 1 for a PCIe card.
+func (g *gpu) moduleID() int {
+	if g.facts().SXM {
+		return g.st.Index%8 + 1
+	}
+	return 1
+}
+
+// remapHistogram is the bank remap availability histogram: max, high,
+// partial, low, none. Each remapped row takes a spare row of one bank,
+// moving it from max to high. false for a board without one.
+func (g *gpu) remapHistogram() ([5]int, bool) {
+	banks := g.facts().RemapBanks
+	if banks == 0 || !g.rowRemapping() || !g.eccEnabled() {
+		return [5]int{}, false
+	}
+	e := g.st.Telemetry.MemoryErrors
+	used := min(banks, e.RemappedCorrectable+e.RemappedUncorrectable)
+	return [5]int{banks - used, used, 0, 0, 0}, true
+}
 
 // pcieGen is the PCIe generation of the GPU's link: 3 up to Turing, 4 for
 // Ampere and Ada, 5 from Hopper on.

@@ -51,6 +51,10 @@ nvidia-smi [OPTION1 [ARG1]] [OPTION2 [ARG2]] ...
 
     --query-gpu=                Information about GPU.
                                 Call --help-query-gpu for more info.
+    --query-compute-apps=       List of currently active compute processes.
+                                Call --help-query-compute-apps for more info.
+    --query-accounted-apps=     List of accounted compute processes.
+                                Call --help-query-accounted-apps for more info.
 
     [mandatory]
 

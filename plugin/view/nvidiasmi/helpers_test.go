@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/nvidiasmi"
@@ -16,6 +17,16 @@ import (
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// testPod is the host name of every run in the tests: the pod's name.
+const testPod = "trainer-0"
+
+// testProc is the /proc of every run in the tests: the container's main
+// process is python3.
+var testProc = fstest.MapFS{
+	"1/cmdline": {Data: []byte("/usr/bin/python3\x00train.py\x00--epochs=3\x00")},
+	"1/comm":    {Data: []byte("python3\n")},
+}
 
 // testTime is the clock of every run in the tests.
 var testTime = time.Date(2026, 1, 2, 3, 4, 5, 678_000_000, time.UTC)
@@ -112,10 +123,12 @@ func runEnv(t testing.TB, env map[string]string, args ...string) (string, int) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
 	c := &nvidiasmi.Command{
-		Env:    func(k string) string { return env[k] },
-		Stdout: &stdout,
-		Stderr: &stderr,
-		Now:    func() time.Time { return testTime },
+		Env:      func(k string) string { return env[k] },
+		Stdout:   &stdout,
+		Stderr:   &stderr,
+		Now:      func() time.Time { return testTime },
+		Hostname: func() (string, error) { return testPod, nil },
+		Proc:     testProc,
 	}
 	code := c.Run(args)
 	if stderr.Len() > 0 {

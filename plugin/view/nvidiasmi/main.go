@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"strings"
 	"time"
 
@@ -56,6 +58,14 @@ type Command struct {
 	Stderr io.Writer
 	// Now is the clock of the timestamps; nil means time.Now.
 	Now func() time.Time
+	// Hostname returns the host name, which Kubernetes sets to the pod's
+	// name: the GPUs' holders of that pod are this container's processes.
+	// nil means os.Hostname.
+	Hostname func() (string, error)
+	// Proc is the proc file system of the container's PID namespace, where
+	// the main process's name is read (1/cmdline, 1/comm); nil means
+	// os.DirFS("/proc").
+	Proc fs.FS
 }
 
 // Main runs nvidia-smi with the arguments after the program name, reading
@@ -71,11 +81,19 @@ func Main(args []string, env func(string) string, stdout, stderr io.Writer) int 
 // options are the parsed command line.
 type options struct {
 	help, version, helpQueryGPU bool
+	helpComputeApps             bool
+	helpAccountedApps           bool
 	list, query, xml            bool
 	topo, topoMatrix, topoHelp  bool
 	topoID                      bool
 	id, queryGPU, format        *string
+	computeApps, accountedApps  *string
 	setLoad                     *string
+}
+
+// csv reports whether the options ask for a CSV query.
+func (o options) csv() bool {
+	return o.queryGPU != nil || o.computeApps != nil || o.accountedApps != nil
 }
 
 // Run runs nvidia-smi with args (without the program name) and returns the
@@ -110,6 +128,9 @@ func (c *Command) run(args []string, out *bytes.Buffer) int {
 	case opts.helpQueryGPU:
 		writeHelpQueryGPU(out)
 		return ExitOK
+	case opts.helpComputeApps || opts.helpAccountedApps:
+		writeHelpApps(out, opts.helpAccountedApps)
+		return ExitOK
 	case opts.topoHelp || opts.topo && !opts.topoMatrix && !opts.topoID:
 		out.WriteString(topoHelpText)
 		return ExitOK
@@ -122,8 +143,9 @@ func (c *Command) run(args []string, out *bytes.Buffer) int {
 		return ExitInvalidArgument
 	}
 	var fs []*field
+	var apps []*appField
 	var noheader, nounits bool
-	if opts.queryGPU != nil {
+	if opts.csv() {
 		var bad string
 		var ok bool
 		if noheader, nounits, bad, ok = parseFormat(*opts.format); !ok {
@@ -134,7 +156,15 @@ func (c *Command) run(args []string, out *bytes.Buffer) int {
 			}
 			return ExitInvalidArgument
 		}
-		if fs, bad, ok = parseFields(*opts.queryGPU); !ok {
+		switch {
+		case opts.queryGPU != nil:
+			fs, bad, ok = parseFields(*opts.queryGPU)
+		case opts.computeApps != nil:
+			apps, bad, ok = parseAppFields(*opts.computeApps, computeAppFields)
+		default:
+			apps, bad, ok = parseAppFields(*opts.accountedApps, accountedAppFields)
+		}
+		if !ok {
 			out.WriteString(msgInvalidField(bad) + "\n")
 			return ExitInvalidArgument
 		}
@@ -168,6 +198,9 @@ func (c *Command) run(args []string, out *bytes.Buffer) int {
 			return ExitNotFound
 		}
 	}
+	if opts.computeApps != nil || opts.query || !opts.list && !opts.csv() && opts.setLoad == nil {
+		readProcs(gpus, c.hostname(), func() string { return mainProcessName(c.proc()) })
+	}
 	q := &queryContext{now: now(), count: len(m.gpus)}
 	switch {
 	case opts.setLoad != nil:
@@ -176,6 +209,8 @@ func (c *Command) run(args []string, out *bytes.Buffer) int {
 		return writeList(out, gpus)
 	case opts.queryGPU != nil:
 		return writeCSV(out, q, gpus, fs, noheader, nounits)
+	case opts.computeApps != nil || opts.accountedApps != nil:
+		return writeApps(out, q, gpus, apps, noheader, nounits, opts.accountedApps != nil)
 	case opts.query && opts.xml:
 		return writeXML(out, q, gpus)
 	case opts.query:
@@ -218,6 +253,10 @@ func parseArgs(args []string) (options, string) {
 			target = &o.id
 		case "--query-gpu":
 			target = &o.queryGPU
+		case "--query-compute-apps":
+			target = &o.computeApps
+		case "--query-accounted-apps":
+			target = &o.accountedApps
 		case "--format":
 			target = &o.format
 		case "--set-load":
@@ -244,6 +283,10 @@ func parseArgs(args []string) (options, string) {
 			o.version = true
 		case "--help-query-gpu":
 			o.helpQueryGPU = true
+		case "--help-query-compute-apps":
+			o.helpComputeApps = true
+		case "--help-query-accounted-apps":
+			o.helpAccountedApps = true
 		case "-L", "--list-gpus":
 			o.list = true
 		case "-q", "--query":
@@ -258,18 +301,17 @@ func parseArgs(args []string) (options, string) {
 }
 
 // validCombination reports whether the options make one command: -L, -q
-// [-x], --query-gpu with --format, --set-load, or the summary; -i with any
-// of them.
+// [-x], --query-gpu, --query-compute-apps or --query-accounted-apps with
+// --format, --set-load, or the summary; -i with any of them.
 func validCombination(o options) bool {
-	csv := o.queryGPU != nil
 	switch {
-	case csv != (o.format != nil):
+	case o.csv() != (o.format != nil):
 		return false
 	case o.xml && !o.query:
 		return false
 	}
 	n := 0
-	for _, b := range []bool{o.list, o.query, csv, o.setLoad != nil} {
+	for _, b := range []bool{o.list, o.query, o.queryGPU != nil, o.computeApps != nil, o.accountedApps != nil, o.setLoad != nil} {
 		if b {
 			n++
 		}
@@ -295,4 +337,25 @@ func parseFormat(s string) (noheader, nounits bool, bad string, ok bool) {
 		}
 	}
 	return noheader, nounits, "", csv
+}
+
+// hostname is the host name, "" if it cannot be read.
+func (c *Command) hostname() string {
+	get := c.Hostname
+	if get == nil {
+		get = os.Hostname
+	}
+	h, err := get()
+	if err != nil {
+		return ""
+	}
+	return h
+}
+
+// proc is the proc file system.
+func (c *Command) proc() fs.FS {
+	if c.Proc != nil {
+		return c.Proc
+	}
+	return os.DirFS("/proc")
 }

@@ -75,9 +75,8 @@ const (
 		"| Processes:                                                                              |\n" +
 		"|  GPU   GI   CI              PID   Type   Process name                        GPU Memory |\n" +
 		"|        ID   ID                                                               Usage      |\n" +
-		"|=========================================================================================|\n" +
-		"|  No running processes found                                                             |\n" +
-		summaryRule
+		"|=========================================================================================|\n"
+	summaryNoProcs = "|  No running processes found                                                             |\n"
 )
 
 // maxSummaryName is the longest name the summary shows whole; a longer one
@@ -86,7 +85,7 @@ const maxSummaryName = 27
 
 // writeSummary writes the default output of nvidia-smi: the date, the
 // header with the driver and CUDA versions, one block of three lines per
-// GPU and the (empty) process list. Unhealthy GPUs are not in the table: a
+// GPU and the container's processes (readProcs). Unhealthy GPUs are not in the table: a
 // lost-GPU message is printed for each before it, and the exit code is
 // ExitUnknownError; if no GPU is left, only the messages are printed.
 func writeSummary(out *bytes.Buffer, now time.Time, gpus []*gpu) int {
@@ -115,6 +114,17 @@ func writeSummary(out *bytes.Buffer, now time.Time, gpus []*gpu) int {
 	}
 	out.WriteString(summaryGPURule)
 	out.WriteString(summaryProcsTop)
+	n := 0
+	for _, g := range shown {
+		for _, p := range g.procs {
+			out.WriteString(summaryProcess(g.pos, p))
+			n++
+		}
+	}
+	if n == 0 {
+		out.WriteString(summaryNoProcs)
+	}
+	out.WriteString(summaryRule)
 	return code
 }
 
@@ -129,8 +139,11 @@ func writeSummaryGPU(out *bytes.Buffer, g *gpu) {
 			name = name[:maxSummaryName-3] + "..."
 		}
 		ecc = "Off"
+		if !g.eccSupported() {
+			ecc = "N/A"
+		}
 		if g.eccEnabled() {
-			ecc = "0"
+			ecc = itoa(s.Telemetry.MemoryErrors.VolatileUncorrected)
 		}
 		t := s.Telemetry
 		if t.FanSpeedPercent != nil {

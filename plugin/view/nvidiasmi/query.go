@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"encoding/xml"
 	"fmt"
+	"strconv"
 	"strings"
+
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
 // node is one line of `nvidia-smi -q` and one element of `-q -x`: a label
@@ -14,6 +18,10 @@ type node struct {
 	label, tag string
 	text, xml  string
 	children   []node
+	// procs marks the Processes node: its processes are written in the
+	// real tool's shapes (writeProcsText, writeProcsXML).
+	procs   []process
+	isProcs bool
 }
 
 // kv is a node whose value is the same in the text and the XML.
@@ -85,18 +93,46 @@ func gpuNodes(q *queryContext, g *gpu) []node {
 		}
 		return na
 	}
-	ecc := func(extra ...node) []node {
-		return append([]node{
-			kv("SRAM Correctable", "sram_correctable", zero()),
-			kv("SRAM Uncorrectable Parity", "sram_uncorrectable_parity", zero()),
-			kv("SRAM Uncorrectable SEC-DED", "sram_uncorrectable_secded", zero()),
-			kv("DRAM Correctable", "dram_correctable", zero()),
-			kv("DRAM Uncorrectable", "dram_uncorrectable", zero()),
-		}, extra...)
-	}
 	threshold, no := na, na
 	if zero() == "0" {
 		threshold, no = "No", "No"
+	}
+	ecc := func(extra ...node) []node { return eccNodes(g, "volatile", zero, extra...) }
+	eccAggregate := func(extra ...node) []node { return eccNodes(g, "aggregate", zero, extra...) }
+	tlimit := func(label, tag string, offset func(t topology.TempThresholds) int) node {
+		if !g.tlimitKnown() {
+			return kvNA(label, tag)
+		}
+		return kv(label, tag, itoa(offset(g.thresholds))+" C")
+	}
+	memTlimit := na
+	if g.tlimitKnown() && g.board.HBM {
+		memTlimit = "0 C"
+	}
+	gspVersion := na
+	if g.st != nil && g.gspCapable() {
+		gspVersion = driverVersion()
+	}
+	throughput := func(kbps func(t status.Telemetry) int64) string {
+		if g.st == nil {
+			return na
+		}
+		return strconv.FormatInt(kbps(g.st.Telemetry), 10) + " KB/s"
+	}
+	subSystem := f("pci.sub_device_id")
+	banks := func(label, tag, field string) node {
+		return kv(label, tag, unit(f(field), "bank(s)"))
+	}
+	displayClock := na
+	if g.st != nil {
+		displayClock = activeWord(g.clockEvents()&topology.ClockEventDisplayClockSetting != 0)
+	}
+	bar1Total, bar1Used, bar1Free := na, na, na
+	if total := g.facts().BAR1MiB; g.st != nil && total > 0 {
+		// The driver maps the memory in use and 1 MiB of its own (a real
+		// H200: 1 MiB idle, 32363 MiB with 32362 MiB used).
+		used := min(total, g.st.Telemetry.MemoryUsedMiB+1)
+		bar1Total, bar1Used, bar1Free = itoa(total)+" MiB", itoa(used)+" MiB", itoa(total-used)+" MiB"
 	}
 	counter := func(label string) node { return kv(label, "", f("clocks_event_reasons_counters.sw_power_cap")) }
 	mem := func(label, tag, v string) node { return kv(label, tag, v) }
@@ -116,9 +152,9 @@ func gpuNodes(q *queryContext, g *gpu) []node {
 		sec("Driver Model", "driver_model", kvNA("Current", "current_dm"), kvNA("Pending", "pending_dm")),
 		kv("Serial Number", "serial", f("serial")),
 		kv("GPU UUID", "uuid", uuid),
-		kvNA("GPU PDI", ""),
+		kv("GPU PDI", "", g.pdi()),
 		kv("Minor Number", "minor_number", minor),
-		kvNA("VBIOS Version", "vbios_version"),
+		kv("VBIOS Version", "vbios_version", f("vbios_version")),
 		kv("MultiGPU Board", "multigpu_board", "No"),
 		kv("Board ID", "board_id", boardID),
 		kvNA("Board Part Number", "board_part_number"),
@@ -127,18 +163,18 @@ func gpuNodes(q *queryContext, g *gpu) []node {
 		sec("Platform Info", "platformInfo",
 			kvNA("Chassis Serial Number", "chassis_serial_number"), kvNA("Slot Number", "slot_number"),
 			kvNA("Tray Index", "tray_index"), kvNA("Host ID", "host_id"), kvNA("Peer Type", "peer_type"),
-			kvNA("Module Id", "module_id"), kvNA("GPU Fabric GUID", "gpu_fabric_guid")),
+			kv("Module Id", "module_id", f("platform.module_id")), kvNA("GPU Fabric GUID", "gpu_fabric_guid")),
 		sec("Inforom Version", "inforom_version",
-			kvNA("Image Version", "img_version"), kvNA("OEM Object", "oem_object"),
-			kvNA("ECC Object", "ecc_object"), kvNA("Power Management Object", "pwr_object")),
+			kv("Image Version", "img_version", f("inforom.img")), kv("OEM Object", "oem_object", f("inforom.oem")),
+			kv("ECC Object", "ecc_object", f("inforom.ecc")), kv("Power Management Object", "pwr_object", f("inforom.pwr"))),
 		sec("Inforom BBX Object Flush", "inforom_bbx_flush", kvNA("Latest Timestamp", "latest_timestamp"), kvNA("Latest Duration", "latest_duration")),
 		sec("GPU Operation Mode", "gpu_operation_mode", kvNA("Current", "current_gom"), kvNA("Pending", "pending_gom")),
-		kvNA("GPU C2C Mode", "c2c_mode"),
+		kv("GPU C2C Mode", "c2c_mode", f("c2c.mode")),
 		sec("GPU Virtualization Mode", "gpu_virtualization_mode",
 			kv("Virtualization Mode", "virtualization_mode", "None"), kvNA("Host VGPU Mode", "host_vgpu_mode"),
 			kvNA("vGPU Heterogeneous Mode", "vgpu_heterogeneous_mode")),
 		kv("GPU Recovery Action", "gpu_recovery_action", f("gpu_recovery_action")),
-		kvNA("GSP Firmware Version", "gsp_firmware_version"),
+		kv("GSP Firmware Version", "gsp_firmware_version", gspVersion),
 		sec("IBMNPU", "ibmnpu", kvNA("Relaxed Ordering Mode", "relaxed_ordering_mode")),
 		sec("PCI", "pci",
 			kvx("Bus", "pci_bus", pciBus, xmlBus),
@@ -148,7 +184,7 @@ func gpuNodes(q *queryContext, g *gpu) []node {
 			kvx("Sub Classcode", "pci_sub_class", f("pci.subClass"), strings.TrimPrefix(f("pci.subClass"), "0x")),
 			kvx("Device Id", "pci_device_id", deviceID, xmlDeviceID),
 			kv("Bus Id", "pci_bus_id", f("pci.bus_id")),
-			kvNA("Sub System Id", "pci_sub_system_id"),
+			kvx("Sub System Id", "pci_sub_system_id", subSystem, strings.TrimPrefix(subSystem, "0x")),
 			sec("GPU Link Info", "pci_gpu_link_info",
 				sec("PCIe Generation", "pcie_gen",
 					kv("Max", "max_link_gen", f("pcie.link.gen.max")),
@@ -160,8 +196,8 @@ func gpuNodes(q *queryContext, g *gpu) []node {
 			sec("Bridge Chip", "pci_bridge_chip", kvNA("Type", "bridge_chip_type"), kvNA("Firmware", "bridge_chip_fw")),
 			kv("Replays Since Reset", "replay_counter", ifKnown(g, "0")),
 			kv("Replay Number Rollovers", "replay_rollover_counter", ifKnown(g, "0")),
-			kv("Tx Throughput", "tx_util", unit(ifKnown(g, "0"), "KB/s")),
-			kv("Rx Throughput", "rx_util", unit(ifKnown(g, "0"), "KB/s")),
+			kv("Tx Throughput", "tx_util", throughput(func(t status.Telemetry) int64 { return t.PCIeTxKBps })),
+			kv("Rx Throughput", "rx_util", throughput(func(t status.Telemetry) int64 { return t.PCIeRxKBps })),
 			kvNA("Atomic Caps Outbound", "atomic_caps_outbound"),
 			kvNA("Atomic Caps Inbound", "atomic_caps_inbound")),
 		kv("Fan Speed", "fan_speed", fan),
@@ -175,7 +211,7 @@ func gpuNodes(q *queryContext, g *gpu) []node {
 			kv("    HW Power Brake Slowdown", "clocks_event_reason_hw_power_brake_slowdown", f("clocks_event_reasons.hw_power_brake_slowdown")),
 			kv("Sync Boost", "clocks_event_reason_sync_boost", f("clocks_event_reasons.sync_boost")),
 			kv("SW Thermal Slowdown", "clocks_event_reason_sw_thermal_slowdown", f("clocks_event_reasons.sw_thermal_slowdown")),
-			kv("Display Clock Setting", "clocks_event_reason_display_clocks_setting", ifKnown(g, "Not Active"))),
+			kv("Display Clock Setting", "clocks_event_reason_display_clocks_setting", displayClock)),
 		sec("Clocks Event Reasons Counters", "",
 			counter("SW Power Capping"), counter("Sync Boost"), counter("SW Thermal Slowdown"),
 			counter("HW Thermal Slowdown"), counter("HW Power Braking")),
@@ -183,8 +219,9 @@ func gpuNodes(q *queryContext, g *gpu) []node {
 		sec("FB Memory Usage", "fb_memory_usage",
 			mem("Total", "total", f("memory.total")), mem("Reserved", "reserved", f("memory.reserved")),
 			mem("Used", "used", f("memory.used")), mem("Free", "free", f("memory.free"))),
-		sec("BAR1 Memory Usage", "bar1_memory_usage", kvNA("Total", "total"), kvNA("Used", "used"), kvNA("Free", "free")),
-		sec("Conf Compute Protected Memory Usage", "cc_protected_memory_usage", kvNA("Total", "total"), kvNA("Used", "used"), kvNA("Free", "free")),
+		sec("BAR1 Memory Usage", "bar1_memory_usage", kv("Total", "total", bar1Total), kv("Used", "used", bar1Used), kv("Free", "free", bar1Free)),
+		sec("Conf Compute Protected Memory Usage", "cc_protected_memory_usage",
+			kv("Total", "total", f("protected_memory.total")), kv("Used", "used", f("protected_memory.used")), kv("Free", "free", f("protected_memory.free"))),
 		kv("Compute Mode", "compute_mode", f("compute_mode")),
 		sec("Utilization", "utilization",
 			kv("GPU", "gpu_util", f("utilization.gpu")), kv("Memory", "memory_util", f("utilization.memory")),
@@ -201,7 +238,7 @@ func gpuNodes(q *queryContext, g *gpu) []node {
 		sec("ECC Mode", "ecc_mode", kv("Current", "current_ecc", f("ecc.mode.current")), kv("Pending", "pending_ecc", f("ecc.mode.pending"))),
 		sec("ECC Errors", "ecc_errors",
 			sec("Volatile", "volatile", ecc()...),
-			sec("Aggregate", "aggregate", ecc(kv("SRAM Threshold Exceeded", "sram_threshold_exceeded", threshold))...),
+			sec("Aggregate", "aggregate", eccAggregate(kv("SRAM Threshold Exceeded", "sram_threshold_exceeded", threshold))...),
 			sec("Aggregate Uncorrectable SRAM Sources", "aggregate_uncorrectable_sram_sources",
 				kv("SRAM L2", "sram_l2", zero()), kv("SRAM SM", "sram_sm", zero()),
 				kv("SRAM Microcontroller", "sram_microcontroller", zero()), kv("SRAM PCIE", "sram_pcie", zero()),
@@ -224,18 +261,20 @@ func gpuNodes(q *queryContext, g *gpu) []node {
 			kv("Pending", "remapped_row_pending", f("remapped_rows.pending")),
 			kv("Remapping Failure Occurred", "remapped_row_failure", f("remapped_rows.failure")),
 			sec("Bank Remap Availability Histogram", "row_remapper_histogram",
-				kvNA("Max", "row_remapper_histogram_max"), kvNA("High", "row_remapper_histogram_high"),
-				kvNA("Partial", "row_remapper_histogram_partial"), kvNA("Low", "row_remapper_histogram_low"),
-				kvNA("None", "row_remapper_histogram_none"))),
+				banks("Max", "row_remapper_histogram_max", "remapped_rows.histogram.max"),
+				banks("High", "row_remapper_histogram_high", "remapped_rows.histogram.high"),
+				banks("Partial", "row_remapper_histogram_partial", "remapped_rows.histogram.partial"),
+				banks("Low", "row_remapper_histogram_low", "remapped_rows.histogram.low"),
+				banks("None", "row_remapper_histogram_none", "remapped_rows.histogram.none"))),
 		sec("Temperature", "temperature",
 			kv("GPU Current Temp", "gpu_temp", unit(f("temperature.gpu"), "C")),
-			kvNA("GPU T.Limit Temp", "gpu_temp_tlimit"),
-			kvNA("GPU Shutdown T.Limit Temp", "gpu_temp_max_tlimit_threshold"),
-			kvNA("GPU Slowdown T.Limit Temp", "gpu_temp_slow_tlimit_threshold"),
-			kvNA("GPU Max Operating T.Limit Temp", "gpu_temp_max_gpu_tlimit_threshold"),
+			kv("GPU T.Limit Temp", "gpu_temp_tlimit", unit(f("temperature.gpu.tlimit"), "C")),
+			tlimit("GPU Shutdown T.Limit Temp", "gpu_temp_max_tlimit_threshold", func(t topology.TempThresholds) int { return t.MaxOperatingC - t.ShutdownC }),
+			tlimit("GPU Slowdown T.Limit Temp", "gpu_temp_slow_tlimit_threshold", func(t topology.TempThresholds) int { return t.MaxOperatingC - t.SlowdownC }),
+			tlimit("GPU Max Operating T.Limit Temp", "gpu_temp_max_gpu_tlimit_threshold", func(topology.TempThresholds) int { return 0 }),
 			kvNA("GPU Target Temperature", "gpu_target_temperature"),
 			kv("Memory Current Temp", "memory_temp", unit(f("temperature.memory"), "C")),
-			kvNA("Memory Max Operating T.Limit Temp", "gpu_temp_max_mem_tlimit_threshold")),
+			kv("Memory Max Operating T.Limit Temp", "gpu_temp_max_mem_tlimit_threshold", memTlimit)),
 		sec("GPU Power Readings", "gpu_power_readings",
 			kv("", "power_state", f("pstate")),
 			kv("Average Power Draw", "average_power_draw", f("power.draw.average")),
@@ -273,10 +312,81 @@ func gpuNodes(q *queryContext, g *gpu) []node {
 				kvNA("Summary", ""), kvNA("Bandwidth", ""), kvNA("Route Recovery in progress", ""),
 				kvNA("Route Unhealthy", ""), kvNA("Access Timeout Recovery", ""),
 				kvNA("Incorrect Configuration", ""), kvNA("Partition Assigned", ""))),
-		kvx("Processes", "processes", "None", ""),
+		{label: "Processes", tag: "processes", isProcs: true, procs: g.procs},
 		kvx("", "accounted_processes", "", ""),
 		sec("Capabilities", "capabilities", kv("EGM", "egm", ifKnown(g, "disabled"))),
 	}
+}
+
+// eccNodes are the ECC counters of one scope (volatile, aggregate) in -q:
+// the DRAM counts of the GPU's memory errors, the SRAM ones 0; N/A
+// (zero() says) without ECC.
+func eccNodes(g *gpu, scope string, zero func() string, extra ...node) []node {
+	corrected, uncorrected := zero(), zero()
+	if corrected == "0" {
+		e := g.st.Telemetry.MemoryErrors
+		corrected, uncorrected = itoa(eccCount("corrected", scope)(e)), itoa(eccCount("uncorrected", scope)(e))
+	}
+	return append([]node{
+		kv("SRAM Correctable", "sram_correctable", zero()),
+		kv("SRAM Uncorrectable Parity", "sram_uncorrectable_parity", zero()),
+		kv("SRAM Uncorrectable SEC-DED", "sram_uncorrectable_secded", zero()),
+		kv("DRAM Correctable", "dram_correctable", corrected),
+		kv("DRAM Uncorrectable", "dram_uncorrectable", uncorrected),
+	}, extra...)
+}
+
+// processLabelWidth is the column of the colon in the -q Processes section,
+// narrower than the rest (driver R580).
+const processLabelWidth = 42
+
+// writeProcsText writes the Processes section of -q at depth: "None", or
+// per process its ids, type, name and memory.
+func writeProcsText(out *bytes.Buffer, depth int, procs []process) {
+	indent := strings.Repeat("    ", depth)
+	if len(procs) == 0 {
+		out.WriteString(padLabel(indent+"Processes") + ": None\n")
+		return
+	}
+	out.WriteString(indent + "Processes\n")
+	line := func(d int, label, value string) {
+		l := indent + strings.Repeat("    ", d) + label
+		if len(l) < processLabelWidth {
+			l += strings.Repeat(" ", processLabelWidth-len(l))
+		}
+		out.WriteString(l + ": " + value + "\n")
+	}
+	for _, p := range procs {
+		line(1, "GPU instance ID", notAvailable)
+		line(1, "Compute instance ID", notAvailable)
+		line(1, "Process ID", itoa(p.pid))
+		line(2, "Type", "C")
+		line(2, "Name", p.name)
+		line(2, "Used GPU Memory", itoa(p.usedMiB)+" MiB")
+	}
+}
+
+// writeProcsXML writes the <processes> element of -q -x: a <process_info>
+// per process.
+func writeProcsXML(out *bytes.Buffer, depth int, procs []process) {
+	indent := strings.Repeat("\t", depth)
+	out.WriteString(indent + "<processes>\n")
+	leaf := func(tag, value string) {
+		out.WriteString(indent + "\t\t<" + tag + ">")
+		xml.EscapeText(out, []byte(value))
+		out.WriteString("</" + tag + ">\n")
+	}
+	for _, p := range procs {
+		out.WriteString(indent + "\t<process_info>\n")
+		leaf("gpu_instance_id", notAvailable)
+		leaf("compute_instance_id", notAvailable)
+		leaf("pid", itoa(p.pid))
+		leaf("type", "C")
+		leaf("process_name", p.name)
+		leaf("used_memory", itoa(p.usedMiB)+" MiB")
+		out.WriteString(indent + "\t</process_info>\n")
+	}
+	out.WriteString(indent + "</processes>\n")
 }
 
 // ifKnown is v for a GPU with a status file, N/A otherwise.
@@ -318,6 +428,8 @@ func writeQuery(out *bytes.Buffer, q *queryContext, gpus []*gpu) int {
 	var write func(depth int, n node)
 	write = func(depth int, n node) {
 		switch {
+		case n.isProcs:
+			writeProcsText(out, depth, n.procs)
 		case n.label == "":
 		case n.children != nil:
 			out.WriteString(strings.Repeat("    ", depth) + n.label + "\n")
@@ -372,6 +484,8 @@ func writeXML(out *bytes.Buffer, q *queryContext, gpus []*gpu) int {
 	write = func(depth int, n node) {
 		indent := strings.Repeat("\t", depth)
 		switch {
+		case n.isProcs:
+			writeProcsXML(out, depth, n.procs)
 		case n.tag == "":
 		case n.children != nil:
 			out.WriteString(indent + "<" + n.tag + ">\n")
