@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -32,7 +33,7 @@ sleep 1
 echo "=== load"
 a=$(cut -d' ' -f1 /proc/uptime); nvidia-smi --set-load 90; echo "exit=$?"; b=$(cut -d' ' -f1 /proc/uptime)
 echo "=== set $a $b"
-prev=""; while true; do u=$(nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits | tr '\n' ' '); if [ "$u" != "$prev" ]; then echo "=== util $(cut -d' ' -f1 /proc/uptime) $u"; prev="$u"; fi; sleep 0.05; done
+prev=""; apps=""; while true; do u=$(nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits | tr '\n' ' '); if [ "$u" != "$prev" ]; then echo "=== util $(cut -d' ' -f1 /proc/uptime) $u"; prev="$u"; fi; if [ "$u" = "90 90 " ] && [ -z "$apps" ]; then apps=1; echo "=== apps"; nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_gpu_memory --format=csv,noheader,nounits; echo "apps-exit=$?"; fi; sleep 0.05; done
 `
 
 // uptime is the host's /proc/uptime, the clock the pod stamps its log with.
@@ -247,6 +248,78 @@ func TestTelemetry(t *testing.T) {
 		toMetrics.Round(time.Millisecond), toSMI.Round(time.Millisecond), len(all))
 	if toMetrics > telemetryBound || toSMI > telemetryBound {
 		t.Errorf("--set-load 90 showed after %s in the telemetry and %s in the pod's nvidia-smi, want within %s", toMetrics, toSMI, telemetryBound)
+	}
+
+	// Every default counter of dcgm-exporter but the memory temperature (these GPUs are L40S, GDDR),
+	// and the energy counter counting.
+	names := map[string]bool{}
+	for _, smp := range ss {
+		names[smp.name] = true
+	}
+	for _, n := range []string{"DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE",
+		"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL",
+		"DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_DEC_UTIL", "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED",
+		"DCGM_FI_DEV_FB_RESERVED", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+		"DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
+		"DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE",
+		"DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES"} {
+		if !names[n] {
+			t.Errorf("the telemetry lacks %s", n)
+		}
+	}
+	if len(names) != 24 {
+		t.Errorf("%d fields served, want the 24 default counters of a GDDR board: %v", len(names), slices.Sorted(maps.Keys(names)))
+	}
+	energy := func() int64 {
+		t.Helper()
+		ss, err := scrapeTelemetry(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := strconv.ParseInt(ofName(ss, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")[gpus[0]].value, 10, 64)
+		if err != nil {
+			t.Fatalf("energy of GPU %s: %v", gpus[0], err)
+		}
+		return v
+	}
+	e0 := energy()
+	for deadline := time.Now().Add(5 * time.Second); energy() <= e0+1000*35; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Errorf("the energy of busy GPU %s did not rise by a second's idle power from %d mJ in 5 s", gpus[0], e0)
+			break
+		}
+	}
+
+	// nvidia-smi --query-compute-apps in the pod: one process per GPU, its PID 1, with memory.
+	log, err = c.WaitPodLog(t.Context(), 10*time.Second, pod.Namespace, pod.Name, "main", "apps-exit=")
+	if err != nil {
+		t.Fatalf("no compute apps in the pod's log: %v", err)
+	}
+	apps := slices.DeleteFunc(viewSection(log, "apps"), func(l string) bool { return l == "" })
+	if len(apps) != 3 || apps[2] != "apps-exit=0" {
+		t.Errorf("nvidia-smi --query-compute-apps in the pod: %q, want a process per GPU and exit 0", apps)
+	} else {
+		for _, l := range apps[:2] {
+			f := strings.Split(l, ", ")
+			if mem, _ := strconv.Atoi(f[len(f)-1]); len(f) != 4 || !strings.HasPrefix(f[0], "GPU-") || f[1] != "1" || mem <= 0 {
+				t.Errorf("compute app %q: want GPU-…, pid 1, its name, memory > 0", l)
+			}
+		}
+	}
+
+	// An ECC fault (XID 48): the GPU answers, every series stays, with a remapped row.
+	if out, err := p.CLI(t.Context(), "health", "set", "fake-1", "unhealthy", "--reason", "XID 48"); err != nil {
+		t.Fatalf("health set: %v\n%s", err, out)
+	}
+	ss, err = scrapeTelemetry(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := ofName(ss, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS")["1"]; r.value != "1" || ofName(ss, "DCGM_FI_DEV_XID_ERRORS")["1"].value != "48" {
+		t.Errorf("after XID 48 on fake-1: remapped rows %+v, XID %+v; want 1 and 48", r, ofName(ss, "DCGM_FI_DEV_XID_ERRORS")["1"])
+	}
+	if _, ok := ofName(ss, "DCGM_FI_DEV_GPU_UTIL")["1"]; !ok {
+		t.Error("GPU 1 with an ECC fault lost its GPU_UTIL series: it still answers")
 	}
 
 	// A fault: XID 79 in DCGM_FI_DEV_XID_ERRORS.
