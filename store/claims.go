@@ -46,6 +46,10 @@ type Claim struct {
 	// DeviceIDs are the devices allocated to the claim in this node's
 	// pool, in device order; required, each a known device, once.
 	DeviceIDs []string `json:"device_ids"`
+	// AdminDeviceIDs are the devices of DeviceIDs the claim reaches with
+	// admin access only (DRA's adminAccess: monitoring, not use): they are
+	// not held by it, and another claim may hold them. Empty when none.
+	AdminDeviceIDs []string `json:"admin_device_ids,omitempty"`
 	// GPUIDs are the physical GPUs of DeviceIDs when some of them are
 	// replicas, as Allocation.GPUIDs: RecordClaimPrepared sets it from the
 	// device records; empty when no device is a replica (see GPUs).
@@ -67,6 +71,12 @@ type Claim struct {
 // zero. A prepared claim is active: it holds its devices.
 func (c Claim) Prepared() bool { return c.UnpreparedAt.IsZero() }
 
+// Holds reports whether the claim holds device id: one of its devices it
+// does not reach with admin access only.
+func (c Claim) Holds(id string) bool {
+	return slices.Contains(c.DeviceIDs, id) && !slices.Contains(c.AdminDeviceIDs, id)
+}
+
 // GPUs returns the physical GPUs of the claim: GPUIDs when set, else
 // DeviceIDs (no device is a replica). The caller must not modify it.
 func (c Claim) GPUs() []string {
@@ -79,6 +89,7 @@ func (c Claim) GPUs() []string {
 func (c Claim) clone() Claim {
 	c.DeviceIDs = slices.Clone(c.DeviceIDs)
 	c.GPUIDs = slices.Clone(c.GPUIDs)
+	c.AdminDeviceIDs = slices.Clone(c.AdminDeviceIDs)
 	c.Envs = maps.Clone(c.Envs)
 	c.ReservedFor = slices.Clone(c.ReservedFor)
 	return c
@@ -327,6 +338,14 @@ func validateClaim(c Claim) error {
 	}
 	if err := validateGPUIDs(c.GPUIDs); err != nil {
 		return err
+	}
+	for i, id := range c.AdminDeviceIDs {
+		switch {
+		case !slices.Contains(c.DeviceIDs, id):
+			return fmt.Errorf("admin device %q is not one of the claim's devices: %w", id, ErrInvalid)
+		case slices.Contains(c.AdminDeviceIDs[:i], id):
+			return fmt.Errorf("admin device %q listed twice: %w", id, ErrInvalid)
+		}
 	}
 	seen := make(map[string]bool, len(c.ReservedFor))
 	for i, r := range c.ReservedFor {

@@ -161,6 +161,8 @@ func TestRecordClaimPrepared_Invalid(t *testing.T) {
 		{"consumer without uid", with(func(c *store.Claim) { c.ReservedFor[0].UID = "" }), store.ErrInvalid, "resource, name and uid are required"},
 		{"consumer without resource", with(func(c *store.Claim) { c.ReservedFor[0].Resource = "" }), store.ErrInvalid, "resource, name and uid are required"},
 		{"consumer twice", with(func(c *store.Claim) { c.ReservedFor = append(c.ReservedFor, c.ReservedFor[0]) }), store.ErrInvalid, `consumer uid "pod-uid-uid-x" listed twice`},
+		{"admin device not the claim's", with(func(c *store.Claim) { c.AdminDeviceIDs = []string{"fake-3"} }), store.ErrInvalid, `admin device "fake-3" is not one of the claim's devices`},
+		{"admin device twice", with(func(c *store.Claim) { c.AdminDeviceIDs = []string{c.DeviceIDs[0], c.DeviceIDs[0]} }), store.ErrInvalid, "listed twice"},
 		{"unprepared set", with(func(c *store.Claim) { c.UnpreparedAt = time.Now() }), store.ErrInvalid, "unprepared time set on a claim being prepared"},
 		{"unknown device", with(func(c *store.Claim) { c.DeviceIDs = []string{"fake-0", "fake-9"} }), store.ErrUnknownDevice, `"fake-9"`},
 	} {

@@ -151,7 +151,9 @@ func NewDriver(cfg DriverConfig) (*Driver, error) {
 	for _, c := range prepared {
 		d.prepared[c.UID] = c
 		for _, id := range c.DeviceIDs {
-			d.held[id] = c.UID
+			if c.Holds(id) { // admin access holds nothing, after a restart too
+				d.held[id] = c.UID
+			}
 		}
 	}
 	return d, nil

@@ -36,11 +36,15 @@ func (h Holders) Holdings() ([]telemetry.Holding, error) {
 	}
 	var out []telemetry.Holding
 	for _, c := range slices.Backward(claims) {
+		held := slices.DeleteFunc(slices.Clone(c.DeviceIDs), func(id string) bool { return !c.Holds(id) })
+		if len(held) == 0 {
+			continue // admin access only: a monitor, not a workload on the GPUs
+		}
 		for _, p := range c.ReservedFor {
 			if p.Resource != store.ConsumerPods {
 				continue
 			}
-			out = append(out, telemetry.Holding{Holder: telemetry.Holder{Namespace: c.Namespace, Pod: p.Name}, DeviceIDs: c.DeviceIDs})
+			out = append(out, telemetry.Holding{Holder: telemetry.Holder{Namespace: c.Namespace, Pod: p.Name}, DeviceIDs: held})
 		}
 	}
 	return out, nil

@@ -126,8 +126,8 @@ func (d *Driver) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 		}
 	}
 	all := devicesOf(served, ids)
-	rec = store.Claim{UID: uid, Namespace: claim.Namespace, Name: claim.Name, DeviceIDs: idsOf(all), Envs: set.View.Env(all),
-		ReservedFor: consumers(claim.Status.ReservedFor)}
+	rec = store.Claim{UID: uid, Namespace: claim.Namespace, Name: claim.Name, DeviceIDs: idsOf(all), AdminDeviceIDs: adminOnly(reqs, ids),
+		Envs: set.View.Env(all), ReservedFor: consumers(claim.Status.ReservedFor)}
 	if rec, _, err = d.st.RecordClaimPrepared(rec); err != nil {
 		return nil, fmt.Errorf("claim %s: %w", name, err)
 	}
@@ -147,6 +147,24 @@ func (d *Driver) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	}
 	d.log.Info().Str("claim", name).Str("uid", uid).Strs("devices", rec.DeviceIDs).Msg("claim prepared")
 	return d.answer(uid, reqs), nil
+}
+
+// adminOnly returns the devices of ids that every request naming them
+// reaches with admin access, in ids' order: the claim does not hold them.
+func adminOnly(reqs []request, ids []string) []string {
+	var out []string
+	for _, id := range ids {
+		admin := true
+		for _, r := range reqs {
+			if !r.admin && slices.Contains(r.devices, id) {
+				admin = false
+			}
+		}
+		if admin {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // resultOf is how a Prepare that returned err ended, for the metrics: a

@@ -23,6 +23,8 @@ import (
 const (
 	uidA = "0b0d5b3e-8f57-4c39-9a8c-2a1d8f1e0a01"
 	uidB = "0b0d5b3e-8f57-4c39-9a8c-2a1d8f1e0a02"
+	uidC = "0b0d5b3e-8f57-4c39-9a8c-2a1d8f1e0a03"
+	uidD = "0b0d5b3e-8f57-4c39-9a8c-2a1d8f1e0a04"
 )
 
 func mustPrepare(t *testing.T, d *Driver, c *resourceapi.ResourceClaim) []kubeletplugin.Device {
@@ -263,16 +265,38 @@ func TestPrepare_SpecFails(t *testing.T) {
 }
 
 // TestPrepare_AdminAccess: a claim with admin access gets a device another
-// claim holds, and holds nothing itself.
+// claim holds, and holds nothing itself: not before a restart, not after
+// (its record says which devices it only monitors), not in the telemetry.
 func TestPrepare_AdminAccess(t *testing.T) {
 	r := newRig(t, "dgx-a100")
-	mustPrepare(t, r.d, claimOf(uidA, "user", result("gpus", "fake-0")))
-	res := result("gpus", "fake-0")
+	res := result("gpus", "fake-1")
 	admin := true
 	res.AdminAccess = &admin
-	mustPrepare(t, r.d, claimOf(uidB, "admin", res))
+	mustPrepare(t, r.d, claimOf(uidB, "admin", res)) // first: a monitor of a free GPU
+	mustPrepare(t, r.d, claimOf(uidA, "user", result("gpus", "fake-0")))
+	res0 := result("gpus", "fake-0")
+	res0.AdminAccess = &admin
+	mustPrepare(t, r.d, claimOf(uidC, "admin-0", res0))
 	if r.d.held["fake-0"] != uidA {
 		t.Errorf("fake-0 held by %q, want the user's claim", r.d.held["fake-0"])
+	}
+	if rec, err := r.st.Claim(uidB); err != nil || !slices.Equal(rec.AdminDeviceIDs, []string{"fake-1"}) || rec.Holds("fake-1") {
+		t.Errorf("admin claim's record %+v (%v): want fake-1 as an admin device, not held", rec, err)
+	}
+	restarted := r.newDriver()
+	if _, ok := restarted.held["fake-1"]; ok || restarted.held["fake-0"] != uidA {
+		t.Errorf("after a restart held = %v: want fake-0 by the user's claim only", restarted.held)
+	}
+	// A user claim of the monitored GPU is prepared after the restart.
+	mustPrepare(t, restarted, claimOf(uidD, "user-1", result("gpus", "fake-1")))
+	hs, err := Holders{Store: restarted}.Holdings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hs {
+		if h.Holder.Pod == "admin-pod" || h.Holder.Pod == "admin-0-pod" {
+			t.Errorf("the telemetry counts the admin claim %s as a holder of %v", h.Holder.Pod, h.DeviceIDs)
+		}
 	}
 }
 
