@@ -18,8 +18,12 @@ type Counters struct {
 	gpus map[string]*counterState
 }
 
-// maxCatchUp bounds the seconds one reading evaluates per GPU.
-const maxCatchUp = 300
+// maxCatchUp is the longest gap counted second by second; a longer one is
+// summed from gapSamples seconds.
+const (
+	maxCatchUp = 120
+	gapSamples = 32
+)
 
 type counterState struct {
 	last              int64   // the last second counted
@@ -58,9 +62,9 @@ func (c *Counters) advance(uuid string, sec int64, powerW, memCopy, nvlinkBps fl
 				add(p, mc, 1)
 			}
 		} else {
-			w := float64(gap-1) / maxCatchUp
-			for k := range int64(maxCatchUp) {
-				p, mc := at(st.last + 1 + k*(gap-1)/maxCatchUp)
+			w := float64(gap-1) / gapSamples
+			for k := range int64(gapSamples) {
+				p, mc := at(st.last + 1 + k*(gap-1)/gapSamples)
 				add(p, mc, w)
 			}
 		}
