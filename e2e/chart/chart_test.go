@@ -628,6 +628,8 @@ telemetry: {enabled: true, port: 9600}`))
 		{"telemetry: {enabled: true}", []string{"-telemetry-address=:9400"}},
 		{"telemetry: {enabled: true, model: random-walk, seed: 0, perPod: true, writable: true}",
 			[]string{"-telemetry-address=:9400", "-telemetry-model=random-walk", "-telemetry-seed=0", "-telemetry-per-pod", "-telemetry-writable"}},
+		{"telemetry: {enabled: true, collectors: \"DCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization (in %).\"}",
+			[]string{"-telemetry-address=:9400", "-telemetry-collectors=/etc/virtual-gpu/telemetry/collectors.csv"}},
 	} {
 		var got []string
 		for _, arg := range args(t, render(t, values(t, c.values))) {
@@ -638,6 +640,23 @@ telemetry: {enabled: true, port: 9600}`))
 		if !slices.Equal(got, c.want) {
 			t.Errorf("values %s: telemetry args %v, want %v", c.values, got, c.want)
 		}
+	}
+
+	// A collectors file comes as a ConfigMap, mounted where the flag reads it; without the
+	// telemetry it is refused.
+	objs = render(t, values(t, "telemetry: {enabled: true, collectors: \"DCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization (in %).\\n\"}"))
+	var csv string
+	for _, o := range objs {
+		if o.GetKind() == "ConfigMap" && strings.HasSuffix(o.GetName(), "-telemetry-collectors") {
+			csv, _, _ = unstructured.NestedString(o.Object, "data", "collectors.csv")
+		}
+	}
+	if csv != "DCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization (in %).\n" {
+		t.Errorf("collectors ConfigMap data %q", csv)
+	}
+	if _, err := chart.Template(chartDir, values(t, "telemetry: {collectors: \"x\"}"), chart.ReleaseName, chart.Namespace); err == nil ||
+		!strings.Contains(err.Error(), "telemetry.collectors without telemetry.enabled") {
+		t.Errorf("collectors without the telemetry: %v", err)
 	}
 
 	// A ServiceMonitor needs the Service: it comes with it.
@@ -742,7 +761,7 @@ func configFlags(t *testing.T) []options.FileFlag {
 // The list comes from the configuration file's types, so a new flag is covered.
 func TestChart_ProfilesOwnTheirFlags(t *testing.T) {
 	chartFlags := map[string]bool{"devices": true, "topology": true, "metrics-address": true, "log-format": true, "log-level": true, "pod-resources-socket": true,
-		"telemetry-address": true, "telemetry-model": true, "telemetry-seed": true, "telemetry-per-pod": true, "telemetry-writable": true,
+		"telemetry-address": true, "telemetry-collectors": true, "telemetry-model": true, "telemetry-seed": true, "telemetry-per-pod": true, "telemetry-writable": true,
 		"kubelet-api": true, "dra-driver-name": true, "kubelet-registry-dir": true, "kubelet-plugins-dir": true}
 	for _, f := range configFlags(t) {
 		t.Run(f.Name, func(t *testing.T) {

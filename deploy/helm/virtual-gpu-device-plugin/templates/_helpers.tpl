@@ -68,6 +68,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{/* Where the profiles ConfigMap is mounted: the -config directory. */}}
 {{- define "vgpu.profilesDir" -}}/etc/virtual-gpu/profiles{{- end }}
 
+{{/* Where the telemetry's collectors file is mounted. */}}
+{{- define "vgpu.collectorsDir" -}}/etc/virtual-gpu/telemetry{{- end }}
+
 {{/* The kubelet's PodResources directory, under its root directory. */}}
 {{- define "vgpu.podResourcesDir" -}}
 {{- printf "%s/pod-resources" (trimSuffix "/" .Values.kubeletRootDir) }}
@@ -119,6 +122,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- end }}
 {{- if .Values.telemetry.enabled }}
 - -telemetry-address=:{{ int64 .Values.telemetry.port }}
+{{- if .Values.telemetry.collectors }}
+- -telemetry-collectors={{ include "vgpu.collectorsDir" . }}/collectors.csv
+{{- end }}
 {{- with .Values.telemetry.model }}
 - -telemetry-model={{ . }}
 {{- end }}
@@ -162,6 +168,7 @@ node-name: (the chart sets NODE_NAME from the downward API)
 label-node: labelNode
 metrics-address: metrics.port
 telemetry-address: telemetry
+telemetry-collectors: telemetry.collectors
 telemetry-model: telemetry.model
 telemetry-seed: telemetry.seed
 telemetry-per-pod: telemetry.perPod
@@ -230,6 +237,9 @@ log-level: logLevel
 {{- fail (printf "telemetry.port and metrics.port are both %v: they are two listeners" .Values.metrics.port) }}
 {{- end }}
 {{- $telemetrySet := dict }}
+{{- if and .Values.telemetry.collectors (not .Values.telemetry.enabled) }}
+{{- fail "telemetry.collectors without telemetry.enabled: it has no effect without the telemetry" }}
+{{- end }}
 {{- with .Values.telemetry.model }}{{ $_ := set $telemetrySet "model" "telemetryModel" }}{{ end }}
 {{- if not (kindIs "invalid" .Values.telemetry.seed) }}{{ $_ := set $telemetrySet "seed" "telemetrySeed" }}{{ end }}
 {{- if .Values.telemetry.perPod }}{{ $_ := set $telemetrySet "perPod" "telemetryPerPod" }}{{ end }}
