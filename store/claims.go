@@ -248,6 +248,58 @@ func (s *Store) RecordClaimUnprepared(uid string, at time.Time) (c Claim, change
 	return c.clone(), changed, nil
 }
 
+// SetClaimConsumers replaces the consumers of the prepared claim uid with
+// rs (the claim's status.reservedFor as the API server has it now: a shared
+// claim is reserved for more pods than the one it was prepared for, and the
+// kubelet prepares it once), committed to disk before it returns, and
+// returns the record with changed true. The same consumers, a claim not
+// prepared, or no record change nothing (changed false, not an error). An
+// empty uid or an invalid consumer is ErrInvalid; a damaged record
+// ErrDamaged.
+func (s *Store) SetClaimConsumers(uid string, rs []ClaimConsumer) (c Claim, changed bool, err error) {
+	const op = "set claim consumers"
+	if uid == "" {
+		return Claim{}, false, fmt.Errorf("%s: no uid: %w", op, ErrInvalid)
+	}
+	rs = slices.Clone(rs)
+	err = s.update(op, func(tx *bolt.Tx) error {
+		b, err := bucket(tx, bucketClaims)
+		if err != nil {
+			return err
+		}
+		uids, err := bucket(tx, bucketClaimUIDs)
+		if err != nil {
+			return err
+		}
+		if c, err = s.newestClaim(b, uids, uid); err != nil {
+			c = Claim{}
+			if isNotFound(err) {
+				return errRollback
+			}
+			return err
+		}
+		if !c.Prepared() || slices.Equal(c.ReservedFor, rs) {
+			return errRollback
+		}
+		c.ReservedFor = rs
+		if err := validateClaim(c); err != nil {
+			return fmt.Errorf("claim %q: %w", uid, err)
+		}
+		if err := putJSON(b, u64(c.Seq), c); err != nil {
+			return err
+		}
+		changed = true
+		return nil
+	})
+	switch {
+	case isRollback(err):
+		return c.clone(), false, nil
+	case err != nil:
+		return Claim{}, false, err
+	}
+	return c.clone(), changed, nil
+}
+
 // Claim returns the newest record of the claim uid, prepared or not, from
 // the claim_uids index (no walk of the history), or an error wrapping
 // ErrNotFound (never prepared, or pruned), or ErrDamaged if its stored

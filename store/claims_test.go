@@ -815,3 +815,35 @@ func TestPrune_ActiveAcrossKinds(t *testing.T) {
 		}
 	}
 }
+
+// SetClaimConsumers replaces a prepared claim's consumers, committed; the
+// same ones, an unprepared claim or an unknown uid change nothing; an
+// invalid consumer is refused and the record kept.
+func TestSetClaimConsumers(t *testing.T) {
+	s, _ := mustDevices(t, 2)
+	c := mustPrepare(t, s, claim("uid-x", "fake-0"))
+	more := append(slices.Clone(c.ReservedFor), store.ClaimConsumer{Resource: store.ConsumerPods, Name: "b", UID: "pod-b"})
+	got, changed, err := s.SetClaimConsumers("uid-x", more)
+	if err != nil || !changed || !slices.Equal(got.ReservedFor, more) || got.Seq != c.Seq {
+		t.Fatalf("SetClaimConsumers: %+v, %v, %v", got, changed, err)
+	}
+	if rec, err := s.Claim("uid-x"); err != nil || !slices.Equal(rec.ReservedFor, more) {
+		t.Errorf("stored %+v (%v)", rec.ReservedFor, err)
+	}
+	if _, changed, err := s.SetClaimConsumers("uid-x", more); err != nil || changed {
+		t.Errorf("the same consumers again: changed %v, %v", changed, err)
+	}
+	if _, _, err := s.SetClaimConsumers("uid-x", []store.ClaimConsumer{{Resource: store.ConsumerPods, Name: "c"}}); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("a consumer without uid: %v, want ErrInvalid", err)
+	}
+	if _, changed, err := s.SetClaimConsumers("no-such", more); err != nil || changed {
+		t.Errorf("unknown uid: changed %v, %v", changed, err)
+	}
+	mustUnprepare(t, s, "uid-x", time.Time{})
+	if _, changed, err := s.SetClaimConsumers("uid-x", c.ReservedFor); err != nil || changed {
+		t.Errorf("unprepared claim: changed %v, %v", changed, err)
+	}
+	if _, _, err := s.SetClaimConsumers("", more); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("no uid: %v", err)
+	}
+}

@@ -7,6 +7,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/unicore/virtual-gpu-device-plugin/store"
 )
 
 // collect unprepares what no kubelet will unprepare: the claims prepared
@@ -45,6 +47,7 @@ func (d *Driver) collect(ctx context.Context) {
 			why = "the claim was deallocated"
 		default:
 			d.restoreSpec(ctx, got)
+			d.followConsumers(c, got)
 			continue
 		}
 		d.log.Warn().Str("claim", name).Str("uid", c.UID).Str("why", why).Msg("unpreparing a claim the kubelet did not unprepare")
@@ -87,4 +90,30 @@ func (d *Driver) restoreSpec(ctx context.Context, claim *resourceapi.ResourceCla
 		d.log.Error().Err(err).Str("claim", claim.Namespace+"/"+claim.Name).Str("uid", string(claim.UID)).
 			Msg("CDI spec of a prepared claim is gone and not written again; retrying later")
 	}
+}
+
+// followConsumers records the pods claim, prepared here as c, is reserved
+// for now, when they differ and are not none: a shared claim is prepared
+// once, for its first pod, and the kubelet does not prepare it again for
+// the others, which the telemetry labels the claim's GPUs with too. No
+// consumers (the pods ended: the kubelet unprepares it) keep the last.
+func (d *Driver) followConsumers(c store.Claim, claim *resourceapi.ResourceClaim) {
+	now := consumers(claim.Status.ReservedFor)
+	if len(now) == 0 || slices.Equal(now, c.ReservedFor) {
+		return
+	}
+	rec, changed, err := d.st.SetClaimConsumers(c.UID, now)
+	if err != nil {
+		d.log.Warn().Err(err).Str("claim", c.Namespace+"/"+c.Name).Msg("the claim's consumers not recorded; retrying later")
+		return
+	}
+	if !changed {
+		return
+	}
+	d.prep.Lock()
+	if _, ok := d.prepared[c.UID]; ok {
+		d.prepared[c.UID] = rec
+	}
+	d.prep.Unlock()
+	d.log.Info().Str("claim", c.Namespace+"/"+c.Name).Int("consumers", len(now)).Msg("claim reserved for other pods: recorded")
 }

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -135,4 +137,45 @@ func TestCollect_RestoresSpecs(t *testing.T) {
 		}
 	}
 	r.inject(mustPrepare(t, r.d, claimOf(gone, "claim-1", result("gpus", "fake-0"))))
+}
+
+// TestCollect_FollowsConsumers: a shared claim, prepared for its first pod,
+// is reserved for a second one: the collector records it, and the
+// telemetry then labels the claim's GPU with both pods. No consumers at all
+// keeps the last ones.
+func TestCollect_FollowsConsumers(t *testing.T) {
+	r := newRig(t, "dgx-a100")
+	ctx := context.Background()
+	c := claimOf(uidA, "shared", result("gpus", "fake-0"))
+	mustPrepare(t, r.d, c)
+	two := c.DeepCopy()
+	two.Status.ReservedFor = append(two.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: "second", UID: "second-uid"})
+	if _, err := r.client.ResourceV1().ResourceClaims(c.Namespace).Create(ctx, two, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.d.collect(ctx)
+	rec, err := r.st.Claim(uidA)
+	if err != nil || len(rec.ReservedFor) != 2 || rec.ReservedFor[1].Name != "second" || !rec.Prepared() {
+		t.Fatalf("record %+v (%v): want it prepared and reserved for both pods", rec, err)
+	}
+	hs, err := Holders{Store: r.d}.Holdings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pods []string
+	for _, h := range hs {
+		pods = append(pods, h.Holder.Pod)
+	}
+	if !slices.Equal(pods, []string{"shared-pod", "second"}) {
+		t.Errorf("telemetry holders %v, want both pods", pods)
+	}
+	none := two.DeepCopy()
+	none.Status.ReservedFor = nil
+	if _, err := r.client.ResourceV1().ResourceClaims(c.Namespace).Update(ctx, none, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.d.collect(ctx)
+	if rec, err := r.st.Claim(uidA); err != nil || len(rec.ReservedFor) != 2 {
+		t.Errorf("after the pods ended: %+v (%v), want the last consumers kept", rec.ReservedFor, err)
+	}
 }
