@@ -1,6 +1,7 @@
 // Package mig models the MIG (Multi-Instance GPU) partitions of the fake
-// GPUs: per product the GPU instance profiles NVIDIA documents. It is a pure library: no files, no logger, no state;
-// everything is safe for concurrent use.
+// GPUs: per product the GPU instance profiles NVIDIA documents, the
+// layouts of NVIDIA's mig-parted configuration. It is a pure library: no files, no logger, no state;
+// everything is safe for concurrent use except modifying a Config.
 //
 // # The partition model
 //
@@ -23,7 +24,19 @@
 // sizes; testdata/README.md lists them per product and says which values
 // are derived rather than recorded.
 //
+// # Layouts
+//
+// ParseConfig reads a mig-parted configuration (version: v1, mig-configs:
+// name → entries of device-filter, devices, mig-enabled, mig-devices),
+// strictly: an unknown field, a wrong type or a missing required field is
+// a *ConfigError naming the file, the line, the layout, the entry and the
+// field. BuiltinConfig is GPU Operator's default configuration
+// (builtin-configs.yaml: all-disabled, all-enabled, all-1g.10gb, …,
+// all-balanced), reproduced from GPU Operator's ConfigMap; Merge adds a
+// user's layouts to it, a layout of the user's replacing the built-in one
+// of the same name.
+//
 // What the model leaves out: compute-instance profiles (1c.3g.40gb: a GPU
-// instance shared by several compute instances) and the GPU instance ids
-// nvidia-smi assigns.
+// instance shared by several compute instances) are refused as unknown
+// profiles; the GPU instance ids nvidia-smi assigns are not modelled.
 package mig
