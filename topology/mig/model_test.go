@@ -10,10 +10,12 @@ import (
 	"testing"
 )
 
-// lgippA100 is what `nvidia-smi mig -lgipp` prints for an A100-SXM4-40GB
-// (NVIDIA MIG User Guide, "Getting Started with MIG"), and with the ids of
-// the 80GB names for every other 8-slice part: the placements are the
-// same (the guide's placement diagrams of A100, H100 and H200).
+// lgippA100 is the valid placements of an 8-slice part as `nvidia-smi mig
+// -lgipp` prints them, per GPU instance profile id: the A100's of NVIDIA's
+// NVML mock (go-nvml pkg/nvml/mock/gpus/a100.go, a100_GpuInstancePlacements)
+// and the MIG User Guide's placement diagrams, which give H100 and H200 the
+// same slots (their recorded instances sit at 4:4, 0:2, 2:1 and 3:1:
+// NVIDIA/DCGM issue 138, nvidia_gpu_exporter's captures).
 const lgippA100 = `
 GPU  0 Profile ID 19 Placements: {0,1,2,3,4,5,6}:1
 GPU  0 Profile ID 20 Placements: {0,1,2,3,4,5,6}:1
