@@ -1,6 +1,7 @@
 // Package mig models the MIG (Multi-Instance GPU) partitions of the fake
 // GPUs: per product the GPU instance profiles NVIDIA documents, the
-// layouts of NVIDIA's mig-parted configuration. It is a pure library: no files, no logger, no state;
+// layouts of NVIDIA's mig-parted configuration, and where a layout puts
+// each MIG device. It is a pure library: no files, no logger, no state;
 // everything is safe for concurrent use except modifying a Config.
 //
 // # The partition model
@@ -36,7 +37,22 @@
 // user's layouts to it, a layout of the user's replacing the built-in one
 // of the same name.
 //
+// Resolve applies a layout to a node of N GPUs of one product: per GPU
+// the entry that applies (the last matching one, as mig-parted applies
+// them in order), MIG on or off, and the MIG devices with their placements.
+// Place chooses placements deterministically: mig-parted's order (larger
+// profiles first), each at the free valid placement that leaves the most
+// placements free, lowest start of equals, backtracking when that leaves a
+// later device no room. That reproduces the placements real H100s and
+// H200s show for all-balanced (3g at 4:4, 2g at 0:2, 1g at 2:1 and 3:1);
+// NVIDIA does not document its driver's own choice. An invalid layout is
+// an error naming the GPU and the profile: ErrUnknownProfile (1g.5gb on an
+// H100), ErrDoesNotFit (too many instances, overlapping placements),
+// ErrDeviceIndex, ErrNoMIG, ErrNoMatchingEntry.
+//
 // What the model leaves out: compute-instance profiles (1c.3g.40gb: a GPU
 // instance shared by several compute instances) are refused as unknown
-// profiles; the GPU instance ids nvidia-smi assigns are not modelled.
+// profiles; the GPU instance ids nvidia-smi assigns are not modelled; the
+// engines of the whole GPU (its NVDEC count) are not checked across
+// instances, only each profile's instance limit and the placements.
 package mig

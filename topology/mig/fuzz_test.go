@@ -2,6 +2,7 @@ package mig
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -10,7 +11,8 @@ import (
 // *ConfigError wrapping ErrInvalidConfig, never panics, and a config it
 // returns holds what it promises (version v1, non-empty layouts of entries
 // with devices, mig-devices only with MIG enabled, valid profile names and
-// filters).
+// filters); resolving each of its layouts on an H100 node fails only with
+// the package's errors.
 func FuzzParseConfig(f *testing.F) {
 	f.Add(string(builtinYAML))
 	f.Add("version: v1\nmig-configs:\n  L:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {\"1g.10gb\": 7}\n")
@@ -51,6 +53,37 @@ func FuzzParseConfig(f *testing.F) {
 					}
 				}
 			}
+			if _, err := Resolve(c, name, "NVIDIA H100 80GB HBM3", 4); err != nil && !isPackageError(err) {
+				t.Fatalf("Resolve(%q): %v", name, err)
+			}
+		}
+	})
+}
+
+// isPackageError reports an error wrapping one of the resolver's sentinels.
+func isPackageError(err error) bool {
+	for _, s := range []error{ErrUnknownProfile, ErrDoesNotFit, ErrDeviceIndex, ErrNoMatchingEntry, ErrNoMIG} {
+		if errors.Is(err, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// FuzzParseProfileName: a name ParseProfileName accepts formats back to a
+// name that parses to the same value.
+func FuzzParseProfileName(f *testing.F) {
+	for _, s := range []string{"1g.10gb", "1g.10gb+me", "1c.3g.40gb", "1g.24gb-me", "2g.48gb+gfx,me.all", "7g.141gb"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := ParseProfileName(s)
+		if err != nil {
+			return
+		}
+		back, err := ParseProfileName(n.String())
+		if err != nil || !reflect.DeepEqual(back, n) {
+			t.Fatalf("%q parses to %+v, formats as %q, which parses to %+v (%v)", s, n, n.String(), back, err)
 		}
 	})
 }
