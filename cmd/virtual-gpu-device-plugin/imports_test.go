@@ -24,6 +24,7 @@ const module = "github.com/unicore/virtual-gpu-device-plugin"
 // package imports one that imports it.
 var allowedImports = map[string][]string{
 	"topology":              nil,
+	"topology/mig":          nil,
 	"store":                 nil,
 	"store/storetest":       {"store"},
 	"allocator":             {"topology"},
