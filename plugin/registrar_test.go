@@ -55,6 +55,10 @@ func TestRegistrar_Switch(t *testing.T) {
 	if second.Request.ResourceName != "example.com/c" || second.Request.Endpoint != "vgpu.sock" {
 		t.Fatalf("registered %v", second.Request)
 	}
+	// The kubelet has the request; the Runner counts it once Register has
+	// answered. A Switch before that cancels the call and it is not counted
+	// (under load CI saw 2 registrations, not 3).
+	plugintest.WaitFor(t, 10*time.Second, "registered as example.com/c", r.Registered)
 	plugintest.WaitFor(t, 10*time.Second, "the first stream to end", func() bool {
 		select {
 		case _, ok := <-first.Lists:
