@@ -249,11 +249,10 @@ func (e *Exporter) holderSegments(rs []Reading) [][]holderSegment {
 	if n == 0 {
 		return out
 	}
-	all := make([]holderSegment, 0, n)
 	var buf []byte
+	ends := make([][2]int, 0, n) // per holder: the end of its container segment, of its rest
 	for i := range rs {
 		for _, h := range rs[i].Holders {
-			start := len(buf)
 			buf = appendLabel(buf, "container", h.Container)
 			mid := len(buf)
 			buf = appendLabel(buf, "namespace", h.Namespace)
@@ -261,16 +260,14 @@ func (e *Exporter) holderSegments(rs []Reading) [][]holderSegment {
 			if e.perPod && h.VGPU != "" {
 				buf = appendLabel(buf, "vgpu", h.VGPU)
 			}
-			all = append(all, holderSegment{container: buf[start:mid:mid], rest: buf[mid:len(buf):len(buf)]})
+			ends = append(ends, [2]int{mid, len(buf)})
 		}
 	}
-	// buf may have moved while it grew: cut the segments again from its
-	// final backing array.
-	off := 0
-	for i := range all {
-		c, r := len(all[i].container), len(all[i].rest)
-		all[i] = holderSegment{container: buf[off : off+c : off+c], rest: buf[off+c : off+c+r : off+c+r]}
-		off += c + r
+	all := make([]holderSegment, n)
+	start := 0
+	for k, end := range ends { // cut once buf no longer moves
+		all[k] = holderSegment{container: buf[start:end[0]:end[0]], rest: buf[end[0]:end[1]:end[1]]}
+		start = end[1]
 	}
 	for i := range rs {
 		out[i], all = all[:len(rs[i].Holders)], all[len(rs[i].Holders):]
