@@ -440,9 +440,13 @@ func TestPluginRestart(t *testing.T) {
 			if _, err := c.WaitPluginReady(t.Context(), second, 30*time.Second, 4); err != nil {
 				t.Fatalf("after the plugin restart: %v", err)
 			}
-			// The kubelet must not drop the new registration when it handles the old stream's end.
-			if err := c.NodeAllocatableStays(t.Context(), 3*time.Second, 4); err != nil {
+			// When the kubelet handles the old stream's end after the new registration it may drop
+			// the new one (CONTRACT.md), or post the old death's allocatable 0 late: the plugin must
+			// end up registered, allocatable 4 for 3 s in a row within 30 s, whatever dip came first.
+			if dips, err := steadyAllocatable(t, c.Node, 30*time.Second, 3*time.Second, 4); err != nil {
 				t.Errorf("after the plugin restart: %v (plugin log %s)", err, second.LogPath)
+			} else if len(dips) > 0 {
+				t.Logf("after the plugin restart: allocatable dipped before it held (%s), then held 4", strings.Join(dips, ", "))
 			}
 
 			checkStillRunning(t, c, before, beforeIDs)
@@ -489,4 +493,34 @@ func TestOverRequestRejected(t *testing.T) {
 		t.Errorf("plugin was asked to allocate for the rejected pod: %v", allocs[len(allocsBefore):])
 	}
 	checkStillRunning(t, c, holder, holderIDs)
+}
+
+// steadyAllocatable waits until the node's allocatable of the resource has been want for hold in a
+// row, at most within; it returns the other values seen on the way ("0 at 1.2s").
+func steadyAllocatable(t *testing.T, c *cluster.Node, within, hold time.Duration, want int64) ([]string, error) {
+	t.Helper()
+	start := time.Now()
+	var dips []string
+	since := time.Time{}
+	for time.Since(start) < within {
+		_, alloc, err := c.NodeResource(t.Context(), cluster.ResourceName)
+		if err != nil {
+			return dips, err
+		}
+		switch {
+		case alloc != want:
+			dips = append(dips, fmt.Sprintf("%d at %s", alloc, time.Since(start).Round(time.Millisecond)))
+			since = time.Time{}
+		case since.IsZero():
+			since = time.Now()
+		case time.Since(since) >= hold:
+			return dips, nil
+		}
+		select {
+		case <-t.Context().Done():
+			return dips, t.Context().Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return dips, fmt.Errorf("allocatable never held %d for %s within %s: %v", want, hold, within, dips)
 }
