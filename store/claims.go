@@ -202,6 +202,29 @@ func (s *Store) RecordClaimUnprepared(uid string, at time.Time) (c Claim, change
 	}
 	given := !at.IsZero()
 	at = s.stamp(at)
+	return s.changePrepared(op, uid, func(tx *bolt.Tx, b *bolt.Bucket, c *Claim) error {
+		old := c.clone()
+		if at.Before(c.PreparedAt) {
+			if given {
+				return fmt.Errorf("claim %q: unprepared at %s, before it was prepared at %s: %w",
+					uid, at.Format(time.RFC3339Nano), c.PreparedAt.Format(time.RFC3339Nano), ErrInvalid)
+			}
+			at = c.PreparedAt
+		}
+		c.UnpreparedAt = at
+		if err := putJSON(b, u64(c.Seq), *c); err != nil {
+			return err
+		}
+		return indexClaim(tx, &old, *c)
+	})
+}
+
+// changePrepared runs change on the newest record of uid in one update
+// transaction, if it is prepared, and returns the record as change left it
+// with changed true. No record, or one not prepared, changes nothing
+// (changed false, not an error); change returning errRollback neither. A
+// damaged record is ErrDamaged.
+func (s *Store) changePrepared(op, uid string, change func(tx *bolt.Tx, b *bolt.Bucket, c *Claim) error) (c Claim, changed bool, err error) {
 	err = s.update(op, func(tx *bolt.Tx) error {
 		b, err := bucket(tx, bucketClaims)
 		if err != nil {
@@ -221,19 +244,7 @@ func (s *Store) RecordClaimUnprepared(uid string, at time.Time) (c Claim, change
 		if !c.Prepared() {
 			return errRollback
 		}
-		old := c.clone()
-		if at.Before(c.PreparedAt) {
-			if given {
-				return fmt.Errorf("claim %q: unprepared at %s, before it was prepared at %s: %w",
-					uid, at.Format(time.RFC3339Nano), c.PreparedAt.Format(time.RFC3339Nano), ErrInvalid)
-			}
-			at = c.PreparedAt
-		}
-		c.UnpreparedAt = at
-		if err := putJSON(b, u64(c.Seq), c); err != nil {
-			return err
-		}
-		if err := indexClaim(tx, &old, c); err != nil {
+		if err := change(tx, b, &c); err != nil {
 			return err
 		}
 		changed = true
@@ -262,42 +273,16 @@ func (s *Store) SetClaimConsumers(uid string, rs []ClaimConsumer) (c Claim, chan
 		return Claim{}, false, fmt.Errorf("%s: no uid: %w", op, ErrInvalid)
 	}
 	rs = slices.Clone(rs)
-	err = s.update(op, func(tx *bolt.Tx) error {
-		b, err := bucket(tx, bucketClaims)
-		if err != nil {
-			return err
-		}
-		uids, err := bucket(tx, bucketClaimUIDs)
-		if err != nil {
-			return err
-		}
-		if c, err = s.newestClaim(b, uids, uid); err != nil {
-			c = Claim{}
-			if isNotFound(err) {
-				return errRollback
-			}
-			return err
-		}
-		if !c.Prepared() || slices.Equal(c.ReservedFor, rs) {
+	return s.changePrepared(op, uid, func(_ *bolt.Tx, b *bolt.Bucket, c *Claim) error {
+		if slices.Equal(c.ReservedFor, rs) {
 			return errRollback
 		}
 		c.ReservedFor = rs
-		if err := validateClaim(c); err != nil {
+		if err := validateClaim(*c); err != nil {
 			return fmt.Errorf("claim %q: %w", uid, err)
 		}
-		if err := putJSON(b, u64(c.Seq), c); err != nil {
-			return err
-		}
-		changed = true
-		return nil
+		return putJSON(b, u64(c.Seq), *c)
 	})
-	switch {
-	case isRollback(err):
-		return c.clone(), false, nil
-	case err != nil:
-		return Claim{}, false, err
-	}
-	return c.clone(), changed, nil
 }
 
 // Claim returns the newest record of the claim uid, prepared or not, from

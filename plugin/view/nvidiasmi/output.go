@@ -36,13 +36,7 @@ func writeList(out *bytes.Buffer, gpus []*gpu) int {
 // contains a comma). An unhealthy GPU's line is the lost-GPU message.
 func writeCSV(out *bytes.Buffer, q *queryContext, gpus []*gpu, fs []*field, noheader, nounits bool) int {
 	if !noheader {
-		for i, f := range fs {
-			if i > 0 {
-				out.WriteString(", ")
-			}
-			out.WriteString(f.header())
-		}
-		out.WriteByte('\n')
+		writeHeader(out, fs)
 	}
 	code := ExitOK
 	for _, g := range gpus {
@@ -197,4 +191,16 @@ func padLabel(s string) string {
 		return s
 	}
 	return s + strings.Repeat(" ", width-len(s))
+}
+
+// writeHeader writes a CSV header line: the fields' headers separated by
+// ", ".
+func writeHeader[F interface{ header() string }](out *bytes.Buffer, fs []F) {
+	for i, f := range fs {
+		if i > 0 {
+			out.WriteString(", ")
+		}
+		out.WriteString(f.header())
+	}
+	out.WriteByte('\n')
 }

@@ -229,13 +229,7 @@ func contains(s []string, v string) bool {
 // GPU's line is the lost-GPU message, as with --query-gpu.
 func writeApps(out *bytes.Buffer, q *queryContext, gpus []*gpu, fs []*appField, noheader, nounits, accounted bool) int {
 	if !noheader {
-		for i, f := range fs {
-			if i > 0 {
-				out.WriteString(", ")
-			}
-			out.WriteString(f.header())
-		}
-		out.WriteByte('\n')
+		writeHeader(out, fs)
 	}
 	code := ExitOK
 	for _, g := range gpus {
