@@ -194,6 +194,9 @@ const (
 	ClockEventHWThermalSlowdown         uint64 = 0x40
 	ClockEventHWPowerBrakeSlowdown      uint64 = 0x80
 	ClockEventDisplayClockSetting       uint64 = 0x100
+	// ClockEventsThermal are the reasons a thermal fault makes active: the
+	// hardware slowdown and both thermal slowdowns.
+	ClockEventsThermal = ClockEventHWSlowdown | ClockEventHWThermalSlowdown | ClockEventSWThermalSlowdown
 	// ClockEventsSupported are the reasons a data-center GPU supports
 	// (clocks_event_reasons.supported): every one above.
 	ClockEventsSupported uint64 = 0x1FF
@@ -222,6 +225,10 @@ var thresholdsByFamily = map[string]TempThresholds{
 	"hopper":       {95, 89, 87, 95},
 	"blackwell":    {92, 89, 87, 95},
 }
+
+// ThermalFaultTempC is the temperature a GPU of g is held at under a
+// thermal fault: 1 °C above its slowdown threshold.
+func (g GPUModel) ThermalFaultTempC() int { return g.Thresholds().SlowdownC + 1 }
 
 // Thresholds returns g's temperature thresholds; a family the table lacks
 // gets the Ampere values. MemoryMaxC is 0 for a board without HBM.

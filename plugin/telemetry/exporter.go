@@ -519,7 +519,6 @@ func (e *Exporter) health() []gpuFault {
 	if e.devices == nil {
 		return out
 	}
-	seen := make([]bool, len(e.gpus))
 	for _, d := range e.devices.Devices() {
 		pos, ok := e.byID[d.ID]
 		if !ok || d.Healthy {
@@ -527,18 +526,15 @@ func (e *Exporter) health() []gpuFault {
 		}
 		f := topology.ParseFault(d.Reason)
 		g := &out[pos]
-		if f.XID != 0 && g.xid == 0 {
+		if g.xid == 0 {
 			g.xid = f.XID
-		} else if x, ok := topology.ParseXID(d.Reason); ok && g.xid == 0 {
-			g.xid = x
 		}
 		switch {
 		case !f.Answers():
 			g.lost, g.kind = true, topology.FaultLost
-		case !seen[pos] && !g.lost:
+		case !g.lost && g.kind == topology.FaultLost: // the first answering fault counts
 			g.kind = f.Kind
 		}
-		seen[pos] = true
 	}
 	return out
 }

@@ -12,7 +12,7 @@ type hardware struct {
 	gm          topology.GPUModel
 	prof        topology.Thermal
 	board       topology.Board
-	thresh      topology.TempThresholds
+	thermalC    int // the temperature of a thermal fault (topology.GPUModel.ThermalFaultTempC)
 	reservedMiB int
 	// profiling is whether DCGM serves the profiling (DCP) fields,
 	// DCGM_FI_PROF_*, on the product: data-center GPUs of Volta and later.
@@ -36,7 +36,7 @@ func newHardware(gm topology.GPUModel, reservedMiB int) hardware {
 		gm:          gm,
 		prof:        gm.Thermal(),
 		board:       b,
-		thresh:      gm.Thresholds(),
+		thermalC:    gm.ThermalFaultTempC(),
 		reservedMiB: reservedMiB,
 		profiling:   gm.Compute.Major >= 7 && !b.Fan && !consumer(gm.Product),
 		rowRemap:    gm.RowRemapping(),

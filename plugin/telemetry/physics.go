@@ -85,11 +85,11 @@ func sample(hw *hardware, gk uint64, sec int64, loads []holderLoad, memMiB []flo
 	if thermal {
 		// Held at the slowdown temperature: the hardware halves the clocks
 		// and both thermal slowdowns are active.
-		v.temp = max(v.temp, float64(hw.thresh.SlowdownC)+1+0.5*signed(draw(sk, tagTempNoise)))
+		v.temp = max(v.temp, float64(hw.thermalC)+0.5*signed(draw(sk, tagTempNoise)))
 		if busy {
 			v.smClock /= 2
 		}
-		v.reasons |= topology.ClockEventHWSlowdown | topology.ClockEventHWThermalSlowdown | topology.ClockEventSWThermalSlowdown
+		v.reasons |= topology.ClockEventsThermal
 	}
 	// PCIe: a little housekeeping traffic, and the workload's copies
 	// (a tenth of its memory copy rate's share of the link); receive

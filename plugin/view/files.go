@@ -302,23 +302,20 @@ func faultTelemetry(gm topology.GPUModel, t status.Telemetry, h status.Health) s
 	if h.Healthy {
 		return t
 	}
-	f := topology.ParseFault(h.Reason)
-	if f.XID != 0 {
-		x := f.XID
-		t.LastXID = &x
-	} else if x, ok := topology.ParseXID(h.Reason); ok {
+	if x, ok := topology.ParseXID(h.Reason); ok {
 		t.LastXID = &x
 	}
+	f := topology.ParseFault(h.Reason)
 	switch f.Kind {
 	case topology.FaultECC:
 		t.MemoryErrors = gm.MemoryErrors(f)
 	case topology.FaultThermal:
-		t.TemperatureC = max(t.TemperatureC, gm.Thresholds().SlowdownC+1)
+		t.TemperatureC = max(t.TemperatureC, gm.ThermalFaultTempC())
 		if t.MemoryTemperatureC != nil {
 			v := topology.MemoryTemperatureC(t.TemperatureC)
 			t.MemoryTemperatureC = &v
 		}
-		t.ClockEventReasons |= topology.ClockEventHWSlowdown | topology.ClockEventHWThermalSlowdown | topology.ClockEventSWThermalSlowdown
+		t.ClockEventReasons |= topology.ClockEventsThermal
 	}
 	return t
 }
