@@ -180,6 +180,18 @@ func TestParseFile_RelativeTopology(t *testing.T) {
 	}
 }
 
+// TestParseFile_RelativeTelemetryCollectors: a relative collectors file is
+// taken relative to the configuration file's directory, as topology is.
+func TestParseFile_RelativeTelemetryCollectors(t *testing.T) {
+	dir := t.TempDir()
+	want := writeFile(t, dir, "conf/counters.csv", "DCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization (in %).\n")
+	file := writeFile(t, dir, "conf/c.yaml", "version: v1\nflags:\n  telemetryCollectors: counters.csv\n")
+	c := mustLoad(t, []string{"-config=" + file}, nil)
+	if c.TelemetryCollectorsFile != want || len(c.TelemetryCollectors) != 1 {
+		t.Errorf("telemetryCollectors: counters.csv in %s = %q (%d collectors), want %q", file, c.TelemetryCollectorsFile, len(c.TelemetryCollectors), want)
+	}
+}
+
 // FuzzParseFile: the parser never panics; every error is a *FileError
 // naming a line, but for the few about the whole file; a file it accepts
 // resolves to a Config or an ErrInvalid error.
