@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"bytes"
 	"encoding/csv"
 	"errors"
 	"fmt"
@@ -33,7 +34,7 @@ func DefaultCollectors() []Collector {
 	out := make([]Collector, 0, len(families)+1)
 	for i := range families {
 		f := &families[i]
-		out = append(out, Collector{Field: f.name, Type: f.typ, Help: f.help})
+		out = append(out, Collector{Field: f.name, Type: f.defType, Help: f.defHelp})
 	}
 	return append(out, Collector{Field: driverVersionLabel, Type: "label", Help: "Driver Version"})
 }
@@ -55,7 +56,7 @@ func ParseCollectors(r io.Reader) ([]Collector, []string, error) {
 	if len(data) > MaxCollectorsBytes {
 		return nil, nil, fmt.Errorf("collectors: more than %d bytes: %w", MaxCollectorsBytes, ErrInvalidConfig)
 	}
-	cr := csv.NewReader(strings.NewReader(string(data)))
+	cr := csv.NewReader(bytes.NewReader(data))
 	cr.Comment = '#'
 	cr.FieldsPerRecord = -1
 	var out []Collector
