@@ -460,3 +460,13 @@ func TestPlace_Backtracks(t *testing.T) {
 		t.Fatalf("a lone 2g.2gb at %v (%v), want its preferred start 2", devs, err)
 	}
 }
+
+// TestPlace_NilProduct: Place on no product (what LookupProduct gives a
+// product without MIG) is an error wrapping ErrNoMIG, not a panic.
+func TestPlace_NilProduct(t *testing.T) {
+	for _, devs := range []map[string]int{nil, {"1g.10gb": 1}} {
+		if _, err := Place(nil, devs); !errors.Is(err, ErrNoMIG) {
+			t.Errorf("Place(nil, %v) = %v, want ErrNoMIG", devs, err)
+		}
+	}
+}
