@@ -69,7 +69,7 @@ func Resolve(cfg *Config, layout, product string, gpus int) ([]GPU, error) {
 			continue
 		}
 		for _, d := range e.Devices {
-			if d >= gpus {
+			if d < 0 || d >= gpus {
 				return nil, fmt.Errorf("mig layout %q entry %d: devices: GPU %d: %w (the node has GPUs 0-%d)", layout, i, d, ErrDeviceIndex, gpus-1)
 			}
 		}

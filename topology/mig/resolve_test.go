@@ -470,3 +470,14 @@ func TestPlace_NilProduct(t *testing.T) {
 		}
 	}
 }
+
+// TestResolve_NegativeDeviceIndex: a hand-built Config (ParseConfig refuses
+// it) whose entry names GPU -1 is ErrDeviceIndex, not silently ignored.
+func TestResolve_NegativeDeviceIndex(t *testing.T) {
+	cfg := &Config{Version: ConfigVersion, Layouts: map[string]Layout{
+		"L": {{AllDevices: true}, {Devices: []int{-1}, MIGEnabled: true, MIGDevices: map[string]int{"7g.80gb": 1}}},
+	}}
+	if _, err := Resolve(cfg, "L", "NVIDIA H100 80GB HBM3", 2); !errors.Is(err, ErrDeviceIndex) {
+		t.Fatalf("Resolve = %v, want ErrDeviceIndex", err)
+	}
+}
