@@ -575,18 +575,10 @@ func Merge(base, user *Config) *Config {
 	if out == nil {
 		out = &Config{Version: ConfigVersion, Layouts: map[string]Layout{}}
 	}
-	for name, l := range user.Clone().layouts() {
-		out.Layouts[name] = l
+	if user != nil {
+		maps.Copy(out.Layouts, user.Clone().Layouts)
 	}
 	return out
-}
-
-// layouts is c's layouts, nil for a nil c.
-func (c *Config) layouts() map[string]Layout {
-	if c == nil {
-		return nil
-	}
-	return c.Layouts
 }
 
 var loadBuiltin = sync.OnceValues(func() (*Config, error) {
