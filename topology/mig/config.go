@@ -450,6 +450,9 @@ func (p *parser) deviceFilter(layout string, entry int, n *yaml.Node) ([]string,
 	}
 	out := make([]string, 0, len(items))
 	for _, c := range items {
+		if c.Kind == yaml.ScalarNode && c.ShortTag() == "!!int" {
+			return nil, p.errf(c, layout, entry, "device-filter", "want a string, got %s (YAML reads it unquoted as a number: write %q)", c.Value, c.Value)
+		}
 		s, err := p.str(c, layout, entry, "device-filter")
 		if err != nil {
 			return nil, err
