@@ -450,6 +450,9 @@ func (p *parser) deviceFilter(layout string, entry int, n *yaml.Node) ([]string,
 	}
 	out := make([]string, 0, len(items))
 	for _, c := range items {
+		if c.Kind == yaml.ScalarNode && c.ShortTag() == "!!int" {
+			return nil, p.errf(c, layout, entry, "device-filter", "want a string, got %s (YAML reads it unquoted as a number: write %q)", c.Value, c.Value)
+		}
 		s, err := p.str(c, layout, entry, "device-filter")
 		if err != nil {
 			return nil, err
@@ -575,18 +578,10 @@ func Merge(base, user *Config) *Config {
 	if out == nil {
 		out = &Config{Version: ConfigVersion, Layouts: map[string]Layout{}}
 	}
-	for name, l := range user.Clone().layouts() {
-		out.Layouts[name] = l
+	if user != nil {
+		maps.Copy(out.Layouts, user.Clone().Layouts)
 	}
 	return out
-}
-
-// layouts is c's layouts, nil for a nil c.
-func (c *Config) layouts() map[string]Layout {
-	if c == nil {
-		return nil
-	}
-	return c.Layouts
 }
 
 var loadBuiltin = sync.OnceValues(func() (*Config, error) {

@@ -96,7 +96,7 @@ func TestParseConfig_Rejects(t *testing.T) {
 		"dup profile":     {entry + "devices: all\n      mig-enabled: true\n      mig-devices: {1g.10gb: 1, 1g.10gb: 2}\n", "mig-devices.1g.10gb: defined twice"},
 		"bad filter":      {entry + "device-filter: H100\n      devices: all\n      mig-enabled: false\n", `device-filter: PCI id "H100"`},
 		"bad sub filter":  {entry + "device-filter: [\"0x233010DE:zz\"]\n      devices: all\n      mig-enabled: false\n", `device-filter: PCI id "zz"`},
-		"filter number":   {entry + "device-filter: [0x233010DE]\n      devices: all\n      mig-enabled: false\n", "device-filter: want a string, got 0x233010DE"},
+		"filter number":   {entry + "device-filter: [0x233010DE]\n      devices: all\n      mig-enabled: false\n", "device-filter: want a string, got 0x233010DE (YAML reads it unquoted as a number: write \"0x233010DE\")"},
 		"filter empty":    {entry + "device-filter: []\n      devices: all\n      mig-enabled: false\n", "device-filter: empty list"},
 		"entry not map":   {entry + "all\n", `mig-configs["L"][0]: want a mapping, got "all"`},
 		"merge key":       {"version: v1\nmig-configs:\n  <<: {}\n", "no merge keys"},

@@ -4,6 +4,11 @@
 // each MIG device. It is a pure library: no files, no logger, no state;
 // everything is safe for concurrent use except modifying a Config.
 //
+// Not wired in yet: no package of the plugin imports this one, and no flag,
+// label, device or status file uses it. It is the groundwork of issue #23
+// (MIG partitions: the -mig-strategy single and mixed resources and DRA
+// partitionable devices), which wires it into the plugin.
+//
 // # The partition model
 //
 // LookupProduct returns a Product by its nvidia-smi name ("NVIDIA H100

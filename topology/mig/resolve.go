@@ -69,7 +69,7 @@ func Resolve(cfg *Config, layout, product string, gpus int) ([]GPU, error) {
 			continue
 		}
 		for _, d := range e.Devices {
-			if d >= gpus {
+			if d < 0 || d >= gpus {
 				return nil, fmt.Errorf("mig layout %q entry %d: devices: GPU %d: %w (the node has GPUs 0-%d)", layout, i, d, ErrDeviceIndex, gpus-1)
 			}
 		}
@@ -132,8 +132,11 @@ func Resolve(cfg *Config, layout, product string, gpus int) ([]GPU, error) {
 // or a compute-instance profile "1c.3g.40gb", which the model does not
 // partition) or ErrDoesNotFit (more instances than the profile allows, more
 // compute slices than the GPU has, or placements that overlap in every
-// arrangement).
+// arrangement); a nil p is ErrNoMIG.
 func Place(p *Product, migDevices map[string]int) ([]Device, error) {
+	if p == nil {
+		return nil, fmt.Errorf("MIG devices %s: %w (no product)", describeCounts(migDevices), ErrNoMIG)
+	}
 	names := slices.Sorted(maps.Keys(migDevices))
 	var todo []Profile
 	compute := 0

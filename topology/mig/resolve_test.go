@@ -460,3 +460,24 @@ func TestPlace_Backtracks(t *testing.T) {
 		t.Fatalf("a lone 2g.2gb at %v (%v), want its preferred start 2", devs, err)
 	}
 }
+
+// TestPlace_NilProduct: Place on no product (what LookupProduct gives a
+// product without MIG) is an error wrapping ErrNoMIG, not a panic.
+func TestPlace_NilProduct(t *testing.T) {
+	for _, devs := range []map[string]int{nil, {"1g.10gb": 1}} {
+		if _, err := Place(nil, devs); !errors.Is(err, ErrNoMIG) {
+			t.Errorf("Place(nil, %v) = %v, want ErrNoMIG", devs, err)
+		}
+	}
+}
+
+// TestResolve_NegativeDeviceIndex: a hand-built Config (ParseConfig refuses
+// it) whose entry names GPU -1 is ErrDeviceIndex, not silently ignored.
+func TestResolve_NegativeDeviceIndex(t *testing.T) {
+	cfg := &Config{Version: ConfigVersion, Layouts: map[string]Layout{
+		"L": {{AllDevices: true}, {Devices: []int{-1}, MIGEnabled: true, MIGDevices: map[string]int{"7g.80gb": 1}}},
+	}}
+	if _, err := Resolve(cfg, "L", "NVIDIA H100 80GB HBM3", 2); !errors.Is(err, ErrDeviceIndex) {
+		t.Fatalf("Resolve = %v, want ErrDeviceIndex", err)
+	}
+}
