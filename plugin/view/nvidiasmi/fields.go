@@ -434,13 +434,24 @@ const maxFieldListBytes = 64 << 10
 // is not a field, which nvidia-smi reports as `Field "NAME" is not a valid
 // field to query.` — an empty name too ("a,,b", a trailing comma).
 func parseFields(list string) ([]*field, string, bool) {
+	return parseList(list, func(name string) (*field, bool) {
+		f, ok := fieldsByName[name]
+		return f, ok
+	})
+}
+
+// parseList parses a query list of any of the three queries: names
+// separated by commas, spaces around them ignored, each looked up. It
+// returns the fields in order or the first name lookup does not know; a
+// list over maxFieldListBytes is refused naming its first 64 bytes and "…".
+func parseList[F any](list string, lookup func(name string) (F, bool)) ([]F, string, bool) {
 	if len(list) > maxFieldListBytes {
 		return nil, list[:64] + "…", false
 	}
-	var out []*field
+	var out []F
 	for name := range strings.SplitSeq(list, ",") {
 		name = strings.TrimSpace(name)
-		f, ok := fieldsByName[name]
+		f, ok := lookup(name)
 		if !ok {
 			return nil, name, false
 		}

@@ -2,6 +2,7 @@ package nvidiasmi
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -40,7 +41,7 @@ func FuzzParseFields(f *testing.F) {
 		}
 		for i, tok := range tokens {
 			tok = strings.TrimSpace(tok)
-			if fs[i].name != tok && !contains(fs[i].aliases, tok) {
+			if fs[i].name != tok && !slices.Contains(fs[i].aliases, tok) {
 				t.Fatalf("name %q gave field %s", tok, fs[i].name)
 			}
 		}
@@ -116,7 +117,7 @@ func FuzzParseAppFields(f *testing.F) {
 		}
 		known := func(name string) *appField {
 			for i := range fields {
-				if fields[i].name == name || contains(fields[i].aliases, name) {
+				if fields[i].name == name || slices.Contains(fields[i].aliases, name) {
 					return &fields[i]
 				}
 			}

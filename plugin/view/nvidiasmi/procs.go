@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io/fs"
+	"slices"
 	"strings"
 )
 
@@ -192,35 +193,14 @@ var accountedAppFields = append(appGPUFields(),
 // by commas, spaces around them ignored; it returns the first name that is
 // none of them.
 func parseAppFields(list string, fields []appField) ([]*appField, string, bool) {
-	if len(list) > maxFieldListBytes {
-		return nil, list[:64] + "...", false
-	}
-	var out []*appField
-	for name := range strings.SplitSeq(list, ",") {
-		name = strings.TrimSpace(name)
-		var found *appField
+	return parseList(list, func(name string) (*appField, bool) {
 		for i := range fields {
-			f := &fields[i]
-			if f.name == name || contains(f.aliases, name) {
-				found = f
-				break
+			if f := &fields[i]; f.name == name || slices.Contains(f.aliases, name) {
+				return f, true
 			}
 		}
-		if found == nil {
-			return nil, name, false
-		}
-		out = append(out, found)
-	}
-	return out, "", true
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
+		return nil, false
+	})
 }
 
 // writeApps writes --query-compute-apps (accounted false) or

@@ -92,6 +92,9 @@ func TestComputeApps_Errors(t *testing.T) {
 		{[]string{"--query-compute-apps=pid"}, "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n"},
 		{[]string{"--query-compute-apps=pid", "--query-gpu=name", "--format=csv"}, "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n"},
 		{[]string{"--query-compute-apps=pid", "--format=json"}, "ERROR: Option json is not recognized. Please run 'nvidia-smi -h' for help.\n"},
+		// A list over the size bound is cut in the message as --query-gpu's is.
+		{[]string{"--query-compute-apps=" + strings.Repeat("pid,", 20000), "--format=csv"},
+			"Field \"" + strings.Repeat("pid,", 16) + "…\" is not a valid field to query.\n\n"},
 	} {
 		out, code := f.run(t, tc.args...)
 		if code != nvidiasmi.ExitInvalidArgument || out != tc.want {
