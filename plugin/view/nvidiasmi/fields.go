@@ -404,12 +404,7 @@ var fieldsByName = func() map[string]*field {
 
 // header is the CSV header of a field: "memory.total [MiB]". nvidia-smi
 // keeps the unit in the header with nounits.
-func (f *field) header() string {
-	if f.unit == "" {
-		return f.name
-	}
-	return f.name + " [" + f.unit + "]"
-}
+func (f *field) header() string { return csvHeader(f.name, f.unit) }
 
 // format renders the field's value for g: "[N/A]" when unknown, the unit
 // after a space unless nounits.

@@ -120,11 +120,17 @@ type appField struct {
 	value   func(q *queryContext, g *gpu, p process) string
 }
 
-func (f *appField) header() string {
-	if f.unit == "" {
-		return f.name
+// header is the CSV header of the property (csvHeader).
+func (f *appField) header() string { return csvHeader(f.name, f.unit) }
+
+// format renders the property's value for process p of g: the unit after a
+// space unless nounits or the value is [N/A].
+func (f *appField) format(q *queryContext, g *gpu, p process, nounits bool) string {
+	v := f.value(q, g, p)
+	if f.unit == "" || nounits || v == "[N/A]" {
+		return v
 	}
-	return f.name + " [" + f.unit + "]"
+	return v + " " + f.unit
 }
 
 // gpuValue is a value of the process's GPU: [N/A] without a status file.
@@ -208,34 +214,14 @@ func parseAppFields(list string, fields []appField) ([]*appField, string, bool) 
 // process of the GPUs (none for accounted apps: accounting is off). A lost
 // GPU's line is the lost-GPU message, as with --query-gpu.
 func writeApps(out *bytes.Buffer, q *queryContext, gpus []*gpu, fs []*appField, noheader, nounits, accounted bool) int {
-	if !noheader {
-		writeHeader(out, fs)
-	}
-	code := ExitOK
-	for _, g := range gpus {
-		if g.lost() {
-			out.WriteString(g.lostMessage() + "\n")
-			code = ExitUnknownError
-			continue
-		}
+	return writeCSVQuery(out, gpus, fs, noheader, func(g *gpu) {
 		if accounted {
-			continue
+			return
 		}
 		for _, p := range g.procs {
-			for i, f := range fs {
-				if i > 0 {
-					out.WriteString(", ")
-				}
-				v := f.value(q, g, p)
-				out.WriteString(v)
-				if f.unit != "" && !nounits && v != "[N/A]" {
-					out.WriteString(" " + f.unit)
-				}
-			}
-			out.WriteByte('\n')
+			writeValues(out, len(fs), func(i int) string { return fs[i].format(q, g, p, nounits) })
 		}
-	}
-	return code
+	})
 }
 
 // writeHelpApps writes --help-query-compute-apps or
