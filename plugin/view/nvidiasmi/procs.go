@@ -3,6 +3,7 @@ package nvidiasmi
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"io/fs"
 	"slices"
 	"strings"
@@ -49,16 +50,11 @@ func readSmall(fsys fs.FS, name string) ([]byte, error) {
 		return nil, fmt.Errorf("open %s: %w", name, err)
 	}
 	defer f.Close()
-	buf := make([]byte, maxCmdlineBytes)
-	n := 0
-	for n < len(buf) {
-		m, err := f.Read(buf[n:])
-		n += m
-		if err != nil {
-			break
-		}
+	data, err := io.ReadAll(io.LimitReader(f, maxCmdlineBytes))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
 	}
-	return buf[:n], nil
+	return data, nil
 }
 
 // printableName drops what a name must not carry into a table or a CSV

@@ -116,6 +116,10 @@ func TestProcessName(t *testing.T) {
 		{"comm", fstest.MapFS{"1/cmdline": {Data: []byte{}}, "1/comm": {Data: []byte("memhog\n")}}, "memhog"},
 		{"none", fstest.MapFS{}, "[Not Found]"},
 		{"comma", fstest.MapFS{"1/cmdline": {Data: []byte("a,b\x00")}}, "a?b"},
+		// Only the first 64 KiB of cmdline are read.
+		{"long", fstest.MapFS{"1/cmdline": {Data: bytes.Repeat([]byte("a"), 100<<10)}}, strings.Repeat("a", 64<<10)},
+		// An unreadable cmdline (here a directory) falls back to comm.
+		{"unreadable", fstest.MapFS{"1/cmdline/x": {}, "1/comm": {Data: []byte("memhog\n")}}, "memhog"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer
