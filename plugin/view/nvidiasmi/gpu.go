@@ -152,8 +152,9 @@ func (g *gpu) videoClock() (int, bool) {
 	if v := g.st.Telemetry.VideoClockMHz; v > 0 {
 		return v, true
 	}
-	c := g.st.MaxClocks
-	b := topology.Board{MaxClocks: topology.Clocks{GraphicsMHz: c.GraphicsMHz, SMMHz: c.SMMHz, MemoryMHz: c.MemoryMHz, VideoMHz: c.VideoMHz}}
+	// The status file's maximum clocks are the GPU's: status.Clocks has
+	// topology.Clocks's fields, so it converts.
+	b := topology.Board{MaxClocks: topology.Clocks(g.st.MaxClocks)}
 	v := b.VideoClockMHz(g.st.Telemetry.SMClockMHz)
 	return v, v > 0
 }
