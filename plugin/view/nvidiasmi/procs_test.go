@@ -92,13 +92,21 @@ func TestComputeApps_Errors(t *testing.T) {
 		{[]string{"--query-compute-apps=pid"}, "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n"},
 		{[]string{"--query-compute-apps=pid", "--query-gpu=name", "--format=csv"}, "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n"},
 		{[]string{"--query-compute-apps=pid", "--format=json"}, "ERROR: Option json is not recognized. Please run 'nvidia-smi -h' for help.\n"},
+		// An empty list, or an empty name in one, as --query-gpu's.
+		{[]string{"--query-compute-apps=", "--format=csv"}, "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n"},
+		{[]string{"--query-compute-apps=pid,,process_name", "--format=csv"}, "Field \"\" is not a valid field to query.\n\n"},
+		{[]string{"--query-accounted-apps=pid,", "--format=csv"}, "Field \"\" is not a valid field to query.\n\n"},
 		// A list over the size bound is cut in the message as --query-gpu's is.
 		{[]string{"--query-compute-apps=" + strings.Repeat("pid,", 20000), "--format=csv"},
 			"Field \"" + strings.Repeat("pid,", 16) + "…\" is not a valid field to query.\n\n"},
 	} {
 		out, code := f.run(t, tc.args...)
 		if code != nvidiasmi.ExitInvalidArgument || out != tc.want {
-			t.Errorf("%v: exit %d %q, want 2 %q", tc.args, code, out, tc.want)
+			args := strings.Join(tc.args, " ")
+			if len(args) > 120 {
+				args = args[:120] + "…"
+			}
+			t.Errorf("%s: exit %d %q, want 2 %q", args, code, out, tc.want)
 		}
 	}
 }
