@@ -161,9 +161,10 @@ func (g *gpu) videoClock() (int, bool) {
 
 // pdi is the GPU's PDI (its per-device identifier, "0x737bb8d09327f7d9" on
 // a real H200): the last 16 hex digits of its UUID, so that it is unique
-// and stable as a real one; N/A without a UUID.
+// and stable as a real one; N/A without a UUID in NVIDIA's format
+// (status.ValidUUID: 32 hex digits).
 func (g *gpu) pdi() string {
-	if g.st == nil || g.uuid == "" {
+	if g.st == nil || !status.ValidUUID(g.uuid) {
 		return "N/A"
 	}
 	hex := strings.ReplaceAll(strings.TrimPrefix(g.uuid, "GPU-"), "-", "")
