@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
@@ -438,10 +439,15 @@ func parseFields(list string) ([]*field, string, bool) {
 // parseList parses a query list of any of the three queries: names
 // separated by commas, spaces around them ignored, each looked up. It
 // returns the fields in order or the first name lookup does not know; a
-// list over maxFieldListBytes is refused naming its first 64 bytes and "…".
+// list over maxFieldListBytes is refused naming its first 64 bytes (less
+// if a character straddles the cut) and "…".
 func parseList[F any](list string, lookup func(name string) (F, bool)) ([]F, string, bool) {
 	if len(list) > maxFieldListBytes {
-		return nil, list[:64] + "…", false
+		cut := 64
+		for cut > 0 && !utf8.RuneStart(list[cut]) {
+			cut--
+		}
+		return nil, list[:cut] + "…", false
 	}
 	var out []F
 	for name := range strings.SplitSeq(list, ",") {

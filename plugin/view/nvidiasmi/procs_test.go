@@ -92,6 +92,9 @@ func TestComputeApps_Errors(t *testing.T) {
 		{[]string{"--query-compute-apps=pid"}, "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n"},
 		{[]string{"--query-compute-apps=pid", "--query-gpu=name", "--format=csv"}, "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n"},
 		{[]string{"--query-compute-apps=pid", "--format=json"}, "ERROR: Option json is not recognized. Please run 'nvidia-smi -h' for help.\n"},
+		// A list over the size bound is cut between characters, not inside one.
+		{[]string{"--query-compute-apps=a" + strings.Repeat("é", 40000), "--format=csv"},
+			"Field \"a" + strings.Repeat("é", 31) + "…\" is not a valid field to query.\n\n"},
 		// An empty list, or an empty name in one, as --query-gpu's.
 		{[]string{"--query-compute-apps=", "--format=csv"}, "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n"},
 		{[]string{"--query-compute-apps=pid,,process_name", "--format=csv"}, "Field \"\" is not a valid field to query.\n\n"},
