@@ -120,8 +120,12 @@ type appField struct {
 func (f *appField) header() string { return csvHeader(f.name, f.unit) }
 
 // format renders the property's value for process p of g: the unit after a
-// space unless nounits or the value is [N/A].
+// space unless nounits or the value is [N/A]; [N/A] for a property without
+// a value function (those of accounting, which is off).
 func (f *appField) format(q *queryContext, g *gpu, p process, nounits bool) string {
+	if f.value == nil {
+		return "[N/A]"
+	}
 	v := f.value(q, g, p)
 	if f.unit == "" || nounits || v == "[N/A]" {
 		return v

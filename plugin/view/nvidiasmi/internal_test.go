@@ -25,3 +25,16 @@ func TestPDI(t *testing.T) {
 		}
 	}
 }
+
+// TestAccountedAppFields_Format: the accounted apps' properties the
+// virtual driver never has a value for format as [N/A], not a nil call,
+// should a process ever reach them.
+func TestAccountedAppFields_Format(t *testing.T) {
+	g := &gpu{st: &status.GPU{Product: "NVIDIA H200", PCIBusID: "00000000:18:00.0"}}
+	for i := range accountedAppFields {
+		f := &accountedAppFields[i]
+		if got := f.format(&queryContext{}, g, process{pid: 1}, false); got == "" {
+			t.Errorf("%s: empty value", f.name)
+		}
+	}
+}
