@@ -43,17 +43,17 @@ type BoardFacts struct {
 // power limit of the part), not a particular board's.
 var boardFactsByProduct = map[string]BoardFacts{
 	// Recorded.
-	"NVIDIA H200":           {"0x18BE10DE", "96.00.A5.00.03", "G520.0280.02.02", "2.1", "7.16", 200, 3072, true, 262144},
-	"NVIDIA H100 80GB HBM3": {"0x16C110DE", "96.00.A5.00.01", "G520.0200.00.05", "2.1", "7.16", 200, 2560, true, 131072},
-	"NVIDIA L40S":           {"0x185110DE", "95.02.66.00.02", "G133.0242.00.03", "2.1", "6.16", 100, 192, false, 65536},
+	"NVIDIA H200":           {SubDeviceID: "0x18BE10DE", VBIOS: "96.00.A5.00.03", InforomImage: "G520.0280.02.02", InforomOEM: "2.1", InforomECC: "7.16", MinPowerLimitW: 200, RemapBanks: 3072, SXM: true, BAR1MiB: 262144},
+	"NVIDIA H100 80GB HBM3": {SubDeviceID: "0x16C110DE", VBIOS: "96.00.A5.00.01", InforomImage: "G520.0200.00.05", InforomOEM: "2.1", InforomECC: "7.16", MinPowerLimitW: 200, RemapBanks: 2560, SXM: true, BAR1MiB: 131072},
+	"NVIDIA L40S":           {SubDeviceID: "0x185110DE", VBIOS: "95.02.66.00.02", InforomImage: "G133.0242.00.03", InforomOEM: "2.1", InforomECC: "6.16", MinPowerLimitW: 100, RemapBanks: 192, BAR1MiB: 65536},
 	// Not recorded: plausible values of the family.
-	"NVIDIA A100-SXM4-40GB": {"0x134F10DE", "92.00.45.00.03", "G506.0200.00.04", "2.0", "6.16", 100, 640, true, 65536},
-	"NVIDIA A100-SXM4-80GB": {"0x147F10DE", "92.00.45.00.06", "G506.0210.00.04", "2.1", "6.16", 100, 640, true, 131072},
-	"Tesla V100-SXM2-32GB":  {"0x124910DE", "88.00.80.00.01", "G503.0203.00.05", "1.1", "5.0", 150, 0, true, 32768},
-	"Tesla V100-SXM2-16GB":  {"0x121210DE", "88.00.43.00.02", "G503.0201.00.03", "1.1", "5.0", 150, 0, true, 16384},
-	"Tesla V100-SXM3-32GB":  {"0x12AB10DE", "88.00.98.00.01", "G503.0204.00.07", "1.1", "5.0", 250, 0, true, 32768},
-	"Tesla P100-SXM2-16GB":  {"0x118310DE", "86.00.41.00.05", "G503.0201.00.03", "1.1", "4.1", 125, 0, true, 16384},
-	"NVIDIA RTX A6000":      {"0x145910DE", "94.02.5C.00.02", "G133.0500.00.05", "2.0", "6.16", 100, 0, false, 65536},
+	"NVIDIA A100-SXM4-40GB": {SubDeviceID: "0x134F10DE", VBIOS: "92.00.45.00.03", InforomImage: "G506.0200.00.04", InforomOEM: "2.0", InforomECC: "6.16", MinPowerLimitW: 100, RemapBanks: 640, SXM: true, BAR1MiB: 65536},
+	"NVIDIA A100-SXM4-80GB": {SubDeviceID: "0x147F10DE", VBIOS: "92.00.45.00.06", InforomImage: "G506.0210.00.04", InforomOEM: "2.1", InforomECC: "6.16", MinPowerLimitW: 100, RemapBanks: 640, SXM: true, BAR1MiB: 131072},
+	"Tesla V100-SXM2-32GB":  {SubDeviceID: "0x124910DE", VBIOS: "88.00.80.00.01", InforomImage: "G503.0203.00.05", InforomOEM: "1.1", InforomECC: "5.0", MinPowerLimitW: 150, SXM: true, BAR1MiB: 32768},
+	"Tesla V100-SXM2-16GB":  {SubDeviceID: "0x121210DE", VBIOS: "88.00.43.00.02", InforomImage: "G503.0201.00.03", InforomOEM: "1.1", InforomECC: "5.0", MinPowerLimitW: 150, SXM: true, BAR1MiB: 16384},
+	"Tesla V100-SXM3-32GB":  {SubDeviceID: "0x12AB10DE", VBIOS: "88.00.98.00.01", InforomImage: "G503.0204.00.07", InforomOEM: "1.1", InforomECC: "5.0", MinPowerLimitW: 250, SXM: true, BAR1MiB: 32768},
+	"Tesla P100-SXM2-16GB":  {SubDeviceID: "0x118310DE", VBIOS: "86.00.41.00.05", InforomImage: "G503.0201.00.03", InforomOEM: "1.1", InforomECC: "4.1", MinPowerLimitW: 125, SXM: true, BAR1MiB: 16384},
+	"NVIDIA RTX A6000":      {SubDeviceID: "0x145910DE", VBIOS: "94.02.5C.00.02", InforomImage: "G133.0500.00.05", InforomOEM: "2.0", InforomECC: "6.16", MinPowerLimitW: 100, BAR1MiB: 65536},
 }
 
 // Facts returns the static facts of g's board: the product's row of the

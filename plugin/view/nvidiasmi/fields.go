@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
@@ -404,12 +405,7 @@ var fieldsByName = func() map[string]*field {
 
 // header is the CSV header of a field: "memory.total [MiB]". nvidia-smi
 // keeps the unit in the header with nounits.
-func (f *field) header() string {
-	if f.unit == "" {
-		return f.name
-	}
-	return f.name + " [" + f.unit + "]"
-}
+func (f *field) header() string { return csvHeader(f.name, f.unit) }
 
 // format renders the field's value for g: "[N/A]" when unknown, the unit
 // after a space unless nounits.
@@ -434,13 +430,29 @@ const maxFieldListBytes = 64 << 10
 // is not a field, which nvidia-smi reports as `Field "NAME" is not a valid
 // field to query.` — an empty name too ("a,,b", a trailing comma).
 func parseFields(list string) ([]*field, string, bool) {
+	return parseList(list, func(name string) (*field, bool) {
+		f, ok := fieldsByName[name]
+		return f, ok
+	})
+}
+
+// parseList parses a query list of any of the three queries: names
+// separated by commas, spaces around them ignored, each looked up. It
+// returns the fields in order or the first name lookup does not know; a
+// list over maxFieldListBytes is refused naming its first 64 bytes (less
+// if a character straddles the cut) and "…".
+func parseList[F any](list string, lookup func(name string) (F, bool)) ([]F, string, bool) {
 	if len(list) > maxFieldListBytes {
-		return nil, list[:64] + "…", false
+		cut := 64
+		for cut > 0 && !utf8.RuneStart(list[cut]) {
+			cut--
+		}
+		return nil, list[:cut] + "…", false
 	}
-	var out []*field
+	var out []F
 	for name := range strings.SplitSeq(list, ",") {
 		name = strings.TrimSpace(name)
-		f, ok := fieldsByName[name]
+		f, ok := lookup(name)
 		if !ok {
 			return nil, name, false
 		}

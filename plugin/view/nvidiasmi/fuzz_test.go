@@ -2,6 +2,7 @@ package nvidiasmi
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -13,37 +14,7 @@ func FuzzParseFields(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, list string) {
 		fs, bad, ok := parseFields(list)
-		if len(list) > maxFieldListBytes {
-			if ok {
-				t.Fatal("accepted a list over the size bound")
-			}
-			return
-		}
-		tokens := strings.Split(list, ",")
-		if !ok {
-			if fs != nil {
-				t.Fatalf("refused with fields %v", fs)
-			}
-			for _, tok := range tokens {
-				tok = strings.TrimSpace(tok)
-				if _, known := fieldsByName[tok]; !known {
-					if tok != bad {
-						t.Fatalf("reported %q, but the first unknown name is %q", bad, tok)
-					}
-					return
-				}
-			}
-			t.Fatalf("refused %q naming %q, but every name is a field", list, bad)
-		}
-		if len(fs) != len(tokens) {
-			t.Fatalf("%d fields for %d names", len(fs), len(tokens))
-		}
-		for i, tok := range tokens {
-			tok = strings.TrimSpace(tok)
-			if fs[i].name != tok && !contains(fs[i].aliases, tok) {
-				t.Fatalf("name %q gave field %s", tok, fs[i].name)
-			}
-		}
+		checkParsed(t, list, fs, bad, ok, func(name string) *field { return fieldsByName[name] })
 	})
 }
 
@@ -108,40 +79,14 @@ func FuzzParseAppFields(f *testing.F) {
 			fields = accountedAppFields
 		}
 		fs, bad, ok := parseAppFields(list, fields)
-		if len(list) > maxFieldListBytes {
-			if ok {
-				t.Fatal("accepted a list over the size bound")
-			}
-			return
-		}
-		known := func(name string) *appField {
+		checkParsed(t, list, fs, bad, ok, func(name string) *appField {
 			for i := range fields {
-				if fields[i].name == name || contains(fields[i].aliases, name) {
+				if fields[i].name == name || slices.Contains(fields[i].aliases, name) {
 					return &fields[i]
 				}
 			}
 			return nil
-		}
-		tokens := strings.Split(list, ",")
-		if !ok {
-			for _, tok := range tokens {
-				if tok = strings.TrimSpace(tok); known(tok) == nil {
-					if tok != bad {
-						t.Fatalf("reported %q, but the first unknown name is %q", bad, tok)
-					}
-					return
-				}
-			}
-			t.Fatalf("refused %q naming %q, but every name is a field", list, bad)
-		}
-		if len(fs) != len(tokens) {
-			t.Fatalf("%d fields for %d names", len(fs), len(tokens))
-		}
-		for i, tok := range tokens {
-			if fs[i] != known(strings.TrimSpace(tok)) {
-				t.Fatalf("name %q gave field %s", tok, fs[i].name)
-			}
-		}
+		})
 	})
 }
 
@@ -176,4 +121,42 @@ func FuzzParseArgs(f *testing.F) {
 			t.Fatalf("%q: csv() %v with %d queries", line, o.csv(), queries)
 		}
 	})
+}
+
+// checkParsed checks what a query list's parser returned for list against
+// known, the field a name is (nil if none): a list over the size bound
+// refused, else the first unknown name reported without fields, else one
+// field per name, the one it names.
+func checkParsed[F comparable](t *testing.T, list string, fs []F, bad string, ok bool, known func(name string) F) {
+	t.Helper()
+	var none F
+	if len(list) > maxFieldListBytes {
+		if ok {
+			t.Fatal("accepted a list over the size bound")
+		}
+		return
+	}
+	tokens := strings.Split(list, ",")
+	if !ok {
+		if fs != nil {
+			t.Fatalf("refused with fields %v", fs)
+		}
+		for _, tok := range tokens {
+			if tok = strings.TrimSpace(tok); known(tok) == none {
+				if tok != bad {
+					t.Fatalf("reported %q, but the first unknown name is %q", bad, tok)
+				}
+				return
+			}
+		}
+		t.Fatalf("refused %q naming %q, but every name is a field", list, bad)
+	}
+	if len(fs) != len(tokens) {
+		t.Fatalf("%d fields for %d names", len(fs), len(tokens))
+	}
+	for i, tok := range tokens {
+		if fs[i] != known(strings.TrimSpace(tok)) {
+			t.Fatalf("name %q gave field %v", tok, fs[i])
+		}
+	}
 }

@@ -152,17 +152,19 @@ func (g *gpu) videoClock() (int, bool) {
 	if v := g.st.Telemetry.VideoClockMHz; v > 0 {
 		return v, true
 	}
-	c := g.st.MaxClocks
-	b := topology.Board{MaxClocks: topology.Clocks{GraphicsMHz: c.GraphicsMHz, SMMHz: c.SMMHz, MemoryMHz: c.MemoryMHz, VideoMHz: c.VideoMHz}}
+	// The status file's maximum clocks are the GPU's: status.Clocks has
+	// topology.Clocks's fields, so it converts.
+	b := topology.Board{MaxClocks: topology.Clocks(g.st.MaxClocks)}
 	v := b.VideoClockMHz(g.st.Telemetry.SMClockMHz)
 	return v, v > 0
 }
 
 // pdi is the GPU's PDI (its per-device identifier, "0x737bb8d09327f7d9" on
 // a real H200): the last 16 hex digits of its UUID, so that it is unique
-// and stable as a real one; N/A without a UUID.
+// and stable as a real one; N/A without a UUID in NVIDIA's format
+// (status.ValidUUID: 32 hex digits).
 func (g *gpu) pdi() string {
-	if g.st == nil || g.uuid == "" {
+	if g.st == nil || !status.ValidUUID(g.uuid) {
 		return "N/A"
 	}
 	hex := strings.ReplaceAll(strings.TrimPrefix(g.uuid, "GPU-"), "-", "")

@@ -35,8 +35,17 @@ func writeList(out *bytes.Buffer, gpus []*gpu) int {
 // GPU with the values separated by ", " (nvidia-smi never quotes: no value
 // contains a comma). An unhealthy GPU's line is the lost-GPU message.
 func writeCSV(out *bytes.Buffer, q *queryContext, gpus []*gpu, fs []*field, noheader, nounits bool) int {
+	return writeCSVQuery(out, gpus, fs, noheader, func(g *gpu) {
+		writeValues(out, len(fs), func(i int) string { return fs[i].format(q, g, nounits) })
+	})
+}
+
+// writeCSVQuery writes a CSV query: the fields' header unless noheader, then
+// per GPU its lines (rows), or for a lost GPU the lost-GPU message, which
+// makes the exit code ExitUnknownError.
+func writeCSVQuery[F interface{ header() string }](out *bytes.Buffer, gpus []*gpu, fs []F, noheader bool, rows func(g *gpu)) int {
 	if !noheader {
-		writeHeader(out, fs)
+		writeValues(out, len(fs), func(i int) string { return fs[i].header() })
 	}
 	code := ExitOK
 	for _, g := range gpus {
@@ -45,15 +54,29 @@ func writeCSV(out *bytes.Buffer, q *queryContext, gpus []*gpu, fs []*field, nohe
 			code = ExitUnknownError
 			continue
 		}
-		for i, f := range fs {
-			if i > 0 {
-				out.WriteString(", ")
-			}
-			out.WriteString(f.format(q, g, nounits))
-		}
-		out.WriteByte('\n')
+		rows(g)
 	}
 	return code
+}
+
+// writeValues writes one CSV line of n values separated by ", ".
+func writeValues(out *bytes.Buffer, n int, value func(i int) string) {
+	for i := range n {
+		if i > 0 {
+			out.WriteString(", ")
+		}
+		out.WriteString(value(i))
+	}
+	out.WriteByte('\n')
+}
+
+// csvHeader is the CSV header of a property: "memory.total [MiB]".
+// nvidia-smi keeps the unit in the header with nounits.
+func csvHeader(name, unit string) string {
+	if unit == "" {
+		return name
+	}
+	return name + " [" + unit + "]"
 }
 
 // The fixed lines of the summary table (driver R580 layout: 91 columns).
@@ -191,16 +214,4 @@ func padLabel(s string) string {
 		return s
 	}
 	return s + strings.Repeat(" ", width-len(s))
-}
-
-// writeHeader writes a CSV header line: the fields' headers separated by
-// ", ".
-func writeHeader[F interface{ header() string }](out *bytes.Buffer, fs []F) {
-	for i, f := range fs {
-		if i > 0 {
-			out.WriteString(", ")
-		}
-		out.WriteString(f.header())
-	}
-	out.WriteByte('\n')
 }

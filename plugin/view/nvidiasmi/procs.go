@@ -3,7 +3,9 @@ package nvidiasmi
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"io/fs"
+	"slices"
 	"strings"
 )
 
@@ -48,16 +50,11 @@ func readSmall(fsys fs.FS, name string) ([]byte, error) {
 		return nil, fmt.Errorf("open %s: %w", name, err)
 	}
 	defer f.Close()
-	buf := make([]byte, maxCmdlineBytes)
-	n := 0
-	for n < len(buf) {
-		m, err := f.Read(buf[n:])
-		n += m
-		if err != nil {
-			break
-		}
+	data, err := io.ReadAll(io.LimitReader(f, maxCmdlineBytes))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
 	}
-	return buf[:n], nil
+	return data, nil
 }
 
 // printableName drops what a name must not carry into a table or a CSV
@@ -119,11 +116,21 @@ type appField struct {
 	value   func(q *queryContext, g *gpu, p process) string
 }
 
-func (f *appField) header() string {
-	if f.unit == "" {
-		return f.name
+// header is the CSV header of the property (csvHeader).
+func (f *appField) header() string { return csvHeader(f.name, f.unit) }
+
+// format renders the property's value for process p of g: the unit after a
+// space unless nounits or the value is [N/A]; [N/A] for a property without
+// a value function (those of accounting, which is off).
+func (f *appField) format(q *queryContext, g *gpu, p process, nounits bool) string {
+	if f.value == nil {
+		return "[N/A]"
 	}
-	return f.name + " [" + f.unit + "]"
+	v := f.value(q, g, p)
+	if f.unit == "" || nounits || v == "[N/A]" {
+		return v
+	}
+	return v + " " + f.unit
 }
 
 // gpuValue is a value of the process's GPU: [N/A] without a status file.
@@ -192,35 +199,14 @@ var accountedAppFields = append(appGPUFields(),
 // by commas, spaces around them ignored; it returns the first name that is
 // none of them.
 func parseAppFields(list string, fields []appField) ([]*appField, string, bool) {
-	if len(list) > maxFieldListBytes {
-		return nil, list[:64] + "...", false
-	}
-	var out []*appField
-	for name := range strings.SplitSeq(list, ",") {
-		name = strings.TrimSpace(name)
-		var found *appField
+	return parseList(list, func(name string) (*appField, bool) {
 		for i := range fields {
-			f := &fields[i]
-			if f.name == name || contains(f.aliases, name) {
-				found = f
-				break
+			if f := &fields[i]; f.name == name || slices.Contains(f.aliases, name) {
+				return f, true
 			}
 		}
-		if found == nil {
-			return nil, name, false
-		}
-		out = append(out, found)
-	}
-	return out, "", true
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
+		return nil, false
+	})
 }
 
 // writeApps writes --query-compute-apps (accounted false) or
@@ -228,34 +214,14 @@ func contains(s []string, v string) bool {
 // process of the GPUs (none for accounted apps: accounting is off). A lost
 // GPU's line is the lost-GPU message, as with --query-gpu.
 func writeApps(out *bytes.Buffer, q *queryContext, gpus []*gpu, fs []*appField, noheader, nounits, accounted bool) int {
-	if !noheader {
-		writeHeader(out, fs)
-	}
-	code := ExitOK
-	for _, g := range gpus {
-		if g.lost() {
-			out.WriteString(g.lostMessage() + "\n")
-			code = ExitUnknownError
-			continue
-		}
+	return writeCSVQuery(out, gpus, fs, noheader, func(g *gpu) {
 		if accounted {
-			continue
+			return
 		}
 		for _, p := range g.procs {
-			for i, f := range fs {
-				if i > 0 {
-					out.WriteString(", ")
-				}
-				v := f.value(q, g, p)
-				out.WriteString(v)
-				if f.unit != "" && !nounits && v != "[N/A]" {
-					out.WriteString(" " + f.unit)
-				}
-			}
-			out.WriteByte('\n')
+			writeValues(out, len(fs), func(i int) string { return fs[i].format(q, g, p, nounits) })
 		}
-	}
-	return code
+	})
 }
 
 // writeHelpApps writes --help-query-compute-apps or

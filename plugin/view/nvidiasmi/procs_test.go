@@ -92,10 +92,24 @@ func TestComputeApps_Errors(t *testing.T) {
 		{[]string{"--query-compute-apps=pid"}, "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n"},
 		{[]string{"--query-compute-apps=pid", "--query-gpu=name", "--format=csv"}, "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n"},
 		{[]string{"--query-compute-apps=pid", "--format=json"}, "ERROR: Option json is not recognized. Please run 'nvidia-smi -h' for help.\n"},
+		// A list over the size bound is cut between characters, not inside one.
+		{[]string{"--query-compute-apps=a" + strings.Repeat("é", 40000), "--format=csv"},
+			"Field \"a" + strings.Repeat("é", 31) + "…\" is not a valid field to query.\n\n"},
+		// An empty list, or an empty name in one, as --query-gpu's.
+		{[]string{"--query-compute-apps=", "--format=csv"}, "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n"},
+		{[]string{"--query-compute-apps=pid,,process_name", "--format=csv"}, "Field \"\" is not a valid field to query.\n\n"},
+		{[]string{"--query-accounted-apps=pid,", "--format=csv"}, "Field \"\" is not a valid field to query.\n\n"},
+		// A list over the size bound is cut in the message as --query-gpu's is.
+		{[]string{"--query-compute-apps=" + strings.Repeat("pid,", 20000), "--format=csv"},
+			"Field \"" + strings.Repeat("pid,", 16) + "…\" is not a valid field to query.\n\n"},
 	} {
 		out, code := f.run(t, tc.args...)
 		if code != nvidiasmi.ExitInvalidArgument || out != tc.want {
-			t.Errorf("%v: exit %d %q, want 2 %q", tc.args, code, out, tc.want)
+			args := strings.Join(tc.args, " ")
+			if len(args) > 120 {
+				args = args[:120] + "…"
+			}
+			t.Errorf("%s: exit %d %q, want 2 %q", args, code, out, tc.want)
 		}
 	}
 }
@@ -113,6 +127,10 @@ func TestProcessName(t *testing.T) {
 		{"comm", fstest.MapFS{"1/cmdline": {Data: []byte{}}, "1/comm": {Data: []byte("memhog\n")}}, "memhog"},
 		{"none", fstest.MapFS{}, "[Not Found]"},
 		{"comma", fstest.MapFS{"1/cmdline": {Data: []byte("a,b\x00")}}, "a?b"},
+		// Only the first 64 KiB of cmdline are read.
+		{"long", fstest.MapFS{"1/cmdline": {Data: bytes.Repeat([]byte("a"), 100<<10)}}, strings.Repeat("a", 64<<10)},
+		// An unreadable cmdline (here a directory) falls back to comm.
+		{"unreadable", fstest.MapFS{"1/cmdline/x": {}, "1/comm": {Data: []byte("memhog\n")}}, "memhog"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer
