@@ -38,4 +38,8 @@ var (
 	// ErrInvalidReplicaID reports a replica id that is malformed, not in
 	// canonical form, or names a GPU or replica the machine does not have.
 	ErrInvalidReplicaID = errors.New("invalid replica id")
+
+	// ErrInvalidMIGID reports a MIG device id that is malformed or not in
+	// the canonical form MIGID writes.
+	ErrInvalidMIGID = errors.New("invalid MIG device id")
 )

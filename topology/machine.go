@@ -153,7 +153,7 @@ func GPUID(i int) string { return IDPrefix + strconv.Itoa(i) }
 // names a GPU of this machine. Only the canonical form is accepted: no sign,
 // no leading zeros, no spaces.
 func (m *Machine) Index(id string) (int, bool) {
-	if IsReplicaID(id) {
+	if IsReplicaID(id) || IsMIGID(id) {
 		return 0, false
 	}
 	i, ok := GPUOf(id)
@@ -164,9 +164,14 @@ func (m *Machine) Index(id string) (int, bool) {
 }
 
 // GPUOf returns the GPU index a device id names, whatever the machine: i
-// for a GPU id "fake-<i>" and for a replica id "fake-<i>::<j>", both in
-// the canonical form (ParseReplicaID). ok is false for anything else.
+// for a GPU id "fake-<i>", a replica id "fake-<i>::<j>" and a MIG device
+// id "fake-<i>-mig-<profile>-<start>", all in the canonical form
+// (ParseReplicaID, ParseMIGID). ok is false for anything else.
 func GPUOf(id string) (gpu int, ok bool) {
+	if IsMIGID(id) {
+		i, _, _, err := ParseMIGID(id)
+		return i, err == nil
+	}
 	if IsReplicaID(id) {
 		i, _, err := ParseReplicaID(id)
 		return i, err == nil
