@@ -47,6 +47,12 @@ type ConfigEvent struct {
 	// Replicas is the number of device ids each GPU is shared as; 0 when
 	// the configuration does not share GPUs.
 	Replicas int `json:"replicas,omitempty"`
+	// MIGStrategy is how MIG devices are advertised through the device
+	// plugin (single, mixed; schema version 6); "" or none: they are not.
+	MIGStrategy string `json:"mig_strategy,omitempty"`
+	// MIGLayout names the MIG layout in force (a mig-parted configuration
+	// name, "all-1g.10gb"); "" none.
+	MIGLayout string `json:"mig_layout,omitempty"`
 	// Added, Removed and Restored are the device ids the change added,
 	// flagged removed and restored (as ReconcileReport lists them).
 	Added    []string `json:"added,omitempty"`
@@ -64,13 +70,14 @@ func (e ConfigEvent) FromReport(r ReconcileReport) ConfigEvent {
 }
 
 // SameConfig reports whether e and o describe the same configuration:
-// the same Profile, ResourceName, Machine, Devices and Replicas. Why,
+// the same Profile, ResourceName, Machine, Devices, Replicas and MIG
+// strategy and layout. Why,
 // Detail and the device changes are not compared. A caller can compare the
 // configuration it starts with against the newest stored event to decide
 // whether to record a change.
 func (e ConfigEvent) SameConfig(o ConfigEvent) bool {
 	return e.Profile == o.Profile && e.ResourceName == o.ResourceName && e.Machine == o.Machine &&
-		e.Devices == o.Devices && e.Replicas == o.Replicas
+		e.Devices == o.Devices && e.Replicas == o.Replicas && e.MIGStrategy == o.MIGStrategy && e.MIGLayout == o.MIGLayout
 }
 
 func (e ConfigEvent) clone() ConfigEvent {

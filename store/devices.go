@@ -42,12 +42,23 @@ type Device struct {
 	// Reason and Since for it, and SetHealth refuses a replica.
 	GPU string `json:"gpu,omitempty"`
 	// Replica is a replica's number among its GPU's replicas (0 … n-1);
-	// 0 for a GPU.
+	// 0 for a GPU. For a MIG device it is the first memory slice of its
+	// placement.
 	Replica int `json:"replica,omitempty"`
+	// MIG is, for a MIG device (schema version 6), its profile name
+	// ("3g.40gb"); GPU is then the GPU it is a partition of. A MIG device
+	// is a child of its GPU as a replica is: it has its GPU's health, and
+	// SetHealth refuses it. Unlike a replica it has a UUID of its own
+	// ("MIG-…").
+	MIG string `json:"mig,omitempty"`
 }
 
-// IsReplica reports whether d is a replica of a shared GPU (GPU is set).
+// IsReplica reports whether d is a child of a GPU (GPU is set): a replica
+// of a shared GPU, or a MIG device (IsMIG). Both have their GPU's health.
 func (d Device) IsReplica() bool { return d.GPU != "" }
+
+// IsMIG reports whether d is a MIG device of its GPU.
+func (d Device) IsMIG() bool { return d.MIG != "" }
 
 // DeviceSpec is one configured device as Reconcile takes it. ID is stable
 // across restarts and must be unique and non-empty; Index must be unique and
@@ -61,13 +72,16 @@ type DeviceSpec struct {
 	// device has none and otherwise keeps the stored one, so a device's UUID
 	// never changes once stored. The store does not check its form; it must
 	// be unique among the specs. Empty gives none (and keeps a stored one).
-	// A replica has none.
+	// A replica has none; a MIG device has its own.
 	UUID string
 	// GPU makes the device a replica of the GPU with this id, which must be
 	// a GPU spec (GPU empty) of the same Reconcile with the same Index; ""
 	// is a GPU. Replica is its number, unique among the GPU's replicas.
 	GPU     string
 	Replica int
+	// MIG makes the device (a child of GPU) a MIG device of this profile;
+	// Replica is then its placement's first memory slice.
+	MIG string
 }
 
 // UUIDConflict is a configured device whose spec gives a UUID other than
@@ -180,7 +194,7 @@ func (s *Store) reconcile(tx *bolt.Tx, devices []DeviceSpec) (ReconcileReport, e
 				return err
 			}
 			if !found {
-				d = Device{ID: spec.ID, Index: spec.Index, NUMA: spec.NUMA, Healthy: true, Since: now, UUID: spec.UUID, GPU: spec.GPU, Replica: spec.Replica}
+				d = Device{ID: spec.ID, Index: spec.Index, NUMA: spec.NUMA, Healthy: true, Since: now, UUID: spec.UUID, GPU: spec.GPU, Replica: spec.Replica, MIG: spec.MIG}
 				if err := putJSON(b, []byte(d.ID), d); err != nil {
 					return err
 				}
@@ -201,9 +215,9 @@ func (s *Store) reconcile(tx *bolt.Tx, devices []DeviceSpec) (ReconcileReport, e
 				rep.Restored = append(rep.Restored, d.ID)
 				changed = true
 			}
-			if d.Index != spec.Index || d.NUMA != spec.NUMA || d.GPU != spec.GPU || d.Replica != spec.Replica {
+			if d.Index != spec.Index || d.NUMA != spec.NUMA || d.GPU != spec.GPU || d.Replica != spec.Replica || d.MIG != spec.MIG {
 				rep.Changed = append(rep.Changed, DeviceChange{ID: d.ID, OldIndex: d.Index, NewIndex: spec.Index, OldNUMA: d.NUMA, NewNUMA: spec.NUMA})
-				d.Index, d.NUMA, d.GPU, d.Replica = spec.Index, spec.NUMA, spec.GPU, spec.Replica
+				d.Index, d.NUMA, d.GPU, d.Replica, d.MIG = spec.Index, spec.NUMA, spec.GPU, spec.Replica, spec.MIG
 				changed = true
 			}
 			switch {
@@ -312,7 +326,9 @@ func validateSpecs(devices []DeviceSpec) error {
 			return fmt.Errorf("device %q has replica number %d but no GPU: %w", d.ID, d.Replica, ErrInvalid)
 		case d.GPU == "" && indexes[d.Index] != "":
 			return fmt.Errorf("devices %q and %q share index %d: %w", indexes[d.Index], d.ID, d.Index, ErrInvalid)
-		case d.UUID != "" && d.GPU != "":
+		case d.MIG != "" && d.GPU == "":
+			return fmt.Errorf("MIG device %q (%s) has no GPU: %w", d.ID, d.MIG, ErrInvalid)
+		case d.UUID != "" && d.GPU != "" && d.MIG == "":
 			return fmt.Errorf("replica %q has a UUID of its own (a replica has its GPU's): %w", d.ID, ErrInvalid)
 		case d.UUID != "" && uuids[d.UUID] != "":
 			return fmt.Errorf("devices %q and %q share UUID %q: %w", uuids[d.UUID], d.ID, d.UUID, ErrInvalid)
@@ -478,6 +494,9 @@ func (s *Store) SetHealth(id string, healthy bool, reason, cause string) (Device
 		}
 		if !found {
 			return fmt.Errorf("%q: %w", id, ErrUnknownDevice)
+		}
+		if d.IsMIG() {
+			return fmt.Errorf("%q is a MIG device (%s) of GPU %q, whose health it has: set the GPU's: %w", id, d.MIG, d.GPU, ErrInvalid)
 		}
 		if d.IsReplica() {
 			return fmt.Errorf("%q is replica %d of GPU %q, whose health it has: set the GPU's: %w", id, d.Replica, d.GPU, ErrInvalid)

@@ -121,7 +121,18 @@
 // walking the history. Claims are history as allocations are: an
 // unprepared claim is the released kind, a prepared one is active.
 //
-// # Schema (version 5)
+// # MIG devices (version 6)
+//
+// A MIG device is a child of its GPU as a replica is ("gpu" names the GPU,
+// "replica" is the first memory slice of its placement) with its profile
+// in "mig" and a "uuid" of its own (MIG-…). It has its GPU's health; a
+// layout that no longer has it flags it removed, and one that places the
+// same profile at the same slice again restores it, UUID and history kept.
+// An allocation or claim of MIG devices lists their GPUs in "gpu_ids", so
+// its records show under the GPU. A configuration event says the MIG
+// strategy ("mig_strategy") and layout ("mig_layout") in force.
+//
+// # Schema (version 6)
 //
 // Top-level buckets; integers in keys are 8-byte big-endian, so byte order
 // is numeric order; values are JSON objects with snake_case keys and RFC 3339
@@ -129,7 +140,7 @@
 //
 //	meta                  "schema_version" -> uint64 (8 bytes big-endian), = SchemaVersion
 //	devices               device id        -> Device      {"id","index","numa","healthy","reason","since","removed","removed_at",
-//	                                                       "uuid" (version 3), "gpu","replica" (version 4)}
+//	                                                       "uuid" (version 3), "gpu","replica" (version 4), "mig" (version 6)}
 //	allocations           seq (uint64)     -> Allocation  {"seq","time","device_ids","gpu_ids" (version 4),"envs","state",
 //	                                                       "namespace","pod","container","held_since","released_at"}
 //	health_events         seq (uint64)     -> HealthEvent {"seq","time","device_id","healthy","reason","cause"}
@@ -137,6 +148,7 @@
 //	inactive_allocations  since+seq        -> empty       (16-byte key, see below)                       (version 2)
 //	config_events         seq (uint64)     -> ConfigEvent {"seq","time","profile","previous_profile","why","detail",
 //	                                                       "resource_name","machine","devices","replicas",
+//	                                                       "mig_strategy","mig_layout" (version 6),
 //	                                                       "added","removed","restored"}                 (version 3)
 //	claims                seq (uint64)     -> Claim       {"seq","uid","namespace","name","device_ids","gpu_ids",
 //	                                                       "envs","reserved_for":[{"resource","name","uid"}],
@@ -208,7 +220,9 @@
 // optional, and a build of version 3 must not take replica records for
 // GPUs. The 4→5 step creates the claims, claim_uids and inactive_claims
 // buckets, empty; every other bucket keeps its keys and values as they
-// are. A read-only Store reads an older file as it is (a missing bucket
+// are. The 5→6 step writes nothing but the version: MIG device records
+// and the configuration events' MIG fields are optional, and a build of
+// version 5 must not take MIG records for replicas. A read-only Store reads an older file as it is (a missing bucket
 // reads as empty: a file of version 4 has no claims). To change the
 // layout, bump SchemaVersion and append a step; never edit a shipped step.
 //

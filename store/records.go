@@ -90,6 +90,8 @@ func decodeDevice(k, v []byte) (Device, error) {
 		return Device{}, damaged("negative replica number %d", d.Replica)
 	case d.GPU == "" && d.Replica != 0:
 		return Device{}, damaged("replica number %d without a GPU", d.Replica)
+	case d.GPU == "" && d.MIG != "":
+		return Device{}, damaged("MIG device (%s) without a GPU", d.MIG)
 	}
 	return d, nil
 }

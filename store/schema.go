@@ -10,7 +10,7 @@ import (
 // SchemaVersion is the layout version this build reads and writes. Open
 // migrates files with a smaller version (see doc.go) and refuses files with a
 // larger one (ErrNewerSchema).
-const SchemaVersion = 5
+const SchemaVersion = 6
 
 // Bucket and key names. They are part of the on-disk format: never rename them
 // without a migration step.
@@ -66,6 +66,7 @@ var migrations = []migration{
 	{from: 2, name: "create the config_events bucket", apply: migrateV2toV3},
 	{from: 3, name: "admit replica device records and allocation GPU ids", apply: migrateV3toV4},
 	{from: 4, name: "create the claims bucket and its indexes", apply: migrateV4toV5},
+	{from: 5, name: "admit MIG device records", apply: migrateV5toV6},
 }
 
 // migrateV0toV1 adopts a version-0 file: one without a meta bucket. That is a
@@ -238,3 +239,11 @@ func u64(n uint64) []byte {
 
 // be decodes an 8-byte big-endian key written by u64.
 func be(k []byte) uint64 { return binary.BigEndian.Uint64(k) }
+
+// migrateV5toV6 changes nothing stored: version 6 adds optional fields
+// ("mig" of MIG device records, which also carry a "uuid" of their own,
+// and "mig_strategy" and "mig_layout" of configuration events) that a file
+// of version 5 lacks and reads correctly without. The version is bumped so
+// that a build of version 5, which would take a MIG device record for a
+// replica with a UUID it must not have, refuses the file instead.
+func migrateV5toV6(*bolt.Tx) error { return nil }
