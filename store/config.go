@@ -150,8 +150,11 @@ type ConfigChange struct {
 // Reconcile does, and records the configuration event e of the change, as
 // RecordConfigChange does, in one transaction: a crash leaves both or
 // neither. e describes the configuration (Profile, Why, Detail,
-// ResourceName, Machine, Replicas; Time, if zero, is now); its device part
-// is the reconcile's report (ConfigEvent.FromReport), whatever e holds, and
+// ResourceName, Machine, Replicas, Devices; Time, if zero, is now); its
+// device changes are the reconcile's report (ConfigEvent.FromReport),
+// whatever e holds, and so is Devices when e's is 0 (a caller that
+// advertises other than every configured GPU and replica, MIG devices of
+// a layout, says how many it does), and
 // its PreviousProfile the Profile of the newest stored event (damaged
 // records skipped), left empty if there is none. No event is recorded when
 // e is that newest event's configuration (SameConfig) and the report is
@@ -164,6 +167,7 @@ type ConfigChange struct {
 // nothing.
 func (s *Store) ReconcileConfig(devices []DeviceSpec, e ConfigEvent, check func([]Device) error) (ConfigChange, error) {
 	const op = "reconcile devices and record config change"
+	advertised := e.Devices
 	e = e.FromReport(ReconcileReport{})
 	e.Seq, e.PreviousProfile = 0, ""
 	e.Time = s.stamp(e.Time)
@@ -182,6 +186,9 @@ func (s *Store) ReconcileConfig(devices []DeviceSpec, e ConfigEvent, check func(
 		}
 		out.Report = rep
 		e := e.FromReport(rep)
+		if advertised > 0 {
+			e.Devices = advertised
+		}
 		newest, found, err := s.newestConfigEvent(tx)
 		if err != nil {
 			return err

@@ -277,7 +277,7 @@ func TestReconcileConfig(t *testing.T) {
 	s := storetest.MustOpen(t, store.Options{Now: newClock().Now})
 	cfg := func(profile string) store.ConfigEvent {
 		return store.ConfigEvent{Profile: profile, Why: store.WhyFileChanged, ResourceName: "unicore.mcyou.cc/gpu", Machine: "dgx1-volta",
-			Devices: 99, Added: []string{"ignored"}, PreviousProfile: "ignored"} // the store fills these in
+			Added: []string{"ignored"}, PreviousProfile: "ignored"} // the store fills these in, and Devices when 0
 	}
 	type want struct {
 		recorded bool

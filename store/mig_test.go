@@ -79,3 +79,23 @@ func TestReconcile_MIGSpecErrors(t *testing.T) {
 		t.Errorf("MIG device with its GPU's UUID: %v, want ErrInvalid", err)
 	}
 }
+
+// TestReconcileConfig_AdvertisedCount: a caller that advertises other than
+// every configured GPU and replica (MIG devices kept for a layout but the
+// GPUs advertised whole) says how many it advertises, and the event keeps
+// it; without a count the report's is taken.
+func TestReconcileConfig_AdvertisedCount(t *testing.T) {
+	s := storetest.MustOpen(t, store.Options{})
+	e := store.ConfigEvent{Why: store.WhyFileChanged, MIGStrategy: "none", MIGLayout: "all-balanced", Devices: 2}
+	got, err := s.ReconcileConfig(migSpecs("3g40gb", 0, 4), e, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Event.Devices != 2 || got.Event.MIGLayout != "all-balanced" || got.Event.MIGStrategy != "none" {
+		t.Errorf("event %+v: want the 2 devices advertised and the MIG layout", got.Event)
+	}
+	e.Devices, e.MIGStrategy = 0, "mixed"
+	if got, err = s.ReconcileConfig(migSpecs("3g40gb", 0, 4), e, nil); err != nil || !got.Recorded || got.Event.Devices != 3 {
+		t.Errorf("another strategy = %+v, %v; want recorded, the report's 3 devices (fake-1 and the two MIG devices)", got, err)
+	}
+}
