@@ -37,7 +37,7 @@ var allowedImports = map[string][]string{
 	"plugin/kube":           {"topology"},
 	"plugin/podresources":   {"store"},
 	"plugin/faults":         {"store", "topology"},
-	"plugin/gpuset":         {"allocator", "store", "topology"},
+	"plugin/gpuset":         {"allocator", "store", "topology", "topology/mig"},
 	"plugin/metrics":        {"plugin/gpuset", "store", "topology"},
 	"plugin/telemetry":      {"plugin/gpuset", "plugin/view/loadsock", "store", "topology"},
 	"plugin/view": {"plugin/atomicfile", "plugin/gpuset", "plugin/telemetry", "plugin/view/cdi", "plugin/view/loadsock",

@@ -33,6 +33,9 @@ type Config struct {
 	// Sharing is how GPUs are shared; Sharing.Replicas is 1 when they are
 	// not.
 	Sharing Sharing
+	// MIG is the MIG layout and how its devices are advertised; the zero
+	// value has none.
+	MIG MIG
 }
 
 // Sharing is the configuration of time-sliced GPUs: each shared GPU is

@@ -22,4 +22,7 @@ type Device struct {
 	Healthy bool
 	// Reason says why a device is unhealthy (empty when healthy).
 	Reason string
+	// Resource is the extended resource the device is advertised under
+	// (gpuset.Set.Resources); "" for devices of other catalogs.
+	Resource string
 }

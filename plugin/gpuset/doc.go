@@ -1,5 +1,7 @@
 // Package gpuset is what one resolved configuration advertises: its
-// devices (whole GPUs, or the replicas of shared ones) with their health,
+// devices (whole GPUs, the replicas of shared ones, or the MIG devices of a
+// MIG layout, under one resource or, with the mixed strategy, one per
+// profile: mig.go) with their health,
 // the layout that maps devices to GPUs and back, how a request for some of
 // them is placed and what environment a container of them gets, the GPU
 // labels and the description of the configuration in the history. A Set is

@@ -11,6 +11,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
+	"github.com/unicore/virtual-gpu-device-plugin/topology/mig"
 )
 
 // EnvIDs is the environment variable a container gets its GPUs in: their
@@ -52,12 +53,17 @@ type Set struct {
 	shared   []bool // by GPU index; nil without sharing
 	policy   allocator.Policy
 	replicas allocator.SharedPolicy // nil without sharing
+
+	mig        [][]MIGDevice // by GPU index; nil without MIG (see mig.go)
+	migProduct *mig.Product  // nil without MIG
 }
 
-// slot is where an advertised device sits: its Index and its GPU.
+// slot is where an advertised device sits: its Index, its GPU and the
+// resource it is advertised under.
 type slot struct {
-	index int // Device.Index
-	gpu   int // the GPU's index on the machine
+	index    int // Device.Index
+	gpu      int // the GPU's index on the machine
+	resource string
 }
 
 // New builds the set of cfg. identity is what GPU UUIDs are derived from
@@ -86,8 +92,17 @@ func New(cfg Config, identity string) (*Set, error) {
 			s.shared[i] = sh.Shares(i)
 		}
 	}
+	if err := s.migLayout(); err != nil {
+		return nil, fmt.Errorf("device set: %w", err)
+	}
+	if s.mig != nil {
+		s.perGPU = MIGStride
+	}
 	s.numa = m.ReportNUMA(cfg.NUMAReport, os.DirFS(cfg.SysfsRoot))
 	s.specs, s.slots = s.layout(identity)
+	if len(s.slots) == 0 {
+		return nil, fmt.Errorf("device set: MIG layout %q leaves no device to advertise (every GPU MIG-enabled without MIG devices): %w", cfg.MIG.Layout, errMIG)
+	}
 	return s, nil
 }
 
@@ -105,14 +120,30 @@ func (s *Set) layout(identity string) ([]store.DeviceSpec, map[string]slot) {
 		if identity != "" {
 			specs[i].UUID = topology.DeriveUUID(identity, id)
 		}
+		if s.mig != nil {
+			for _, d := range s.mig[i] {
+				spec := store.DeviceSpec{ID: d.ID, Index: i, NUMA: m.NUMA(i), GPU: id, Replica: d.Number, MIG: d.Profile.Name}
+				if identity != "" {
+					spec.UUID = topology.DeriveMIGUUID(identity, d.ID)
+				}
+				specs = append(specs, spec)
+				if s.advertisesMIG(i) {
+					slots[d.ID] = slot{index: i*s.perGPU + d.Number, gpu: i, resource: s.migResource(d.Profile.Name)}
+				}
+			}
+			if s.advertisesWhole(i) {
+				slots[id] = slot{index: i * s.perGPU, gpu: i, resource: s.resource}
+			}
+			continue
+		}
 		if !s.Shares(i) {
-			slots[id] = slot{index: i * s.perGPU, gpu: i}
+			slots[id] = slot{index: i * s.perGPU, gpu: i, resource: s.resource}
 			continue
 		}
 		for j := range s.perGPU {
 			rid := topology.ReplicaID(i, j)
 			specs = append(specs, store.DeviceSpec{ID: rid, Index: i, NUMA: m.NUMA(i), GPU: id, Replica: j})
-			slots[rid] = slot{index: i*s.perGPU + j, gpu: i}
+			slots[rid] = slot{index: i*s.perGPU + j, gpu: i, resource: s.resource}
 		}
 	}
 	return specs, slots
@@ -125,7 +156,9 @@ func (s *Set) Config() Config { return s.cfg }
 func (s *Set) Machine() *topology.Machine { return s.cfg.Machine }
 
 // Resource returns the extended resource the devices are advertised as:
-// the configuration's, or the shared GPUs' (Sharing.ResourceName).
+// the configuration's, or the shared GPUs' (Sharing.ResourceName). With the
+// mixed MIG strategy the MIG devices have resources of their own
+// (Resources).
 func (s *Set) Resource() string { return s.resource }
 
 // Specs returns the devices to reconcile the store with, UUIDs derived:
@@ -136,10 +169,11 @@ func (s *Set) Specs() []store.DeviceSpec { return slices.Clone(s.specs) }
 func (s *Set) NUMA() topology.ReportedNUMA { return s.numa }
 
 // Len returns the number of advertised devices (a shared GPU counts as
-// its replicas).
+// its replicas, a GPU advertised as MIG devices as those).
 func (s *Set) Len() int { return len(s.slots) }
 
-// PerGPU returns the number of replicas per shared GPU; 1 without sharing.
+// PerGPU returns the number of replicas per shared GPU; 1 without sharing;
+// MIGStride with MIG devices.
 func (s *Set) PerGPU() int { return s.perGPU }
 
 // Shares reports whether GPU i is advertised as replicas.
@@ -166,6 +200,9 @@ func (s *Set) DeviceIDsOf(i int) []string {
 			ids = append(ids, topology.ReplicaID(i, j))
 		}
 	}
+	for _, d := range s.MIGOf(i) {
+		ids = append(ids, d.ID)
+	}
 	return ids
 }
 
@@ -182,7 +219,7 @@ func (s *Set) Devices(stored []store.Device) ([]Device, error) {
 		if !ok || d.Removed {
 			continue
 		}
-		devices = append(devices, Device{ID: d.ID, Index: sl.index, NUMA: s.numa.Node(sl.gpu), Healthy: d.Healthy, Reason: d.Reason})
+		devices = append(devices, Device{ID: d.ID, Index: sl.index, NUMA: s.numa.Node(sl.gpu), Healthy: d.Healthy, Reason: d.Reason, Resource: sl.resource})
 	}
 	if len(devices) != len(s.slots) {
 		return nil, fmt.Errorf("device set: %d of %d configured devices are in the state file: %w", len(devices), len(s.slots), store.ErrUnknownDevice)
@@ -207,11 +244,20 @@ func (s *Set) GPUs(devs []Device) []int {
 }
 
 // Members returns the advertised devices whose health is GPU id's: its
-// replicas when it is shared, itself otherwise. A replica id is refused:
-// health is per GPU. An id that is no GPU of the machine wraps
+// replicas when it is shared, its MIG devices when it is advertised as
+// those (and itself too with Partitionable), itself otherwise; none for a
+// MIG-enabled GPU without MIG devices. A replica or MIG device id is
+// refused: health is per GPU. An id that is no GPU of the machine wraps
 // store.ErrUnknownDevice.
 func (s *Set) Members(id string) ([]string, error) {
 	m := s.cfg.Machine
+	if topology.IsMIGID(id) {
+		gpu, ok := topology.GPUOf(id)
+		if !ok || gpu >= m.Len() {
+			return nil, fmt.Errorf("%q: %w", id, store.ErrUnknownDevice)
+		}
+		return nil, fmt.Errorf("%s is a MIG device of %s: health is per GPU, set %s (its MIG devices follow)", id, m.ID(gpu), m.ID(gpu))
+	}
 	if topology.IsReplicaID(id) {
 		gpu, _, err := topology.ParseReplicaID(id)
 		if err != nil || gpu >= m.Len() {
@@ -222,6 +268,16 @@ func (s *Set) Members(id string) ([]string, error) {
 	i, ok := m.Index(id)
 	if !ok {
 		return nil, fmt.Errorf("%q: %w", id, store.ErrUnknownDevice)
+	}
+	if s.advertisesMIG(i) {
+		var ids []string
+		if s.advertisesWhole(i) {
+			ids = append(ids, id)
+		}
+		for _, d := range s.mig[i] {
+			ids = append(ids, d.ID)
+		}
+		return ids, nil
 	}
 	if !s.Shares(i) {
 		return []string{id}, nil
@@ -267,16 +323,19 @@ func (s *Set) Limit() (max int, rule string) {
 // also takes a free whole GPU last).
 func (s *Set) Prefer(available, mustInclude []Device, size int) ([]string, error) {
 	m := s.cfg.Machine
+	if len(available) > 0 && topology.IsMIGID(available[0].ID) {
+		return s.preferMIG(available, mustInclude, size), nil
+	}
 	if s.replicas == nil {
-		chosen, err := s.policy(m, indices(available), indices(mustInclude), size)
+		chosen, err := s.policy(m, s.gpuIndices(available), s.gpuIndices(mustInclude), size)
 		if err != nil {
 			return nil, err
 		}
 		ids := make([]string, len(chosen))
-		for i, idx := range chosen {
-			pos, found := slices.BinarySearchFunc(available, idx, func(d Device, idx int) int { return d.Index - idx })
+		for i, g := range chosen {
+			pos, found := slices.BinarySearchFunc(available, g*s.perGPU, func(d Device, idx int) int { return d.Index - idx })
 			if !found {
-				return nil, fmt.Errorf("index %d is not an available device: %w", idx, ErrInvalidChoice)
+				return nil, fmt.Errorf("GPU %d is not an available device: %w", g, ErrInvalidChoice)
 			}
 			ids[i] = available[pos].ID
 		}
@@ -307,11 +366,12 @@ func (s *Set) Prefer(available, mustInclude []Device, size int) ([]string, error
 	return ids, nil
 }
 
-// indices returns the Index of each device, in order.
-func indices(devs []Device) []int {
+// gpuIndices returns the GPU index of each device, in order: for whole
+// GPUs, what a policy over GPUs takes.
+func (s *Set) gpuIndices(devs []Device) []int {
 	out := make([]int, len(devs))
 	for i, d := range devs {
-		out[i] = d.Index
+		out[i] = s.GPU(d)
 	}
 	return out
 }
@@ -339,7 +399,7 @@ func (s *Set) split(devs []Device) ([]allocator.Replica, []int) {
 func (s *Set) Env(devs []Device) map[string]string {
 	m := s.cfg.Machine
 	if s.replicas == nil {
-		env := m.ContainerEnv(indices(devs))
+		env := m.ContainerEnv(s.GPUs(devs))
 		ids := make([]string, len(devs))
 		for i, d := range devs {
 			ids[i] = d.ID
@@ -379,7 +439,7 @@ func (s *Set) Equal(o *Set) bool {
 func UUIDs(stored []store.Device) map[int]string {
 	out := make(map[int]string, len(stored))
 	for _, d := range stored {
-		if i, ok := topology.GPUOf(d.ID); ok && d.UUID != "" && !topology.IsReplicaID(d.ID) {
+		if i, ok := topology.GPUOf(d.ID); ok && d.UUID != "" && !d.IsReplica() && !topology.IsReplicaID(d.ID) && !topology.IsMIGID(d.ID) {
 			out[i] = d.UUID
 		}
 	}
