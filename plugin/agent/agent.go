@@ -388,11 +388,18 @@ func (a *Agent) SetHealth(id string, healthy bool, reason, cause string) error {
 			change = append(change, i)
 		}
 	}
-	if len(change) == 0 {
+	if len(change) == 0 && len(ids) > 0 {
 		return nil
 	}
-	if _, _, err := a.st.SetHealth(id, healthy, reason, cause); err != nil {
+	// A MIG-enabled GPU without MIG devices advertises nothing, but its
+	// health is stored all the same (store.SetHealth changes nothing when
+	// it is the same).
+	_, changed, err := a.st.SetHealth(id, healthy, reason, cause)
+	if err != nil {
 		return fmt.Errorf("set health of %s: %w", topology.QuoteID(id), err)
+	}
+	if !changed && len(ids) == 0 {
+		return nil
 	}
 	a.parts.Files.Health(id, healthy, reason)
 	var errs []error

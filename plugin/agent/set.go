@@ -44,6 +44,9 @@ func NewSet(cfg Config, identity string) (*Set, error) {
 		s.labels.Replicas, s.labels.Renamed = sh.Replicas, sh.Renamed
 		s.event.Replicas = sh.Replicas
 	}
+	if mc := cfg.GPUs.MIG; mc.Layout != "" {
+		s.event.MIGStrategy, s.event.MIGLayout = string(mc.Strategy.OrDefault()), mc.Layout
+	}
 	return s, nil
 }
 
@@ -82,6 +85,8 @@ func (s *Set) changes(prev *Set) []string {
 	diff("profile", prev.Config.Profile, s.Config.Profile)
 	diff("resource", prev.Resource(), s.Resource())
 	diff("topology", prev.Config.GPUs.Machine.Name(), s.Config.GPUs.Machine.Name())
+	diff("MIG layout", prev.Config.GPUs.MIG.Layout, s.Config.GPUs.MIG.Layout)
+	diff("MIG strategy", string(prev.Config.GPUs.MIG.Strategy.OrDefault()), string(s.Config.GPUs.MIG.Strategy.OrDefault()))
 	if a, b := prev.GPUs.Len(), s.GPUs.Len(); a != b {
 		out = append(out, fmt.Sprintf("devices %d -> %d", a, b))
 	}

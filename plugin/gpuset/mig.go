@@ -200,6 +200,17 @@ func (s *Set) migLayout() error {
 	return nil
 }
 
+// CheckMIG reports whether a set of cfg can serve its MIG layout (the
+// strategy's rules, the product's MIG model), without building the set:
+// the error New would return for it.
+func CheckMIG(cfg Config) error {
+	if cfg.Machine == nil {
+		return errors.New("no machine")
+	}
+	s := &Set{cfg: cfg}
+	return s.migLayout()
+}
+
 // advertisesMIG reports whether GPU i is advertised as its MIG devices
 // (with Partitionable: besides itself).
 func (s *Set) advertisesMIG(i int) bool {

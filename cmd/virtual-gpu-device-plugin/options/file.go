@@ -197,9 +197,11 @@ func parseFile(name string, data []byte) (*File, error) {
 		v.raw = filepath.Join(filepath.Dir(name), v.raw)
 		d.values["topology"] = v
 	}
-	if v, ok := d.values["telemetry-collectors"]; ok && v.raw != "" && !filepath.IsAbs(v.raw) { // next to the file, as topology
-		v.raw = filepath.Join(filepath.Dir(name), v.raw)
-		d.values["telemetry-collectors"] = v
+	for _, flag := range []string{"telemetry-collectors", "mig-config-file"} { // next to the file, as topology
+		if v, ok := d.values[flag]; ok && v.raw != "" && !filepath.IsAbs(v.raw) {
+			v.raw = filepath.Join(filepath.Dir(name), v.raw)
+			d.values[flag] = v
+		}
 	}
 	f.values, f.Ignored, f.lines = d.values, d.notes, d.lines
 	return f, nil

@@ -17,6 +17,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/agent"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/dra/endpoint"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/podresources"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/telemetry"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view"
@@ -217,6 +218,15 @@ type Settings struct {
 	// TelemetryWritable lets containers set their GPUs' load through a
 	// per-allocation socket (-telemetry-writable, default false).
 	TelemetryWritable bool
+	// MIGStrategy is how the device plugin advertises MIG devices: none,
+	// single or mixed (-mig-strategy, default none).
+	MIGStrategy string
+	// MIGConfig names the MIG layout (a mig-parted configuration's, such
+	// as all-1g.10gb); "" none (-mig-config, default "").
+	MIGConfig string
+	// MIGConfigFile is a mig-parted configuration file whose layouts add
+	// to or replace the built-in ones (-mig-config-file, default "").
+	MIGConfigFile string
 
 	// origins holds where each value not at its default came from, by
 	// flag name.
@@ -306,6 +316,9 @@ func newFlagSet(s *Settings, b *bootstrap) *flag.FlagSet {
 	fs.IntVar(&s.TelemetrySeed, "telemetry-seed", 0, "seed of the load model: the same seed and clock give the same values")
 	fs.BoolVar(&s.TelemetryPerPod, "telemetry-per-pod", false, "a GPU shared by several containers has one telemetry series per container (dcgm-exporter's --kubernetes-virtual-gpus), not one for its newest holder")
 	fs.BoolVar(&s.TelemetryWritable, "telemetry-writable", false, "let containers set their GPUs' utilization and memory used (nvidia-smi --set-load) over a per-allocation socket; needs -telemetry-address")
+	fs.StringVar(&s.MIGStrategy, "mig-strategy", string(gpuset.MIGStrategyNone), "how the device plugin advertises MIG devices (`strategy`), as NVIDIA's: none (every GPU whole), single (the MIG devices as the GPU resource; one profile on every GPU) or mixed (a resource mig-<profile> per profile)")
+	fs.StringVar(&s.MIGConfig, "mig-config", "", "the MIG `layout`: a name of GPU Operator's default mig-parted configuration (all-disabled, all-enabled, all-1g.10gb, all-balanced, …) or of -mig-config-file; empty: MIG off")
+	fs.StringVar(&s.MIGConfigFile, "mig-config-file", "", "a mig-parted configuration `file` (version: v1, mig-configs: …) whose layouts add to or replace the built-in ones")
 	fs.BoolVar(&b.version, "version", false, "print the version, commit and Go version and exit")
 	return fs
 }

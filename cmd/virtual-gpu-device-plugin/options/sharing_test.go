@@ -28,19 +28,19 @@ func TestSharing_NVIDIAConfigs(t *testing.T) {
 			gpuset.Sharing{Replicas: 10, ResourceName: "unicore.mcyou.cc/gpu.shared", Renamed: true, PolicyName: "distributed"}, 4, nil},
 		{"nvidia-flags.yaml", nil,
 			gpuset.Sharing{Replicas: 1, ResourceName: "unicore.mcyou.cc/gpu", PolicyName: "distributed"}, 4,
-			[]string{"flags.migStrategy", "flags.failOnInitError", "flags.nvidiaDriverRoot", "flags.plugin.passDeviceSpecs", "flags.plugin.deviceIDStrategy"}},
+			[]string{"flags.failOnInitError", "flags.nvidiaDriverRoot", "flags.plugin.passDeviceSpecs", "flags.plugin.deviceIDStrategy"}},
 		{"nvidia-every-field.yaml", nil,
 			gpuset.Sharing{Replicas: 4, ResourceName: "unicore.mcyou.cc/gpu-shared", Renamed: true, FailRequestsGreaterThanOne: true, GPUs: []int{0, 1, 3}, PolicyName: "packed"}, 4,
-			[]string{"flags.migStrategy", "flags.failOnInitError", "flags.mpsRoot", "flags.nvidiaDriverRoot", "flags.nvidiaDevRoot", "flags.gdrcopyEnabled",
+			[]string{"flags.failOnInitError", "flags.mpsRoot", "flags.nvidiaDriverRoot", "flags.nvidiaDevRoot", "flags.gdrcopyEnabled",
 				"flags.gdsEnabled", "flags.mofedEnabled", "flags.useNodeFeatureAPI", "flags.deviceDiscoveryStrategy", "flags.plugin.passDeviceSpecs",
 				"flags.plugin.deviceIDStrategy", "flags.plugin.cdiAnnotationPrefix", "flags.plugin.nvidiaCTKPath", "flags.plugin.containerDriverRoot",
 				"flags.gfd", "resources", "imex"}},
 		{"nvidia-gpu-operator-time-slicing-fine.yaml", nil,
 			gpuset.Sharing{Replicas: 8, ResourceName: "unicore.mcyou.cc/gpu", PolicyName: "distributed"}, 4,
-			[]string{"flags.migStrategy", "sharing.timeSlicing.resources[1]", "sharing.timeSlicing.resources[2]", "sharing.timeSlicing.resources[3]", "sharing.timeSlicing.resources[4]"}},
+			[]string{"sharing.timeSlicing.resources[1]", "sharing.timeSlicing.resources[2]", "sharing.timeSlicing.resources[3]", "sharing.timeSlicing.resources[4]"}},
 		{"nvidia-running-config-log.yaml", nil,
 			gpuset.Sharing{Replicas: 4, ResourceName: "unicore.mcyou.cc/gpu", PolicyName: "distributed"}, 4,
-			[]string{"flags.migStrategy", "flags.failOnInitError", "flags.mpsRoot", "flags.nvidiaDriverRoot", "flags.nvidiaDevRoot", "flags.gdrcopyEnabled",
+			[]string{"flags.failOnInitError", "flags.mpsRoot", "flags.nvidiaDriverRoot", "flags.nvidiaDevRoot", "flags.gdrcopyEnabled",
 				"flags.gdsEnabled", "flags.mofedEnabled", "flags.useNodeFeatureAPI", "flags.deviceDiscoveryStrategy", "flags.plugin.passDeviceSpecs",
 				"flags.plugin.deviceIDStrategy", "flags.plugin.cdiAnnotationPrefix", "flags.plugin.nvidiaCTKPath", "flags.plugin.containerDriverRoot",
 				"resources", "imex"}},
@@ -87,7 +87,10 @@ func TestSharing_NVIDIAConfigs(t *testing.T) {
 	if !c.GPUs.Sharing.Shares(3) || c.GPUs.Sharing.Shares(2) {
 		t.Errorf("Shares: GPU 3 %v, GPU 2 %v", c.GPUs.Sharing.Shares(3), c.GPUs.Sharing.Shares(2))
 	}
-	if got := c.Ignored[0].String(); got != c.File+":5: flags.migStrategy: a field of NVIDIA's device plugin, ignored: virtual GPUs have no MIG devices: as migStrategy none" {
+	if c.GPUs.MIG.Strategy != "none" { // NVIDIA's flags.migStrategy is ours
+		t.Errorf("flags.migStrategy none read as %q", c.GPUs.MIG.Strategy)
+	}
+	if got := c.Ignored[0].String(); got != c.File+":6: flags.failOnInitError: a field of NVIDIA's device plugin, ignored: a configuration or start-up error always ends the plugin (exit 2 or 1), as failOnInitError true" {
 		t.Errorf("note = %q", got)
 	}
 }

@@ -78,6 +78,9 @@ type flagsSpec struct {
 	TelemetrySeed                 *int        `yaml:"telemetrySeed" flag:"telemetry-seed" profile:"allow" min:"0"`
 	TelemetryPerPod               *bool       `yaml:"telemetryPerPod" flag:"telemetry-per-pod" profile:"allow"`
 	TelemetryWritable             *bool       `yaml:"telemetryWritable" flag:"telemetry-writable" profile:"allow"`
+	MigStrategy                   *string     `yaml:"migStrategy" flag:"mig-strategy" profile:"allow"`
+	MigConfig                     *string     `yaml:"migConfig" flag:"mig-config" profile:"allow"`
+	MigConfigFile                 *string     `yaml:"migConfigFile" flag:"mig-config-file" profile:"path"`
 	StateMoveAside                *bool       `yaml:"stateMoveAside" flag:"state-move-aside" profile:"process"`
 	HistoryMaxRecords             *int        `yaml:"historyMaxRecords" flag:"history-max-records" profile:"process" min:"1"`
 	HistoryMaxAge                 *duration   `yaml:"historyMaxAge" flag:"history-max-age" profile:"process"`
@@ -88,7 +91,6 @@ type flagsSpec struct {
 	LogFormat                     *string     `yaml:"logFormat" flag:"log-format" profile:"process"`
 
 	// NVIDIA's flags (api/config/v1 CommandLineFlags).
-	MigStrategy             *string        `yaml:"migStrategy" nvidia:"virtual GPUs have no MIG devices: as migStrategy none"`
 	FailOnInitError         *bool          `yaml:"failOnInitError" nvidia:"a configuration or start-up error always ends the plugin (exit 2 or 1), as failOnInitError true"`
 	MpsRoot                 *string        `yaml:"mpsRoot" nvidia:"MPS is not supported"`
 	NvidiaDriverRoot        *string        `yaml:"nvidiaDriverRoot" nvidia:"there is no driver: the GPUs are virtual"`

@@ -27,6 +27,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/cdi"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
+	"github.com/unicore/virtual-gpu-device-plugin/topology/mig"
 )
 
 // logLevelNames are the accepted -log-level values.
@@ -262,6 +263,9 @@ func (s Settings) Validate() (*Config, error) {
 	if advertised > maxAdvertised {
 		return nil, s.bad("replicas", s.Replicas, "%d GPUs shared %d ways are %d devices; at most %d fit the kubelet's ListAndWatch message",
 			c.GPUs.Machine.Len(), c.GPUs.Sharing.Replicas, advertised, maxAdvertised)
+	}
+	if err := s.validateMIG(c); err != nil {
+		return nil, err
 	}
 	if err := s.checkDRA(c); err != nil {
 		return nil, err
@@ -706,6 +710,10 @@ func (s *Settings) checkDRA(c *Config) error {
 		return s.bad("replicas", c.GPUs.Sharing.Replicas, "time-slicing replicas are served through the device plugin only, not while %s is dra: "+
 			"through DRA, pods share a GPU by sharing a ResourceClaim", s.name("kubelet-api"))
 	}
+	if c.GPUs.MIG.Layout != "" {
+		return s.bad("mig-config", c.GPUs.MIG.Layout, "MIG partitions are served through the device plugin only for now (-mig-strategy single or mixed), not while %s is dra: "+
+			"DRA partitionable devices are not published yet", s.name("kubelet-api"))
+	}
 	if c.Telemetry.Writable {
 		return s.bad("telemetry-writable", true, "the per-allocation load sockets are served through the device plugin only, not while %s is dra", s.name("kubelet-api"))
 	}
@@ -748,4 +756,49 @@ func readCollectors(path string) ([]telemetry.Collector, []string, error) {
 		warnings[i] = path + ": " + warnings[i] + " (dcgm-exporter would serve it)"
 	}
 	return cs, warnings, err
+}
+
+// validateMIG checks the MIG strategy, reads the mig-parted file and
+// resolves the layout on the machine: an unknown layout, a profile the
+// product lacks or devices that do not fit a GPU are refused naming the
+// GPU and the profile (mig.Resolve), and so is a layout the strategy
+// cannot serve (gpuset.CheckMIG). With -kubelet-api=dra the MIG-enabled
+// GPUs are published as partitionable devices.
+func (s *Settings) validateMIG(c *Config) error {
+	st := gpuset.MIGStrategy(s.MIGStrategy)
+	if !slices.Contains(gpuset.MIGStrategies, st) {
+		return s.bad("mig-strategy", s.MIGStrategy, "must be one of none, single, mixed")
+	}
+	cfg, err := mig.BuiltinConfig()
+	if err != nil {
+		return err
+	}
+	if s.MIGConfigFile != "" {
+		f, err := os.Open(s.MIGConfigFile)
+		if err != nil {
+			return s.bad("mig-config-file", s.MIGConfigFile, "%w", err)
+		}
+		user, err := mig.ParseConfig(s.MIGConfigFile, f)
+		f.Close()
+		if err != nil {
+			return s.bad("mig-config-file", s.MIGConfigFile, "%w", err)
+		}
+		cfg = mig.Merge(cfg, user)
+	}
+	c.MIGConfig = cfg
+	if st == gpuset.MIGStrategyMixed && s.MIGConfig != "" {
+		return s.bad("mig-strategy", s.MIGStrategy, "mixed is not served yet (one socket per resource is being built, issue #23): use single")
+	}
+	c.GPUs.MIG = gpuset.MIG{Strategy: st, Layout: s.MIGConfig, Partitionable: c.KubeletAPI == agent.KubeletAPIDRA}
+	if s.MIGConfig == "" {
+		return nil
+	}
+	m := c.GPUs.Machine
+	if c.GPUs.MIG.GPUs, err = mig.Resolve(cfg, s.MIGConfig, m.GPUModel().Product, m.Len()); err != nil {
+		return s.bad("mig-config", s.MIGConfig, "%w", err)
+	}
+	if err := gpuset.CheckMIG(c.GPUs); err != nil {
+		return s.bad("mig-config", s.MIGConfig, "%w", err)
+	}
+	return nil
 }
