@@ -4,10 +4,9 @@
 // each MIG device. It is a pure library: no files, no logger, no state;
 // everything is safe for concurrent use except modifying a Config.
 //
-// Not wired in yet: no package of the plugin imports this one, and no flag,
-// label, device or status file uses it. It is the groundwork of issue #23
-// (MIG partitions: the -mig-strategy single and mixed resources and DRA
-// partitionable devices), which wires it into the plugin.
+// The plugin's options resolve -mig-config with it (Resolve on the
+// built-in and -mig-config-file layouts), and plugin/gpuset turns the
+// result into MIG devices (gpuset.MIG) advertised by -mig-strategy.
 //
 // # The partition model
 //

@@ -787,7 +787,7 @@ func (s *Settings) validateMIG(c *Config) error {
 	}
 	c.MIGConfig = cfg
 	if st == gpuset.MIGStrategyMixed && s.MIGConfig != "" {
-		return s.bad("mig-strategy", s.MIGStrategy, "mixed is not served yet (one socket per resource is being built, issue #23): use single")
+		return s.bad("mig-strategy", s.MIGStrategy, "mixed is not served yet (one socket per resource): use single, or none")
 	}
 	c.GPUs.MIG = gpuset.MIG{Strategy: st, Layout: s.MIGConfig, Partitionable: c.KubeletAPI == agent.KubeletAPIDRA}
 	if s.MIGConfig == "" {

@@ -203,6 +203,8 @@ log-level: logLevel
 - telemetry-per-pod
 - telemetry-writable
 - kubelet-api
+- mig-strategy
+- mig-config
 {{- end }}
 
 {{/* Checks of the values that the schema cannot express; each fails with what to change. */}}
