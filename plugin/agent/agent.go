@@ -416,7 +416,7 @@ func (a *Agent) SetHealth(id string, healthy bool, reason, cause string) error {
 		a.parts.Telemetry.Poke()
 	}
 	ev := a.log.Info().Str("device", id)
-	if len(ids) > 1 || ids[0] != id {
+	if len(ids) != 1 || ids[0] != id {
 		ev = ev.Int("devices", len(ids))
 	}
 	ev.Bool("healthy", healthy).Str("reason", reason).Str("cause", cause).Msg("device health changed")
