@@ -42,8 +42,8 @@ type Device struct {
 	// Reason and Since for it, and SetHealth refuses a replica.
 	GPU string `json:"gpu,omitempty"`
 	// Replica is a replica's number among its GPU's replicas (0 … n-1);
-	// 0 for a GPU. For a MIG device it is the first memory slice of its
-	// placement.
+	// 0 for a GPU. For a MIG device it is a number unique among its GPU's
+	// MIG devices (the plugin numbers its product's placements).
 	Replica int `json:"replica,omitempty"`
 	// MIG is, for a MIG device (schema version 6), its profile name
 	// ("3g.40gb"); GPU is then the GPU it is a partition of. A MIG device
@@ -80,7 +80,7 @@ type DeviceSpec struct {
 	GPU     string
 	Replica int
 	// MIG makes the device (a child of GPU) a MIG device of this profile;
-	// Replica is then its placement's first memory slice.
+	// Replica is then a number unique among the GPU's MIG devices.
 	MIG string
 }
 

@@ -124,7 +124,7 @@
 // # MIG devices (version 6)
 //
 // A MIG device is a child of its GPU as a replica is ("gpu" names the GPU,
-// "replica" is the first memory slice of its placement) with its profile
+// "replica" a number unique among its GPU's MIG devices) with its profile
 // in "mig" and a "uuid" of its own (MIG-…). It has its GPU's health; a
 // layout that no longer has it flags it removed, and one that places the
 // same profile at the same slice again restores it, UUID and history kept.

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 	"github.com/unicore/virtual-gpu-device-plugin/topology/mig"
 )
@@ -85,8 +84,8 @@ type MIG struct {
 // Enabled reports whether GPU i has MIG mode on.
 func (m MIG) Enabled(i int) bool { return i >= 0 && i < len(m.GPUs) && m.GPUs[i].MIGEnabled }
 
-// any reports whether some GPU has MIG mode on.
-func (m MIG) any() bool {
+// anyEnabled reports whether some GPU has MIG mode on.
+func (m MIG) anyEnabled() bool {
 	return slices.ContainsFunc(m.GPUs, func(g mig.GPU) bool { return g.MIGEnabled })
 }
 
@@ -129,9 +128,6 @@ func MIGResource(resource, profile string) string {
 	return domain + "/mig-" + strings.ReplaceAll(profile, "+", ".")
 }
 
-// errMIG wraps the refusals of a MIG configuration the set cannot serve.
-var errMIG = errors.New("MIG configuration not served")
-
 // migLayout resolves what the set's MIG configuration keeps and
 // advertises: the MIG devices by GPU (into s.mig) and, per GPU, whether it
 // is advertised whole and under which resource its MIG devices are. It
@@ -141,20 +137,20 @@ func (s *Set) migLayout() error {
 	mc := s.cfg.MIG
 	m := s.cfg.Machine
 	if mc.Strategy.OrDefault() != MIGStrategyNone && !slices.Contains(MIGStrategies, mc.Strategy) {
-		return fmt.Errorf("MIG strategy %q: want one of none, single, mixed: %w", mc.Strategy, errMIG)
+		return fmt.Errorf("MIG strategy %q: want one of none, single, mixed: %w", mc.Strategy, ErrMIG)
 	}
-	if len(mc.GPUs) == 0 || !mc.any() {
+	if len(mc.GPUs) == 0 || !mc.anyEnabled() {
 		return nil
 	}
 	if len(mc.GPUs) != m.Len() {
-		return fmt.Errorf("MIG layout %q: resolved for %d GPUs, the machine has %d: %w", mc.Layout, len(mc.GPUs), m.Len(), errMIG)
+		return fmt.Errorf("MIG layout %q: resolved for %d GPUs, the machine has %d: %w", mc.Layout, len(mc.GPUs), m.Len(), ErrMIG)
 	}
 	product, err := mig.LookupProduct(m.GPUModel().Product)
 	if err != nil {
 		return fmt.Errorf("MIG layout %q: %w", mc.Layout, err)
 	}
 	if s.cfg.Sharing.Enabled() && (mc.Partitionable || mc.Strategy.OrDefault() != MIGStrategyNone) {
-		return fmt.Errorf("MIG layout %q with time-slicing: sharing MIG devices is not modelled; share whole GPUs (MIG strategy none) or turn sharing off: %w", mc.Layout, errMIG)
+		return fmt.Errorf("MIG layout %q with time-slicing: sharing MIG devices is not modelled; share whole GPUs (MIG strategy none) or turn sharing off: %w", mc.Layout, ErrMIG)
 	}
 	s.migProduct = product
 	s.mig = make([][]MIGDevice, m.Len())
@@ -174,7 +170,7 @@ func (s *Set) migLayout() error {
 		for _, d := range g.Devices {
 			n, ok := number[d.Profile.Name+"@"+d.Placement.String()]
 			if !ok {
-				return fmt.Errorf("MIG layout %q: GPU %s: %s at %s is not a placement of %s: %w", mc.Layout, m.ID(i), d.Profile.Name, d.Placement, product.Name, errMIG)
+				return fmt.Errorf("MIG layout %q: GPU %s: %s at %s is not a placement of %s: %w", mc.Layout, m.ID(i), d.Profile.Name, d.Placement, product.Name, ErrMIG)
 			}
 			s.mig[i] = append(s.mig[i], MIGDevice{ID: topology.MIGID(i, d.Profile.Name, d.Placement.Start), GPU: i, Profile: d.Profile, Placement: d.Placement, Number: n})
 		}
@@ -185,7 +181,7 @@ func (s *Set) migLayout() error {
 	profile, first := "", ""
 	for i := range m.Len() {
 		if !mc.Enabled(i) {
-			return fmt.Errorf("MIG strategy single: GPU %s has MIG disabled in layout %q: single wants every GPU MIG-enabled with one profile (use mixed): %w", m.ID(i), mc.Layout, errMIG)
+			return fmt.Errorf("MIG strategy single: GPU %s has MIG disabled in layout %q: single wants every GPU MIG-enabled with one profile (use mixed): %w", m.ID(i), mc.Layout, ErrMIG)
 		}
 		for _, d := range s.mig[i] {
 			switch {
@@ -193,7 +189,7 @@ func (s *Set) migLayout() error {
 				profile, first = d.Profile.Name, m.ID(i)
 			case d.Profile.Name != profile:
 				return fmt.Errorf("MIG strategy single: GPU %s has %s, GPU %s %s in layout %q: single wants one profile on every GPU (use mixed): %w",
-					m.ID(i), d.Profile.Name, first, profile, mc.Layout, errMIG)
+					m.ID(i), d.Profile.Name, first, profile, mc.Layout, ErrMIG)
 			}
 		}
 	}
@@ -232,9 +228,6 @@ func (s *Set) migResource(profile string) string {
 	return s.resource
 }
 
-// MIG returns the set's MIG configuration.
-func (s *Set) MIG() MIG { return s.cfg.MIG }
-
 // MIGProduct returns the MIG model of the machine's product when some GPU
 // has MIG on; nil otherwise.
 func (s *Set) MIGProduct() *mig.Product { return s.migProduct }
@@ -246,16 +239,6 @@ func (s *Set) MIGOf(i int) []MIGDevice {
 		return nil
 	}
 	return slices.Clone(s.mig[i])
-}
-
-// MIGDevices returns every MIG device the store keeps, by GPU, then
-// placement number.
-func (s *Set) MIGDevices() []MIGDevice {
-	var out []MIGDevice
-	for _, g := range s.mig {
-		out = append(out, g...)
-	}
-	return out
 }
 
 // MIGDevice returns the MIG device of that id, if the set keeps it.
@@ -361,16 +344,4 @@ func (s *Set) preferMIG(available, mustInclude []Device, size int) []string {
 		}
 	}
 	return ids
-}
-
-// MIGUUIDs returns the stored UUID of each MIG device, by id; devices
-// without one are left out.
-func MIGUUIDs(stored []store.Device) map[string]string {
-	out := map[string]string{}
-	for _, d := range stored {
-		if d.IsMIG() && d.UUID != "" {
-			out[d.ID] = d.UUID
-		}
-	}
-	return out
 }

@@ -1,6 +1,7 @@
 package gpuset_test
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -119,8 +120,8 @@ func TestMIG_Refusals(t *testing.T) {
 			tc.cfg.Sharing = gpuset.Sharing{Replicas: 2, ResourceName: "unicore.mcyou.cc/gpu", PolicyName: "distributed"}
 		}
 		_, err := gpuset.New(tc.cfg, "node-a")
-		if err == nil {
-			t.Errorf("%s: accepted", tc.name)
+		if !errors.Is(err, gpuset.ErrMIG) {
+			t.Errorf("%s: %v, want gpuset.ErrMIG", tc.name, err)
 			continue
 		}
 		for _, w := range tc.want {

@@ -101,7 +101,7 @@ func New(cfg Config, identity string) (*Set, error) {
 	s.numa = m.ReportNUMA(cfg.NUMAReport, os.DirFS(cfg.SysfsRoot))
 	s.specs, s.slots = s.layout(identity)
 	if len(s.slots) == 0 {
-		return nil, fmt.Errorf("device set: MIG layout %q leaves no device to advertise (every GPU MIG-enabled without MIG devices): %w", cfg.MIG.Layout, errMIG)
+		return nil, fmt.Errorf("device set: MIG layout %q leaves no device to advertise (every GPU MIG-enabled without MIG devices): %w", cfg.MIG.Layout, ErrMIG)
 	}
 	return s, nil
 }
