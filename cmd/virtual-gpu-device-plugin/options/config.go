@@ -14,7 +14,6 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/dra/endpoint"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
-	"github.com/unicore/virtual-gpu-device-plugin/topology/mig"
 )
 
 // Config is the whole validated configuration of serve, every value typed,
@@ -73,9 +72,6 @@ type Config struct {
 	TelemetryCollectors []telemetry.Collector
 	// TelemetryCollectorsFile is the file they came from; "" without one.
 	TelemetryCollectorsFile string
-	// MIGConfig is the mig-parted configuration the MIG layouts are named
-	// in: the built-in one with -mig-config-file's layouts merged in.
-	MIGConfig *mig.Config
 
 	// File is the -config file or the profile's file the values came
 	// from; "" without one.

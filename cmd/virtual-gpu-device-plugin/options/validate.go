@@ -785,7 +785,6 @@ func (s *Settings) validateMIG(c *Config) error {
 		}
 		cfg = mig.Merge(cfg, user)
 	}
-	c.MIGConfig = cfg
 	if st == gpuset.MIGStrategyMixed && s.MIGConfig != "" {
 		return s.bad("mig-strategy", s.MIGStrategy, "mixed is not served yet (one socket per resource): use single, or none")
 	}
