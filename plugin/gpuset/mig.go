@@ -155,9 +155,13 @@ func (s *Set) migLayout() error {
 	s.migProduct = product
 	s.mig = make([][]MIGDevice, m.Len())
 	all := MIGPlacements(product, 0)
-	number := make(map[string]int, len(all)) // profile@start -> Number
+	type place struct {
+		profile string
+		at      mig.Placement
+	}
+	number := make(map[place]int, len(all))
 	for _, d := range all {
-		number[d.Profile.Name+"@"+d.Placement.String()] = d.Number
+		number[place{d.Profile.Name, d.Placement}] = d.Number
 	}
 	for i, g := range mc.GPUs {
 		if !g.MIGEnabled {
@@ -168,7 +172,7 @@ func (s *Set) migLayout() error {
 			continue
 		}
 		for _, d := range g.Devices {
-			n, ok := number[d.Profile.Name+"@"+d.Placement.String()]
+			n, ok := number[place{d.Profile.Name, d.Placement}]
 			if !ok {
 				return fmt.Errorf("MIG layout %q: GPU %s: %s at %s is not a placement of %s: %w", mc.Layout, m.ID(i), d.Profile.Name, d.Placement, product.Name, ErrMIG)
 			}

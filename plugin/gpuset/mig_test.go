@@ -206,3 +206,26 @@ func TestMIG_Prefer(t *testing.T) {
 		t.Errorf("Prefer with mustInclude on GPU 7 = %v, %v; want both on GPU 7", got, err)
 	}
 }
+
+// BenchmarkNew_MIG builds the set of an 8-GPU H100 node whole, with the
+// single strategy's 56 MIG devices and with every placement (DRA's 8 × 25
+// devices): what a start and every live change pay.
+func BenchmarkNew_MIG(b *testing.B) {
+	whole := config(b, "hgx-h100", gpuset.Sharing{})
+	single := migConfig(b, "hgx-h100", "all-1g.10gb", gpuset.MIGStrategySingle, gpuset.Sharing{})
+	every := migConfig(b, "hgx-h100", "all-enabled", gpuset.MIGStrategyNone, gpuset.Sharing{})
+	every.MIG.Partitionable = true
+	for _, bc := range []struct {
+		name string
+		cfg  gpuset.Config
+	}{{"whole", whole}, {"single-56", single}, {"partitionable-200", every}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := gpuset.New(bc.cfg, "node-a"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
