@@ -239,7 +239,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 			return err
 		}
 		defer dpTarget.Close() // the Server is ours, not the Runners'
-		target, reg = dpTarget, dpTarget.Registrar()
+		target, reg = dpTarget, dpTarget
 	} else {
 		driver, err = dra.NewDriver(dra.DriverConfig{Config: start.DRA, NodeName: o.NodeName, Client: client, Store: st,
 			Set: set, Stored: stored, Logger: log})
@@ -261,7 +261,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	if useDRA {
 		driver.SetObserver(m) // before anything serves it
 	} else {
-		dpTarget.Server().SetObserver(m) // before anything serves it
+		dpTarget.SetObserver(m) // before anything serves it
 	}
 	nodeName := o.NodeName
 	if nodeName == "" {

@@ -273,7 +273,9 @@ func (a *Agent) followEarlierNames(tracker Tracker) error {
 	for _, e := range events {
 		tracker.FollowResourceName(e.ResourceName)
 	}
-	tracker.FollowResourceName(a.set.Resource())
+	for _, r := range a.set.Resources() {
+		tracker.FollowResourceName(r)
+	}
 	return nil
 }
 

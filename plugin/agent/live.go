@@ -209,8 +209,12 @@ func (a *Agent) apply(_ context.Context, ch Choice) error {
 	if err := p.Files.Prepare(set.View, prev.View); err != nil { // what set's answers name exists first
 		return err
 	}
-	if set.Resource() != prev.Resource() && p.Tracker != nil {
-		p.Tracker.FollowResourceName(set.Resource()) // before anything is allocated under it
+	if p.Tracker != nil {
+		for _, r := range set.Resources() {
+			if !slices.Contains(prev.Resources(), r) {
+				p.Tracker.FollowResourceName(r) // before anything is allocated under it
+			}
+		}
 	}
 	// commit runs once, inside the first Target's swap; the others get
 	// what it stored.

@@ -54,6 +54,19 @@ func NewSet(cfg Config, identity string) (*Set, error) {
 // as.
 func (s *Set) Resource() string { return s.GPUs.Resource() }
 
+// Resources returns every extended resource the set advertises devices
+// under: Resource, and with the mixed MIG strategy one per profile
+// (gpuset.Set.Resources), Resource first even when it has no devices.
+func (s *Set) Resources() []string {
+	out := []string{s.Resource()}
+	for _, r := range s.GPUs.Resources() {
+		if r != s.Resource() {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // Labels describes the machine for the node's GPU labels.
 func (s *Set) Labels() kube.LabelSpec { return s.labels }
 

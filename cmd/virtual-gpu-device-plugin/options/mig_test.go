@@ -38,7 +38,6 @@ func TestLoad_MIG(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"-topology=hgx-h100", "-mig-strategy=mixed", "-mig-config=all-balanced"}, `invalid -mig-strategy="mixed": mixed is not served yet`},
 		{[]string{"-mig-strategy=both"}, `invalid -mig-strategy="both": must be one of none, single, mixed`},
 		{[]string{"-topology=hgx-h100", "-mig-config=all-1g.5gb"}, `invalid -mig-config="all-1g.5gb": `},
 		{[]string{"-topology=hgx-h100", "-mig-config=no-such"}, `invalid -mig-config="no-such": `},

@@ -785,9 +785,6 @@ func (s *Settings) validateMIG(c *Config) error {
 		}
 		cfg = mig.Merge(cfg, user)
 	}
-	if st == gpuset.MIGStrategyMixed && s.MIGConfig != "" {
-		return s.bad("mig-strategy", s.MIGStrategy, "mixed is not served yet (one socket per resource): use single, or none")
-	}
 	c.GPUs.MIG = gpuset.MIG{Strategy: st, Layout: s.MIGConfig, Partitionable: c.KubeletAPI == agent.KubeletAPIDRA}
 	if s.MIGConfig == "" {
 		return nil
