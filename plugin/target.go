@@ -136,7 +136,7 @@ func (t *Target) newEndpoint(socket, resource string, cat Catalog) (*endpoint, e
 	if t.observer != nil {
 		srv.SetObserver(t.observer)
 	}
-	reg := NewRegistrar(RunnerConfig{Dir: t.cfg.Dir, SocketName: socket, Server: srv, Logger: t.cfg.Logger.With().Str("socket", socket).Logger()}, resource)
+	reg := NewRegistrar(RunnerConfig{Dir: t.cfg.Dir, SocketName: socket, Server: srv, Logger: t.cfg.Logger}, resource)
 	return &endpoint{socket: socket, srv: srv, reg: reg, ids: idsOf(cat)}, nil
 }
 

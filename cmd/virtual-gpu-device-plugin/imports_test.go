@@ -44,7 +44,7 @@ var allowedImports = map[string][]string{
 		"plugin/view/status", "store", "topology"},
 	"plugin/admin": {"plugin/gpuset", "plugin/unixsock", "store", "topology"},
 	"plugin/agent": {"plugin/faults", "plugin/gpuset", "plugin/kube", "plugin/telemetry", "plugin/view", "plugin/view/loadsock",
-		"store", "topology"},
+		"store", "topology", "topology/mig"},
 	"plugin":              {"plugin/agent", "plugin/atomicfile", "plugin/gpuset", "plugin/metrics", "plugin/telemetry", "plugin/unixsock", "plugin/view", "store", "topology"},
 	"plugin/plugintest":   {"allocator", "plugin/gpuset", "plugin/view", "store", "topology"},
 	"plugin/dra/endpoint": {"plugin/unixsock"},

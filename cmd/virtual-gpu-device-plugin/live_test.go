@@ -605,7 +605,7 @@ func TestServe_GPULabels_PatchedOnlyOnChange(t *testing.T) {
 	// Another profile: its labels.
 	api.setLabel(kube.ConfigLabel, "big")
 	plugintest.NextList(t, reg, 30*time.Second)
-	big, err := kube.GPULabels(kube.LabelSpec{Machine: mustPreset(t, "dgx-a100"), Topology: "dgx-a100", Profile: "big"})
+	big, err := kube.GPULabels(kube.LabelSpec{Machine: mustPreset(t, "dgx-a100"), Topology: "dgx-a100", Profile: "big", MIG: kube.MIGSpec{Capable: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -613,12 +613,12 @@ func TestServe_GPULabels_PatchedOnlyOnChange(t *testing.T) {
 	checkLabels("the GPU labels of big", big)
 	for _, p := range api.patchList() {
 		for k := range p.set {
-			if !strings.HasPrefix(k, kube.LabelPrefix) {
+			if !kube.Owned(k) {
 				t.Errorf("patched %s, not one of ours", k)
 			}
 		}
 		for _, k := range p.remove {
-			if !strings.HasPrefix(k, kube.LabelPrefix) {
+			if !kube.Owned(k) {
 				t.Errorf("removed %s, not one of ours", k)
 			}
 		}

@@ -103,7 +103,8 @@ type Agent struct {
 	mu       sync.Mutex
 	labels   map[string]string // the Node's labels as last seen
 	haveNode bool              // labels holds the Node's labels
-	label    string            // the profile label's value the selection is based on
+	sel      Selection         // the labels' values the configuration in force was selected by
+	migState string            // kube.LabelMIGConfigState's value: the MIG layout label's outcome; "" without that label
 	retry    bool              // the last change failed for a reason worth retrying
 	lastErr  string            // the configuration error logged last, so it is logged once
 	conflict map[string]bool   // devices whose UUID conflict was logged
@@ -193,11 +194,15 @@ func (a *Agent) Begin() (*Set, []store.Device, error) {
 // mu.
 func (a *Agent) initialLocked() Choice {
 	fallback := a.src.Fallback()
-	if !a.src.Profiles() || !a.haveNode {
+	if !a.haveNode {
 		return fallback
 	}
-	a.label, _ = kube.SelectedProfile(a.labels)
-	ch, err := a.src.Select(a.label)
+	a.sel = a.selection(a.labels)
+	if a.sel == (Selection{}) {
+		return fallback
+	}
+	ch, err := a.src.Select(a.sel)
+	a.setMIGState(err == nil)
 	if err != nil {
 		a.logErr(err, fallback.Config.Profile)
 		return fallback
@@ -244,9 +249,9 @@ func (a *Agent) Start(ctx context.Context, p Parts) error {
 	observeReconcile(p.Observer, a.report)
 	a.parts, a.started = p, true
 	a.logUUIDConflicts(a.report)
-	if a.src.Profiles() && a.haveNode {
-		if label, _ := kube.SelectedProfile(a.labels); label != a.label {
-			a.label = label
+	if a.haveNode {
+		if sel := a.selection(a.labels); sel != a.sel {
+			a.sel = sel
 			if err := a.changeLocked(ctx, ""); err != nil {
 				a.log.Error().Err(err).Msg("applying the profile the node's label names failed; retrying with the node's next change")
 			}

@@ -98,7 +98,8 @@ func (s *source) Fallback() agent.Choice {
 	return agent.Choice{Config: s.profiles[s.fallback], Why: store.WhyDefault, Detail: "-config-default=" + s.fallback}
 }
 func (s *source) Profiles() bool { return true }
-func (s *source) Select(label string) (agent.Choice, error) {
+func (s *source) Select(sel agent.Selection) (agent.Choice, error) {
+	label := sel.Profile
 	if label == "" {
 		return s.Fallback(), nil
 	}

@@ -82,6 +82,13 @@ type Notes struct {
 	Warnings []string
 }
 
+// Selection is what the node's labels choose: the profile
+// (kube.ConfigLabel, followed when there are profiles) and the MIG layout
+// (kube.MIGConfigLabel). The zero value is the labels' absence.
+type Selection struct {
+	Profile, MIGConfig string
+}
+
 // Source is where the configurations come from: the command line, the
 // environment and the -config file or directory of profiles (the options
 // package). The agent asks it which configuration a node's profile label
@@ -94,10 +101,12 @@ type Source interface {
 	// Profiles reports whether there are profiles for a label to select
 	// from (-config is a directory of them).
 	Profiles() bool
-	// Select returns the configuration the profile label value selects
-	// ("" for no label: the default profile). An unknown profile, or one
-	// that does not resolve, is an error naming it.
-	Select(label string) (Choice, error)
+	// Select returns the configuration the node's labels select: the
+	// profile (Selection.Profile, "" for no label: the default profile)
+	// with the MIG layout Selection.MIGConfig names, if any, in place of
+	// its own. An unknown profile or layout, or one that does not resolve,
+	// is an error naming it.
+	Select(sel Selection) (Choice, error)
 	// Reload reads the profiles again; every one must resolve, as at
 	// start. On an error the profiles in force stay.
 	Reload() error

@@ -51,15 +51,38 @@ func (a *Agent) onLabels(ctx context.Context, labels map[string]string) error {
 	if !a.started {
 		return nil
 	}
-	if a.src.Profiles() {
-		if label, _ := kube.SelectedProfile(labels); label != a.label || a.retry {
-			a.label = label
-			if err := a.changeLocked(ctx, ""); err != nil {
-				return err
-			}
+	if sel := a.selection(labels); sel != a.sel || a.retry {
+		a.sel = sel
+		if err := a.changeLocked(ctx, ""); err != nil {
+			return err
 		}
 	}
 	return a.syncLabels(ctx)
+}
+
+// selection returns what labels select: the profile label's value when
+// there are profiles to select from, and the MIG layout label's.
+func (a *Agent) selection(labels map[string]string) Selection {
+	var sel Selection
+	if a.src.Profiles() {
+		sel.Profile, _ = kube.SelectedProfile(labels)
+	}
+	sel.MIGConfig, _ = kube.SelectedMIGConfig(labels)
+	return sel
+}
+
+// setMIGState records whether the selection of the MIG layout label took
+// effect, for kube.LabelMIGConfigState; without the label there is no
+// state. The caller holds mu.
+func (a *Agent) setMIGState(ok bool) {
+	switch {
+	case a.sel.MIGConfig == "":
+		a.migState = ""
+	case ok:
+		a.migState = kube.MIGStateSuccess
+	default:
+		a.migState = kube.MIGStateFailed
+	}
 }
 
 // Reload reads the profiles directory again after it changed
@@ -118,7 +141,7 @@ func (a *Agent) refused(cause string, err error) {
 	ev.Msg(cause + ": configuration not applied: the configuration in force stays")
 }
 
-// changeLocked selects and resolves the profile for a.label and applies
+// changeLocked selects and resolves the configuration for a.sel and applies
 // it. why overrides the reason the selection gives (file-changed). A
 // profile that cannot be selected or resolved is logged (once) and
 // returns nil; an error applying it is returned, and the next change
@@ -131,12 +154,13 @@ func (a *Agent) changeLocked(ctx context.Context, why string) error {
 	return err
 }
 
-// selectLocked selects and resolves the profile for a.label and applies
+// selectLocked selects and resolves the configuration for a.sel and applies
 // it; why overrides the reason the selection gives. It returns as refused
 // a profile that cannot be selected or resolved, and as err a failure to
 // apply it (the next change tries again). The caller holds mu.
 func (a *Agent) selectLocked(ctx context.Context, why string) (refused, err error) {
-	ch, err := a.src.Select(a.label)
+	defer func() { a.setMIGState(refused == nil && err == nil) }()
+	ch, err := a.src.Select(a.sel)
 	if err != nil {
 		return err, nil
 	}
@@ -300,6 +324,9 @@ func (a *Agent) syncLabels(ctx context.Context) error {
 	desired, err := kube.GPULabels(a.set.Labels())
 	if err != nil {
 		return err
+	}
+	if a.migState != "" {
+		desired[kube.LabelMIGConfigState] = a.migState
 	}
 	set, remove, err := kube.LabelChanges(a.labels, desired)
 	if err != nil {

@@ -3,11 +3,14 @@ package agent
 import (
 	"fmt"
 	"reflect"
+	"slices"
+	"strings"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/kube"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
+	"github.com/unicore/virtual-gpu-device-plugin/topology/mig"
 )
 
 // Set is what one configuration serves, built in one place (NewSet) so that
@@ -47,7 +50,39 @@ func NewSet(cfg Config, identity string) (*Set, error) {
 	if mc := cfg.GPUs.MIG; mc.Layout != "" {
 		s.event.MIGStrategy, s.event.MIGLayout = string(mc.Strategy.OrDefault()), mc.Layout
 	}
+	s.labels.MIG = migLabels(gpus, m.GPUModel().Product)
 	return s, nil
+}
+
+// migLabels describes the MIG devices gpus advertises for the node's
+// labels, as GFD does: with the single or mixed strategy and a layout,
+// the count and attributes of each profile's devices. DRA's partitionable
+// devices are not the device plugin's: only mig.capable.
+func migLabels(gpus *gpuset.Set, product string) kube.MIGSpec {
+	spec := kube.MIGSpec{Capable: mig.HasMIG(product)}
+	mc := gpus.Config().MIG
+	st := mc.Strategy.OrDefault()
+	if mc.Layout == "" || mc.Partitionable || st == gpuset.MIGStrategyNone {
+		return spec
+	}
+	spec.Strategy, spec.Whole = string(st), gpus.CountOf(gpus.Resource())
+	byProfile := map[string]int{}
+	for i := range gpus.Machine().Len() {
+		for _, d := range gpus.MIGOf(i) {
+			p, ok := byProfile[d.Profile.Name]
+			if !ok {
+				p = len(spec.Profiles)
+				byProfile[d.Profile.Name] = p
+				pr := d.Profile
+				spec.Profiles = append(spec.Profiles, kube.MIGProfileSpec{Name: pr.Name, Resource: gpuset.MIGResource(gpus.Resource(), pr.Name),
+					MemoryMiB: pr.MemoryMiB, Multiprocessors: pr.Multiprocessors, Slices: pr.ComputeSlices,
+					CopyEngines: pr.CopyEngines, Decoders: pr.Decoders, Encoders: pr.Encoders, JPEGs: pr.JPEGs, OFAs: pr.OFAs})
+			}
+			spec.Profiles[p].Count++
+		}
+	}
+	slices.SortFunc(spec.Profiles, func(a, b kube.MIGProfileSpec) int { return strings.Compare(a.Name, b.Name) })
+	return spec
 }
 
 // Resource returns the extended resource the set's devices are advertised

@@ -280,6 +280,18 @@ func (s *Set) Resources() []string {
 	return out
 }
 
+// CountOf returns the number of devices the set advertises under
+// resource.
+func (s *Set) CountOf(resource string) int {
+	n := 0
+	for _, sl := range s.slots {
+		if sl.resource == resource {
+			n++
+		}
+	}
+	return n
+}
+
 // OfResource returns the devices of devs advertised under resource, in
 // order.
 func OfResource(devs []Device, resource string) []Device {

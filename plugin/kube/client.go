@@ -208,7 +208,7 @@ func (c *Client) Source() string { return c.source }
 // PatchNodeLabels sets the labels set and removes the labels remove of Node
 // name with one JSON merge patch naming exactly those keys (a removed key is
 // null), so no other label, and nothing else of the Node, is touched or
-// raced with. Every key must have LabelPrefix (else ErrForeignLabel) and be
+// raced with. Every key must be ours (Owned, else ErrForeignLabel) and be
 // valid with a valid value (else ErrInvalidLabel); a key may not be both set
 // and removed. Nothing is sent when both are empty. Removing an absent label
 // is not an error. Errors from the server are wrapped as client-go returns

@@ -31,11 +31,12 @@
 // [GPULabels] computes, as a pure function of the machine model and the
 // profile, the labels NVIDIA's GPU feature discovery would put on a node
 // with those GPUs, under [LabelPrefix] ("unicore.mcyou.cc/gpu.") instead of
-// "nvidia.com/gpu.", plus three of ours (topology, nvlink, profile).
+// "nvidia.com/gpu.", plus three of ours (topology, nvlink, profile), and
+// GFD's MIG labels ([MIGSpec]) and mig-manager's state of [MIGConfigLabel].
 // [SyncLabels] applies them with one JSON merge patch that names only the
 // keys to set or remove, and only when the Node's labels differ: no
 // read-modify-write of the label map, so no race with anyone else's labels.
-// [Client.PatchNodeLabels] refuses any key outside LabelPrefix. The package
+// [Client.PatchNodeLabels] refuses any key that is not ours ([Owned]). The package
 // never writes any other label, annotation, taint or status field; in
 // particular it only reads [ConfigLabel] ("unicore.mcyou.cc/device-plugin.config"),
 // which the cluster operator sets to choose the node's profile

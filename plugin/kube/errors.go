@@ -16,7 +16,7 @@ var (
 	// ErrNodeNotFound means the plugin's Node does not exist when WatchNode
 	// starts: the node name (-node-name, NODE_NAME) is wrong.
 	ErrNodeNotFound = errors.New("node not found")
-	// ErrForeignLabel means a label key outside LabelPrefix was to be set or
+	// ErrForeignLabel means a label key that is not ours (Owned) was to be set or
 	// removed; the package touches only its own labels.
 	ErrForeignLabel = errors.New("label is not one of ours")
 	// ErrInvalidLabel means a label key or value is not valid in Kubernetes

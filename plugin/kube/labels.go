@@ -20,10 +20,54 @@ import (
 // the plugin only reads it.
 const ConfigLabel = "unicore.mcyou.cc/device-plugin.config"
 
-// LabelPrefix starts every label this package writes, and it writes or
-// removes no label without it. It mirrors the "nvidia.com/gpu." labels of
-// NVIDIA's GPU feature discovery (GFD).
+// MIGConfigLabel is the Node label that names the node's MIG layout, as
+// GPU Operator's nvidia.com/mig.config does: a layout of the mig-parted
+// configuration (-mig-config-file or the built-in one) that replaces
+// -mig-config. The cluster operator sets it; the plugin only reads it and
+// says in LabelMIGConfigState whether it took effect.
+const MIGConfigLabel = "unicore.mcyou.cc/mig.config"
+
+// LabelPrefix starts the GPU labels this package writes. It mirrors the
+// "nvidia.com/gpu." labels of NVIDIA's GPU feature discovery (GFD). With
+// the MIG labels (GFD's "nvidia.com/mig-<profile>.", mig.capable and
+// mig.strategy, and mig-manager's mig.config.state) they are the labels
+// it owns (Owned): it writes or removes no other.
 const LabelPrefix = "unicore.mcyou.cc/gpu."
+
+// migResourcePrefix starts the labels of a MIG resource of the mixed
+// strategy, as GFD's "nvidia.com/mig-1g.10gb.count".
+const migResourcePrefix = "unicore.mcyou.cc/mig-"
+
+// The MIG labels of the node as a whole.
+const (
+	// LabelMIGCapable says whether the GPUs' product has MIG (GFD's
+	// nvidia.com/mig.capable).
+	LabelMIGCapable = "unicore.mcyou.cc/mig.capable"
+	// LabelMIGStrategy is the device plugin's MIG strategy, single or
+	// mixed, while a layout is in force (GFD's nvidia.com/mig.strategy).
+	LabelMIGStrategy = "unicore.mcyou.cc/mig.strategy"
+	// LabelMIGConfigState says whether the layout MIGConfigLabel names is
+	// in force: MIGStateSuccess or MIGStateFailed (mig-manager's
+	// nvidia.com/mig.config.state); absent without that label.
+	LabelMIGConfigState = "unicore.mcyou.cc/mig.config.state"
+)
+
+// Values of LabelMIGConfigState.
+const (
+	MIGStateSuccess = "success"
+	MIGStateFailed  = "failed"
+)
+
+// Owned reports whether k is a label this package writes and removes:
+// LabelPrefix, a MIG resource's, or one of the node's MIG labels. The
+// labels the operator sets (ConfigLabel, MIGConfigLabel) are not.
+func Owned(k string) bool {
+	switch k {
+	case LabelMIGCapable, LabelMIGStrategy, LabelMIGConfigState:
+		return true
+	}
+	return strings.HasPrefix(k, LabelPrefix) || strings.HasPrefix(k, migResourcePrefix)
+}
 
 // The GPU labels GPULabels computes. The first nine are GFD's, with GFD's
 // meaning and value format; the last three are ours.
@@ -100,6 +144,40 @@ type LabelSpec struct {
 	// Profile is the profile in force, "" without profiles (LabelProfile
 	// is then absent). It must be a valid label value.
 	Profile string
+	// MIG is what the MIG labels describe.
+	MIG MIGSpec
+}
+
+// MIGSpec is what the MIG labels describe, as GFD labels a node with MIG:
+// the zero value is a product without MIG.
+type MIGSpec struct {
+	// Capable reports that the product has MIG (LabelMIGCapable=true;
+	// absent otherwise).
+	Capable bool
+	// Strategy is the device plugin's strategy while a layout is in force,
+	// "single" or "mixed"; "" writes no MIG device labels.
+	Strategy string
+	// Whole is the number of GPUs advertised whole: the GPUs' count
+	// under mixed.
+	Whole int
+	// Profiles are the advertised MIG devices by profile: under single the
+	// one profile, described by the GPU labels; under mixed one resource's
+	// labels each, under Resource ("unicore.mcyou.cc/mig-1g.10gb").
+	Profiles []MIGProfileSpec
+}
+
+// MIGProfileSpec describes the advertised MIG devices of one profile, with
+// the attributes GFD labels (NVML's MIG device attributes).
+type MIGProfileSpec struct {
+	// Name is the profile (1g.10gb) and Resource the resource its devices
+	// are advertised under.
+	Name, Resource string
+	// Count is the number of its devices on the node.
+	Count int
+	// MemoryMiB, Multiprocessors, Slices (the GPU and the compute
+	// instance's: the "g" of the name) and the engines of one device.
+	MemoryMiB, Multiprocessors, Slices           int
+	CopyEngines, Decoders, Encoders, JPEGs, OFAs int
 }
 
 // GPULabels returns the labels a node with this machine and profile should
@@ -155,12 +233,50 @@ func GPULabels(s LabelSpec) (map[string]string, error) {
 	if s.Profile != "" {
 		labels[LabelProfile] = s.Profile
 	}
+	migLabels(labels, g.Product, s.MIG)
 	for _, k := range slices.Sorted(maps.Keys(labels)) {
 		if err := checkLabel(k, labels[k]); err != nil {
 			return nil, fmt.Errorf("gpu labels: %w", err)
 		}
 	}
 	return labels, nil
+}
+
+// migLabels adds the MIG labels of spec to labels, as GFD writes them:
+// mig.capable when the product has MIG (GFD writes false too; a node
+// selector asks for true); with single the GPU labels describe the MIG devices
+// (count, product "<product>-MIG-<profile>", memory, and the attributes);
+// with mixed the GPUs' count is the whole GPUs' and each profile's
+// resource has labels of its own (<resource>.count, .replicas, .product,
+// .memory and the attributes).
+func migLabels(labels map[string]string, product string, spec MIGSpec) {
+	if spec.Capable {
+		labels[LabelMIGCapable] = "true"
+	}
+	attrs := func(prefix string, p MIGProfileSpec) {
+		for k, v := range map[string]int{
+			"count": p.Count, "memory": p.MemoryMiB, "multiprocessors": p.Multiprocessors,
+			"slices.gi": p.Slices, "slices.ci": p.Slices, "engines.copy": p.CopyEngines, "engines.decoder": p.Decoders,
+			"engines.encoder": p.Encoders, "engines.jpeg": p.JPEGs, "engines.ofa": p.OFAs,
+		} {
+			labels[prefix+k] = strconv.Itoa(v)
+		}
+		labels[prefix+"product"] = productValue(product+"-MIG-"+p.Name, false)
+	}
+	switch spec.Strategy {
+	case "single":
+		labels[LabelMIGStrategy] = spec.Strategy
+		if len(spec.Profiles) == 1 {
+			attrs(LabelPrefix, spec.Profiles[0])
+		}
+	case "mixed":
+		labels[LabelMIGStrategy] = spec.Strategy
+		labels[LabelCount] = strconv.Itoa(spec.Whole)
+		for _, p := range spec.Profiles {
+			attrs(p.Resource+".", p)
+			labels[p.Resource+".replicas"] = "1"
+		}
+	}
 }
 
 // TopologyKind returns the LabelTopology value for a -topology value: the
@@ -246,15 +362,23 @@ func checkLabel(k, v string) error {
 	return nil
 }
 
-// checkKey checks that k has LabelPrefix and is a valid label key.
+// checkKey checks that k is ours (Owned) and a valid label key.
 func checkKey(k string) error {
-	if !strings.HasPrefix(k, LabelPrefix) {
-		return fmt.Errorf("label %q: want the prefix %s: %w", k, LabelPrefix, ErrForeignLabel)
+	if !Owned(k) {
+		return fmt.Errorf("label %q: want the prefix %s or %s, or a MIG label of the node: %w", k, LabelPrefix, migResourcePrefix, ErrForeignLabel)
 	}
 	if errs := validation.IsQualifiedName(k); len(errs) > 0 {
 		return fmt.Errorf("label key %q: %s: %w", k, strings.Join(errs, "; "), ErrInvalidLabel)
 	}
 	return nil
+}
+
+// SelectedMIGConfig returns the MIG layout the node's labels select: the
+// value of MIGConfigLabel; ok is false when it is absent or empty (the
+// configuration's own -mig-config applies).
+func SelectedMIGConfig(labels map[string]string) (name string, ok bool) {
+	name = labels[MIGConfigLabel]
+	return name, name != ""
 }
 
 // SelectedProfile returns the profile the node's labels select: the value
@@ -287,7 +411,7 @@ func LabelChanges(current, desired map[string]string) (set map[string]string, re
 		}
 	}
 	for k := range current {
-		if _, ok := desired[k]; !ok && strings.HasPrefix(k, LabelPrefix) {
+		if _, ok := desired[k]; !ok && Owned(k) {
 			remove = append(remove, k)
 		}
 	}

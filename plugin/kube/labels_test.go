@@ -351,3 +351,68 @@ func labelDiff(got, want map[string]string) string {
 	}
 	return b.String()
 }
+
+// TestGPULabels_MIG: the MIG labels as GFD writes them: with single the
+// GPU labels describe the MIG devices, with mixed each profile's resource
+// has its own and the GPUs' count is the whole GPUs'.
+func TestGPULabels_MIG(t *testing.T) {
+	m := mustPreset(t, "hgx-h100")
+	small := MIGProfileSpec{Name: "1g.10gb", Resource: "unicore.mcyou.cc/mig-1g.10gb", Count: 16, MemoryMiB: 9856, Multiprocessors: 16, Slices: 1, CopyEngines: 1, Decoders: 1, JPEGs: 1}
+	big := MIGProfileSpec{Name: "3g.40gb", Resource: "unicore.mcyou.cc/mig-3g.40gb", Count: 4, MemoryMiB: 40192, Multiprocessors: 60, Slices: 3, CopyEngines: 3, Decoders: 3, JPEGs: 3}
+
+	single, err := GPULabels(LabelSpec{Machine: m, Topology: "hgx-h100", MIG: MIGSpec{Capable: true, Strategy: "single", Profiles: []MIGProfileSpec{small}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{
+		LabelMIGCapable: "true", LabelMIGStrategy: "single", LabelCount: "16", LabelProduct: "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb",
+		LabelMemory: "9856", LabelPrefix + "multiprocessors": "16", LabelPrefix + "slices.gi": "1", LabelPrefix + "slices.ci": "1",
+		LabelPrefix + "engines.copy": "1", LabelPrefix + "engines.decoder": "1", LabelPrefix + "engines.encoder": "0",
+		LabelPrefix + "engines.jpeg": "1", LabelPrefix + "engines.ofa": "0",
+	} {
+		if single[k] != v {
+			t.Errorf("single: %s=%q, want %q", k, single[k], v)
+		}
+	}
+
+	mixed, err := GPULabels(LabelSpec{Machine: m, Topology: "hgx-h100", MIG: MIGSpec{Capable: true, Strategy: "mixed", Whole: 4, Profiles: []MIGProfileSpec{small, big}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{
+		LabelMIGStrategy: "mixed", LabelCount: "4", LabelProduct: "NVIDIA-H100-80GB-HBM3", LabelMemory: "81559",
+		"unicore.mcyou.cc/mig-1g.10gb.count": "16", "unicore.mcyou.cc/mig-1g.10gb.replicas": "1",
+		"unicore.mcyou.cc/mig-1g.10gb.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb", "unicore.mcyou.cc/mig-3g.40gb.memory": "40192",
+		"unicore.mcyou.cc/mig-3g.40gb.slices.gi": "3", "unicore.mcyou.cc/mig-3g.40gb.multiprocessors": "60",
+	} {
+		if mixed[k] != v {
+			t.Errorf("mixed: %s=%q, want %q", k, mixed[k], v)
+		}
+	}
+	for k := range mixed {
+		if !Owned(k) {
+			t.Errorf("label %s is not one we own: SyncLabels would refuse it", k)
+		}
+	}
+
+	// Back to whole GPUs: every MIG device label goes, the operator's
+	// layout label stays.
+	whole, err := GPULabels(LabelSpec{Machine: m, Topology: "hgx-h100", MIG: MIGSpec{Capable: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	current := maps.Clone(mixed)
+	current[MIGConfigLabel] = "half"
+	current[LabelMIGConfigState] = MIGStateSuccess
+	_, remove, err := LabelChanges(current, whole)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(remove, MIGConfigLabel) || !slices.Contains(remove, LabelMIGStrategy) || !slices.Contains(remove, LabelMIGConfigState) ||
+		!slices.Contains(remove, "unicore.mcyou.cc/mig-1g.10gb.count") {
+		t.Errorf("removed %v", remove)
+	}
+	if _, _, err := LabelChanges(nil, map[string]string{MIGConfigLabel: "x"}); !errors.Is(err, ErrForeignLabel) {
+		t.Errorf("writing the operator's layout label: %v", err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"path/filepath"
 	"slices"
@@ -404,9 +405,12 @@ const (
 	SourceEnv
 	// SourceFlag is the command line.
 	SourceFlag
+	// SourceLabel is a label of the node (kube.MIGConfigLabel), stronger
+	// than the command line as GPU Operator's nvidia.com/mig.config is.
+	SourceLabel
 )
 
-var sourceNames = [...]string{SourceDefault: "default", SourceFile: "file", SourceEnv: "environment", SourceFlag: "command line"}
+var sourceNames = [...]string{SourceDefault: "default", SourceFile: "file", SourceEnv: "environment", SourceFlag: "command line", SourceLabel: "node label"}
 
 // String returns "default", "file", "environment" or "command line".
 func (s Source) String() string {
@@ -422,7 +426,8 @@ type origin struct {
 	// env is the variable (SourceEnv).
 	env string
 	// file, line and field locate it in a file (SourceFile): field is the
-	// path of the key, e.g. flags.devices.
+	// path of the key, e.g. flags.devices; of a label (SourceLabel) field
+	// is its key.
 	file  string
 	line  int
 	field string
@@ -436,6 +441,8 @@ func (o origin) where(flagName string) (prefix, name string) {
 		return "", o.env
 	case SourceFile:
 		return fileLine(o.file, o.line) + ": ", o.field
+	case SourceLabel:
+		return "", "node label " + o.field
 	}
 	return "", "-" + flagName
 }
@@ -670,4 +677,16 @@ func (o *Options) Settings(f *File) (Settings, error) {
 // Source returns where the value of the named flag came from.
 func (s *Settings) Source(flagName string) Source {
 	return s.origins[flagName].src
+}
+
+// migConfigFromLabel sets -mig-config to v from the node's label key
+// (SourceLabel), over every other source.
+func (s *Settings) migConfigFromLabel(key, v string) {
+	s.MIGConfig = v
+	origins := maps.Clone(s.origins)
+	if origins == nil {
+		origins = map[string]origin{}
+	}
+	origins["mig-config"] = origin{src: SourceLabel, field: key}
+	s.origins = origins
 }

@@ -40,9 +40,13 @@ func (s *ProfileSource) Fallback() agent.Choice {
 // Profiles reports whether -config is a directory of profiles.
 func (s *ProfileSource) Profiles() bool { return s.profiles != nil }
 
-// Select resolves the profile label value selects ("" for no label: the
-// -config-default profile, or flags only), with why.
-func (s *ProfileSource) Select(label string) (agent.Choice, error) {
+// Select resolves the profile the profile label's value selects ("" for
+// no label: the -config-default profile, or flags only), with the MIG
+// layout the MIG layout label names, if any, in place of -mig-config
+// (stronger than the command line, as GPU Operator's label is), and why.
+// A layout that does not resolve is an error naming the label.
+func (s *ProfileSource) Select(sel agent.Selection) (agent.Choice, error) {
+	label := sel.Profile
 	f, err := s.o.Select(s.profiles, label)
 	if err != nil {
 		return agent.Choice{}, err
@@ -56,7 +60,19 @@ func (s *ProfileSource) Select(label string) (agent.Choice, error) {
 	default:
 		why, detail = store.WhyFlags, "no "+kube.ConfigLabel+" label and no -config-default"
 	}
-	cfg, err := s.o.Resolve(f)
+	st, err := s.o.Settings(f)
+	if err != nil {
+		return agent.Choice{}, err
+	}
+	if sel.MIGConfig != "" {
+		st.migConfigFromLabel(kube.MIGConfigLabel, sel.MIGConfig)
+		if label == "" {
+			why, detail = store.WhyNodeLabel, kube.MIGConfigLabel+"="+sel.MIGConfig+"; "+detail
+		} else {
+			detail += "; " + kube.MIGConfigLabel + "=" + sel.MIGConfig
+		}
+	}
+	cfg, err := st.Validate()
 	if err != nil {
 		return agent.Choice{}, err
 	}
