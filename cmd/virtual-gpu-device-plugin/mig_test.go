@@ -5,6 +5,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -161,6 +162,29 @@ func TestBinary_MIGMixed(t *testing.T) {
 	}
 	if env := allocate(t, regs["unicore.mcyou.cc/gpu"], "fake-5"); env["VIRTUAL_GPU_IDS"] != "fake-5" {
 		t.Errorf("VIRTUAL_GPU_IDS = %q", env["VIRTUAL_GPU_IDS"])
+	}
+
+	// The dump shows the MIG devices under their GPU and the layout in
+	// the history.
+	doc := n.dump(t)
+	for _, d := range doc.Devices {
+		switch d.ID {
+		case "fake-1":
+			if u := d.MIGDevices; u == nil || u.Total != 5 || u.InUse != 2 || len(u.Holders) != 1 {
+				t.Errorf("fake-1's MIG devices in the dump: %+v", u)
+			}
+		case "fake-1-mig-1g10gb-0":
+			if d.GPU != "fake-1" || d.MIG != "1g.10gb" || d.Replica != nil || d.Holder == nil {
+				t.Errorf("MIG device in the dump: %+v", d)
+			}
+		}
+	}
+	if len(doc.ConfigEvents) == 0 || doc.ConfigEvents[0].MIGLayout != "half-mixed" || doc.ConfigEvents[0].MIGStrategy != "mixed" {
+		t.Errorf("config events in the dump: %+v", doc.ConfigEvents)
+	}
+	out, _, code := cli(t, "dump", "-state="+n.state)
+	if code != 0 || !strings.Contains(out, "half-mixed (mixed)") || !regexp.MustCompile(`(?m)^fake-1\s.*\s2/5\s`).MatchString(out) {
+		t.Errorf("dump (exit %d) lacks the layout or fake-1's 2/5 MIG devices in use:\n%s", code, out)
 	}
 
 	n.kubelet.Restart()

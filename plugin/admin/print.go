@@ -107,7 +107,8 @@ func (t table) empty(what string) {
 // total, and its HOLDER column lists their holders; the replicas
 // themselves are rows of the wide output only.
 func (t table) devices(devs []Device) {
-	shared := slices.ContainsFunc(devs, func(d Device) bool { return d.Replicas != nil || d.GPU != "" })
+	shared := slices.ContainsFunc(devs, func(d Device) bool { return d.Replicas != nil || (d.GPU != "" && d.MIG == "") })
+	hasMIG := slices.ContainsFunc(devs, func(d Device) bool { return d.MIGDevices != nil || d.MIG != "" })
 	var cols []string
 	if t.wide {
 		cols = []string{"DEVICE", "INDEX", "UUID", "NUMA", "TOPOLOGY NUMA", "HEALTH", "REASON", "SINCE", "HOLDER", "ALLOCATION"}
@@ -116,6 +117,9 @@ func (t table) devices(devs []Device) {
 	}
 	if shared {
 		cols = slices.Insert(cols, slices.Index(cols, "HOLDER"), "REPLICAS")
+	}
+	if hasMIG {
+		cols = slices.Insert(cols, slices.Index(cols, "HOLDER"), "MIG")
 	}
 	t.header(true, cols...)
 	for _, d := range devs {
@@ -136,6 +140,16 @@ func (t table) devices(devs []Device) {
 			at := slices.Index(cols, "REPLICAS")
 			row = slices.Insert(row, at, replicaUse(d.Replicas))
 			if u := d.Replicas; u != nil {
+				row[at+1+boolInt(hasMIG)] = holders(u.Holders, holder)
+				if t.wide {
+					row[at+2+boolInt(hasMIG)] = holders(u.Holders, allocation)
+				}
+			}
+		}
+		if hasMIG {
+			at := slices.Index(cols, "MIG")
+			row = slices.Insert(row, at, migUse(d))
+			if u := d.MIGDevices; u != nil {
 				row[at+1] = holders(u.Holders, holder)
 				if t.wide {
 					row[at+2] = holders(u.Holders, allocation)
@@ -144,6 +158,25 @@ func (t table) devices(devs []Device) {
 		}
 		t.row(row...)
 	}
+}
+
+// migUse is, for a GPU with MIG devices, "in use/total" of them; for a
+// MIG device its profile; "-" otherwise.
+func migUse(d Device) string {
+	switch {
+	case d.MIGDevices != nil:
+		return replicaUse(d.MIGDevices)
+	case d.MIG != "":
+		return cell(d.MIG)
+	}
+	return "-"
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // replicaUse is "in use/total" for a shared GPU, "-" otherwise.
@@ -263,23 +296,44 @@ func (t table) events(events []HealthEvent) {
 // configEvents prints the configuration changes; wide adds the profile
 // before, the detail, the resource name and the replicas.
 func (t table) configEvents(events []ConfigEvent) {
+	// The MIG column, only when a layout was ever in force.
+	withMIG := slices.ContainsFunc(events, func(e ConfigEvent) bool { return e.MIGLayout != "" })
+	mig := func(cells []string, e *ConfigEvent) []string {
+		if !withMIG {
+			return cells
+		}
+		v := "MIG"
+		if e != nil {
+			v = migLayout(*e)
+		}
+		return slices.Insert(cells, len(cells)-1, v)
+	}
 	if t.wide {
-		t.header(false, "CONFIG EVENT", "TIME", "PROFILE", "PREVIOUS", "WHY", "DETAIL", "RESOURCE", "MACHINE", "DEVICES", "REPLICAS", "CHANGES")
+		t.header(false, mig([]string{"CONFIG EVENT", "TIME", "PROFILE", "PREVIOUS", "WHY", "DETAIL", "RESOURCE", "MACHINE", "DEVICES", "REPLICAS", "CHANGES"}, nil)...)
 	} else {
-		t.header(false, "CONFIG EVENT", "TIME", "PROFILE", "WHY", "MACHINE", "DEVICES", "CHANGES")
+		t.header(false, mig([]string{"CONFIG EVENT", "TIME", "PROFILE", "WHY", "MACHINE", "DEVICES", "CHANGES"}, nil)...)
 	}
 	for _, e := range events {
 		seq, devices := strconv.FormatUint(e.Seq, 10), strconv.Itoa(e.Devices)
 		if t.wide {
-			t.row(seq, fmtTime(e.Time), cell(e.Profile), cell(e.PreviousProfile), cell(e.Why), cell(e.Detail), cell(e.ResourceName),
-				cell(e.Machine), devices, replicas(e.Replicas), deviceChanges(e))
+			t.row(mig([]string{seq, fmtTime(e.Time), cell(e.Profile), cell(e.PreviousProfile), cell(e.Why), cell(e.Detail), cell(e.ResourceName),
+				cell(e.Machine), devices, replicas(e.Replicas), deviceChanges(e)}, &e)...)
 		} else {
-			t.row(seq, fmtTime(e.Time), cell(e.Profile), cell(e.Why), cell(e.Machine), devices, deviceChanges(e))
+			t.row(mig([]string{seq, fmtTime(e.Time), cell(e.Profile), cell(e.Why), cell(e.Machine), devices, deviceChanges(e)}, &e)...)
 		}
 	}
 	if len(events) == 0 {
 		t.empty("config events")
 	}
+}
+
+// migLayout is an event's MIG layout and strategy, "all-balanced (mixed)",
+// or "-" without a layout.
+func migLayout(e ConfigEvent) string {
+	if e.MIGLayout == "" {
+		return "-"
+	}
+	return cell(e.MIGLayout + " (" + e.MIGStrategy + ")")
 }
 
 // deviceChanges says which devices a configuration change added, removed

@@ -84,8 +84,12 @@ type Device struct {
 	// Index is the device's position in the topology (a replica's is its
 	// GPU's).
 	Index int `json:"index"`
-	// GPU is, for a replica, the id of its GPU; empty (absent) for a GPU.
+	// GPU is, for a replica or a MIG device, the id of its GPU; empty
+	// (absent) for a GPU.
 	GPU string `json:"gpu,omitempty"`
+	// MIG is, for a MIG device, its profile ("3g.40gb"); empty (absent)
+	// otherwise.
+	MIG string `json:"mig,omitempty"`
 	// Replica is, for a replica, its number among its GPU's replicas; nil
 	// (absent) for a GPU.
 	Replica *int `json:"replica,omitempty"`
@@ -93,6 +97,10 @@ type Device struct {
 	// many replicas it has and which are in use; nil (absent) for a GPU
 	// advertised whole, and for a replica.
 	Replicas *ReplicaUse `json:"replicas,omitempty"`
+	// MIGDevices says, for a GPU with MIG devices, how many there are and
+	// which are in use, as Replicas does for replicas; nil (absent)
+	// otherwise.
+	MIGDevices *ReplicaUse `json:"migDevices,omitempty"`
 	// UUID is the device's GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-
 	// xxxxxxxxxxxx), stored when the device was first configured and never
 	// changed; empty (absent) until the plugin has stored one.
@@ -277,6 +285,10 @@ type ConfigEvent struct {
 	Added    []string `json:"added,omitempty"`
 	Removed  []string `json:"removed,omitempty"`
 	Restored []string `json:"restored,omitempty"`
+	// MIGStrategy and MIGLayout are the device plugin's MIG strategy and
+	// the MIG layout in force; absent without a layout.
+	MIGStrategy string `json:"migStrategy,omitempty"`
+	MIGLayout   string `json:"migLayout,omitempty"`
 }
 
 // DamagedRecord is a record of the state file that could not be read and
@@ -429,7 +441,10 @@ func holdersOf(active []store.Allocation, prepared []store.Claim) []holding {
 func deviceOf(d store.Device, holders []holding, reported map[string]int) Device {
 	out := Device{ID: d.ID, Index: d.Index, UUID: d.UUID, NUMANode: max(d.NUMA, -1), Healthy: d.Healthy, Reason: d.Reason,
 		Since: d.Since, Removed: d.Removed, RemovedAt: d.RemovedAt}
-	if d.IsReplica() {
+	switch {
+	case d.IsMIG():
+		out.GPU, out.MIG = d.GPU, d.MIG
+	case d.IsReplica():
 		out.GPU, out.Replica = d.GPU, &d.Replica
 	}
 	if n, ok := reported[d.ID]; ok && !d.Removed {
@@ -448,7 +463,8 @@ func deviceOf(d store.Device, holders []holding, reported map[string]int) Device
 }
 
 // addReplicaUse fills Replicas of every shared GPU of devs (stored order:
-// a GPU before its replicas) from its configured replicas, their holders
+// a GPU before its replicas) from its configured replicas, and MIGDevices
+// of every GPU with MIG devices from those, their holders
 // in the order of holders (newest first), and gives a shared GPU without a
 // reported NUMA node its replicas' (the kubelet is told of the replicas,
 // not of the GPU).
@@ -469,14 +485,18 @@ func addReplicaUse(devs []Device, holders []holding) {
 			continue
 		}
 		gpu := &devs[g]
-		if gpu.Replicas == nil {
-			gpu.Replicas = &ReplicaUse{}
+		use := &gpu.Replicas
+		if r.MIG != "" {
+			use = &gpu.MIGDevices
+		}
+		if *use == nil {
+			*use = &ReplicaUse{}
 		}
 		if gpu.ReportedNUMANode == nil && r.ReportedNUMANode != nil && !gpu.Removed {
 			n := *r.ReportedNUMANode
 			gpu.ReportedNUMANode = &n
 		}
-		u := gpu.Replicas
+		u := *use
 		u.Total++
 		if r.Holder == nil {
 			continue
@@ -492,8 +512,10 @@ func addReplicaUse(devs []Device, holders []holding) {
 		u.Holders[j].DeviceIDs = append(u.Holders[j].DeviceIDs, r.ID)
 	}
 	for _, d := range devs {
-		if d.Replicas != nil {
-			slices.SortStableFunc(d.Replicas.Holders, func(a, b Holder) int { return cmp.Compare(rank[keyOf(a)], rank[keyOf(b)]) })
+		for _, u := range []*ReplicaUse{d.Replicas, d.MIGDevices} {
+			if u != nil {
+				slices.SortStableFunc(u.Holders, func(a, b Holder) int { return cmp.Compare(rank[keyOf(a)], rank[keyOf(b)]) })
+			}
 		}
 	}
 }
@@ -518,7 +540,7 @@ func claimOf(c store.Claim) Claim {
 func configEventOf(e store.ConfigEvent) ConfigEvent {
 	return ConfigEvent{Seq: e.Seq, Time: e.Time, Profile: e.Profile, PreviousProfile: e.PreviousProfile, Why: e.Why,
 		Detail: e.Detail, ResourceName: e.ResourceName, Machine: e.Machine, Devices: e.Devices, Replicas: e.Replicas,
-		Added: e.Added, Removed: e.Removed, Restored: e.Restored}
+		Added: e.Added, Removed: e.Removed, Restored: e.Restored, MIGStrategy: e.MIGStrategy, MIGLayout: e.MIGLayout}
 }
 
 // deviceIDs lists the ids of devs, removed ones and replicas included.
