@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -185,4 +186,96 @@ func TestTarget_MixedLive(t *testing.T) {
 		}
 	}
 	plugintest.WaitFor(t, 10*time.Second, "the new registrations counted", func() bool { return tg.Registrations() >= before+3 })
+}
+
+// everyProfile gives each of the first seven GPUs of an H100 node one MIG
+// device of another profile and leaves the last whole: eight resources
+// under the mixed strategy.
+const everyProfile = `version: v1
+mig-configs:
+  every-profile:
+    - {devices: [0], mig-enabled: true, mig-devices: {1g.10gb: 1}}
+    - {devices: [1], mig-enabled: true, mig-devices: {1g.10gb+me: 1}}
+    - {devices: [2], mig-enabled: true, mig-devices: {1g.20gb: 1}}
+    - {devices: [3], mig-enabled: true, mig-devices: {2g.20gb: 1}}
+    - {devices: [4], mig-enabled: true, mig-devices: {3g.40gb: 1}}
+    - {devices: [5], mig-enabled: true, mig-devices: {4g.40gb: 1}}
+    - {devices: [6], mig-enabled: true, mig-devices: {7g.80gb: 1}}
+    - {devices: [7], mig-enabled: false}
+`
+
+// BenchmarkTarget_ReRegister measures how long after a kubelet restart
+// every resource of a Target is registered again: the whole GPUs (one
+// resource, the baseline), the mixed strategy's all-balanced (three) and
+// every H100 profile (eight), over real sockets and gRPC with the
+// stand-in kubelet.
+func BenchmarkTarget_ReRegister(b *testing.B) {
+	user, err := mig.ParseConfig("every-profile.yaml", strings.NewReader(everyProfile))
+	if err != nil {
+		b.Fatal(err)
+	}
+	builtin, err := mig.BuiltinConfig()
+	if err != nil {
+		b.Fatal(err)
+	}
+	layouts := mig.Merge(builtin, user)
+	for _, bc := range []struct {
+		name, layout string
+		resources    int
+	}{{"whole-1", "", 1}, {"all-balanced-3", "all-balanced", 3}, {"every-profile-8", "every-profile", 8}} {
+		b.Run(bc.name, func(b *testing.B) {
+			c := plugintest.GPUConfig(b, "hgx-h100", gpuset.Sharing{})
+			if bc.layout != "" {
+				gpus, err := mig.Resolve(layouts, bc.layout, c.Machine.GPUModel().Product, c.Machine.Len())
+				if err != nil {
+					b.Fatal(err)
+				}
+				c.MIG = gpuset.MIG{Strategy: gpuset.MIGStrategyMixed, Layout: bc.layout, GPUs: gpus}
+			}
+			set, err := agent.NewSet(agent.Config{GPUs: c, View: plugintest.ViewConfig(b.TempDir())}, "node-a")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if got := len(set.GPUs.Resources()); got != bc.resources {
+				b.Fatalf("%d resources, want %d", got, bc.resources)
+			}
+			st, err := store.Open(filepath.Join(b.TempDir(), "state.db"), store.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer st.Close()
+			if _, err := st.Reconcile(set.GPUs.Specs()); err != nil {
+				b.Fatal(err)
+			}
+			stored, err := st.Devices()
+			if err != nil {
+				b.Fatal(err)
+			}
+			dir := plugintest.ShortTempDir(b)
+			k := plugintest.StartKubelet(b, dir)
+			record := func(context.Context, []string, map[string]string) (store.Allocation, error) {
+				return store.Allocation{}, nil
+			}
+			tg, err := plugin.NewTarget(plugin.TargetConfig{Set: set, Stored: stored, Record: record, Dir: dir, SocketName: "virtual-gpu.sock"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer tg.Close()
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- tg.Run(ctx) }()
+			defer func() { cancel(); <-done }()
+			for range bc.resources {
+				k.WaitRegistration(10 * time.Second)
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				k.Restart()
+				for range bc.resources {
+					k.WaitRegistration(10 * time.Second)
+				}
+			}
+			b.ReportMetric(float64(bc.resources), "resources")
+		})
+	}
 }
