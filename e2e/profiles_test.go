@@ -22,6 +22,8 @@ import (
 const (
 	profileLabel   = "unicore.mcyou.cc/device-plugin.config"
 	gpuLabelPrefix = "unicore.mcyou.cc/gpu."
+	// migLabelPrefix starts the MIG labels: the operator's layout label, its state and GFD's MIG labels.
+	migLabelPrefix = "unicore.mcyou.cc/mig"
 	productLabel   = gpuLabelPrefix + "product"
 )
 
@@ -58,7 +60,7 @@ func profilePluginOptions(c *cluster.Cluster, node *cluster.Node, dir string, no
 	return cluster.PluginOptions{Devices: -1, Args: args}
 }
 
-// cleanNodeLabels removes the profile label and every GPU label of node, at the test's end (after its
+// cleanNodeLabels removes the profile label, every GPU label and every MIG label of node, at the test's end (after its
 // plugins stopped: register it before them).
 func cleanNodeLabels(t *testing.T, node *cluster.Node) {
 	t.Helper()
@@ -71,7 +73,7 @@ func cleanNodeLabels(t *testing.T, node *cluster.Node) {
 			return
 		}
 		for k := range n.Labels {
-			if k == profileLabel || strings.HasPrefix(k, gpuLabelPrefix) {
+			if k == profileLabel || strings.HasPrefix(k, gpuLabelPrefix) || strings.HasPrefix(k, migLabelPrefix) {
 				if err := node.SetNodeLabel(ctx, k, ""); err != nil {
 					t.Errorf("cleanup: %v", err)
 				}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"maps"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -72,20 +71,10 @@ func TestBinary_MIGSingle(t *testing.T) {
 
 func sortedIDs(s []string) []string { s = slices.Clone(s); slices.Sort(s); return s }
 
-// mixedLayout is a mig-parted file with a layout that partitions the first
-// four GPUs of a node (four 1g.10gb and one 3g.40gb each) and leaves the
-// others whole.
-const mixedLayout = `version: v1
-mig-configs:
-  half-mixed:
-    - devices: [0, 1, 2, 3]
-      mig-enabled: true
-      mig-devices:
-        1g.10gb: 4
-        3g.40gb: 1
-    - devices: [4, 5, 6, 7]
-      mig-enabled: false
-`
+// mixedLayout is a mig-parted file with a layout, half-mixed, that
+// partitions the first four GPUs of a node (four 1g.10gb and one 3g.40gb
+// each) and leaves the others whole; the e2e suite reads it too.
+const mixedLayout = "testdata/mig-half-mixed.yaml"
 
 // registrations waits for n registrations of the node's kubelet and
 // returns them by resource name.
@@ -105,8 +94,8 @@ func (n *node) registrations(t *testing.T, count int) map[string]*plugintest.Reg
 // the history; after a kubelet restart every resource registers again.
 func TestBinary_MIGMixed(t *testing.T) {
 	n := newNode(t)
-	file := filepath.Join(t.TempDir(), "mig.yaml")
-	if err := os.WriteFile(file, []byte(mixedLayout), 0o600); err != nil {
+	file, err := filepath.Abs(mixedLayout)
+	if err != nil {
 		t.Fatal(err)
 	}
 	args := []string{"-device-plugin-path=" + n.dir, "-state=" + n.state, "-pod-resources-socket=" + n.podResources(),
