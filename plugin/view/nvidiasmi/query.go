@@ -450,6 +450,11 @@ func writeQuery(out *bytes.Buffer, q *queryContext, gpus []*gpu) int {
 		out.WriteString("GPU " + gpuHeader(g) + "\n")
 		for _, n := range gpuNodes(q, g) {
 			write(1, n)
+			if n.tag == "mig_mode" {
+				for _, m := range migNodes(g) {
+					write(1, m)
+				}
+			}
 		}
 		out.WriteString("\n")
 	}
