@@ -13,7 +13,8 @@ import (
 // reports its own memory (FB_USED, FB_FREE of the instance, FB_RESERVED
 // 0, as nvidia-smi -q shows a MIG device's) and profiling ratios, and its
 // GPU's values for the device-level fields (clocks, temperatures, power,
-// energy, XID, remapped rows, NVLink, PCIe replays); utilization
+// energy, XID, remapped rows, NVLink, PCIe replays); its readings'
+// memory used is its MIG devices' (Reading.MIG); utilization
 // (DCGM_FI_DEV_GPU_UTIL, MEM_COPY_UTIL), which NVML does not report under
 // MIG (nvidia-smi's GPU-Util N/A), is left out. Each series carries the
 // labels of the containers holding that MIG device.
@@ -95,8 +96,27 @@ func (e *Exporter) migIdentities(pos int) []MIGReading {
 }
 
 // migShares fills the MIG device readings of r from its holders hs (with
-// their device ids) and their shares in r.Holders.
+// their device ids) and their shares in r.Holders; then, with MIG on, the
+// GPU's memory used is its MIG devices' and each holder's the sum of its
+// shares of them, so that nvidia-smi agrees with the MIG series.
 func (e *Exporter) migShares(r *Reading, hs []gpuHolder) {
+	if len(r.MIG) == 0 {
+		return
+	}
+	defer func() {
+		used := 0
+		mine := make([]int, len(r.Holders))
+		for k := range r.MIG {
+			used += r.MIG[k].MemoryUsedMiB
+			for j, i := range r.MIG[k].holders {
+				mine[i] += r.MIG[k].Holders[j].MemoryUsedMiB
+			}
+		}
+		r.MemoryUsedMiB, r.MemoryFreeMiB = used, r.MemoryTotalMiB-used
+		for i := range r.Holders {
+			r.Holders[i].MemoryUsedMiB = mine[i]
+		}
+	}()
 	for k := range r.MIG {
 		m := &r.MIG[k]
 		util, used := 0, 0

@@ -166,10 +166,17 @@ func TestReadings_MIG(t *testing.T) {
 	if len(m) != 4 || len(m[0].Holders) != 1 || m[0].Holders[0].Pod != "a" || len(m[1].Holders) != 0 {
 		t.Fatalf("GPU 0 MIG readings %+v: want 4, the 3g.40gb held by ml/a", m)
 	}
+	sum := 0
 	for _, d := range m {
 		if d.MemoryUsedMiB+d.MemoryFreeMiB != d.MemoryTotalMiB || d.MemoryUsedMiB > d.MemoryTotalMiB {
 			t.Errorf("%s: used %d + free %d, total %d", d.ID, d.MemoryUsedMiB, d.MemoryFreeMiB, d.MemoryTotalMiB)
 		}
+		sum += d.MemoryUsedMiB
+	}
+	// nvidia-smi reads the GPU's and the holders' memory from the readings: they are the MIG devices'.
+	if r := rs[0]; r.MemoryUsedMiB != sum || r.MemoryFreeMiB != r.MemoryTotalMiB-sum ||
+		r.Holders[0].MemoryUsedMiB != m[0].MemoryUsedMiB || r.Holders[1].MemoryUsedMiB != m[3].MemoryUsedMiB {
+		t.Errorf("GPU 0 used %d free %d, holders %+v: want the MIG devices' %d, the holders' their MIG device's", r.MemoryUsedMiB, r.MemoryFreeMiB, r.Holders, sum)
 	}
 }
 

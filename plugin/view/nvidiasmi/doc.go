@@ -64,8 +64,11 @@
 // devices (VIRTUAL_GPU_IDS of MIG device ids, fake-0-mig-3g40gb-4) sees
 // their GPU with those MIG devices only, numbered from 0 in GPU instance
 // id order, as a real container does; one holding the GPU whole sees all
-// its MIG devices. -q lists them in MIG Device sections after MIG Mode;
-// no memory use is known per MIG device (0 MiB), and -q -x keeps
+// its MIG devices. -q lists them in MIG Device sections after MIG Mode.
+// The container's process runs on its first MIG device of the GPU (its GI
+// and CI ids in the Processes tables), with the memory the telemetry
+// counts it in its MIG devices; a MIG device's memory used is its
+// processes' (others' are unknown in the container). -q -x keeps
 // <mig_devices>None</mig_devices>.
 //   - -i, --id=ID[,ID…]: restricts any command but topo to GPUs named by
 //     index, UUID (any case), PCI bus id ([domain:]bus:device[.function], hex)

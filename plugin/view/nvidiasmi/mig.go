@@ -20,15 +20,28 @@ const bar1PerSliceX4 = 24739
 // migBAR1MiB is the BAR1 memory of MIG device d.
 func migBAR1MiB(d status.MIGDevice) int { return d.PlacementSize * bar1PerSliceX4 / 4 }
 
+// migUsedMiB is the memory used of MIG device d of g: its processes'
+// (those of the container, readProcs), the only ones known per MIG device.
+func migUsedMiB(g *gpu, d status.MIGDevice) int {
+	used := 0
+	for _, p := range g.procs {
+		if p.mig != nil && p.mig.ID == d.ID {
+			used += p.usedMiB
+		}
+	}
+	return min(used, d.MemoryMiB)
+}
+
 // migNodes are -q's MIG Device sections of the MIG devices the container
 // sees, after MIG Mode: index, GPU and compute instance ids, the engines,
-// ECC, the instance's memory (used: none is known per instance, 0) and
-// BAR1. Text only: -q -x keeps <mig_devices>None</mig_devices>.
+// ECC, the instance's memory (used: its processes', migUsedMiB) and BAR1.
+// Text only: -q -x keeps <mig_devices>None</mig_devices>.
 func migNodes(g *gpu) []node {
 	var out []node
 	for k, d := range g.migs {
 		mib := func(v int) string { return itoa(v) + " MiB" }
 		bar1 := migBAR1MiB(d)
+		used := migUsedMiB(g, d)
 		out = append(out, sec("MIG Device", "",
 			kv("Index", "", itoa(k)),
 			kv("GPU Instance ID", "", itoa(d.GPUInstanceID)),
@@ -42,7 +55,7 @@ func migNodes(g *gpu) []node {
 				kv("JPG count", "", itoa(d.JPEGs)))),
 			sec("ECC Errors", "", sec("Volatile", "", kv("SRAM Uncorrectable", "", "0"))),
 			sec("Shared FB Memory Usage", "",
-				kv("Total", "", mib(d.MemoryMiB)), kv("Reserved", "", mib(0)), kv("Used", "", mib(0)), kv("Free", "", mib(d.MemoryMiB))),
+				kv("Total", "", mib(d.MemoryMiB)), kv("Reserved", "", mib(0)), kv("Used", "", mib(used)), kv("Free", "", mib(d.MemoryMiB-used))),
 			sec("Shared BAR1 Memory", "", kv("Total", "", mib(bar1)), kv("Used", "", mib(0)), kv("Free", "", mib(bar1)))))
 	}
 	return out
@@ -63,7 +76,7 @@ const (
 // writeSummaryMIG writes the summary's MIG devices table of the MIG
 // devices of gpus the container sees; nothing if it sees none. Each
 // device has two lines: GPU, GPU instance, compute instance and MIG
-// device index, memory used and total, SMs and volatile uncorrected ECC
+// device index, memory used (migUsedMiB) and total, SMs and volatile uncorrected ECC
 // errors, the engines (CE, ENC, DEC, OFA, JPG); then BAR1 used and total.
 func writeSummaryMIG(out *bytes.Buffer, gpus []*gpu) {
 	n := 0
@@ -82,7 +95,7 @@ func writeSummaryMIG(out *bytes.Buffer, gpus []*gpu) {
 			}
 			first = false
 			fmt.Fprintf(out, "|%3d %4d %3d %3d  |%19s / %8s    |%3d%7d |%3d %3d %4d %4d %4d |\n", g.pos, d.GPUInstanceID, d.ComputeInstanceID, k,
-				"0MiB", itoa(d.MemoryMiB)+"MiB", d.Multiprocessors, 0, d.CopyEngines, d.Encoders, d.Decoders, d.OFAs, d.JPEGs)
+				itoa(migUsedMiB(g, d))+"MiB", itoa(d.MemoryMiB)+"MiB", d.Multiprocessors, 0, d.CopyEngines, d.Encoders, d.Decoders, d.OFAs, d.JPEGs)
 			fmt.Fprintf(out, "|                  |%19s / %8s    |           |                       |\n", "0MiB", itoa(migBAR1MiB(d))+"MiB")
 		}
 	}

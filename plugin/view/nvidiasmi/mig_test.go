@@ -36,8 +36,18 @@ func h100MIG(i int) []status.MIGDevice {
 // holding the devices ids (GPU ids: whole; MIG device ids: those).
 func migFixture(t *testing.T, ids ...string) *fixture {
 	t.Helper()
+	return migFixtureWith(t, nil, ids...)
+}
+
+// migFixtureWith is migFixture with the status files changed by mutate
+// (nil: none) after their MIG devices are set.
+func migFixtureWith(t *testing.T, mutate func(pos int, g *status.GPU), ids ...string) *fixture {
+	t.Helper()
 	f := newFixture(t, mustPreset(t, "hgx-h100"), []int{0, 1}, func(pos int, g *status.GPU) {
 		g.MIGEnabled, g.MIGDevices = true, h100MIG(pos)
+		if mutate != nil {
+			mutate(pos, g)
+		}
 	})
 	f.env[nvidiasmi.EnvIDs] = strings.Join(ids, ",")
 	var uuids []string // one per GPU held, as the plugin sets them
@@ -58,6 +68,15 @@ func TestMain_GoldenMIG(t *testing.T) {
 		return migFixture(t, topology.MIGID(0, "1g.10gb", 3), topology.MIGID(1, "3g.40gb", 4))
 	}
 	noMIG := func(t *testing.T) *fixture { return newFixture(t, mustPreset(t, "hgx-h100"), []int{0}, nil) }
+	busy := func(t *testing.T) *fixture {
+		// This container's process on its 1g.10gb of GPU 0, using 4926 MiB of it.
+		return migFixtureWith(t, func(pos int, g *status.GPU) {
+			if pos == 0 {
+				g.Telemetry.UtilizationGPUPercent, g.Telemetry.MemoryUsedMiB = 80, 4926
+				g.Telemetry.Holders = []status.Holder{{Namespace: "ml", Pod: testPod, Container: "main", UtilizationGPUPercent: 80, MemoryUsedMiB: 4926}}
+			}
+		}, topology.MIGID(0, "1g.10gb", 3))
+	}
 	for _, tc := range []struct {
 		name     string
 		fixture  func(t *testing.T) *fixture
@@ -73,6 +92,8 @@ func TestMain_GoldenMIG(t *testing.T) {
 		{"mig-lgi", whole, []string{"mig", "-lgi"}, 0},
 		{"mig-lgi-devices", one, []string{"mig", "-lgi"}, 0},
 		{"mig-lgi-no-mig", noMIG, []string{"mig", "-lgi"}, 6},
+		{"summary-mig-procs", busy, nil, 0},
+		{"query-mig-procs", busy, []string{"-q"}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, code := tc.fixture(t).run(t, tc.args...)
@@ -169,4 +190,46 @@ func bars(line string) []int {
 		}
 	}
 	return append(out, len(line))
+}
+
+// A process on a MIG device has the real H100's Processes line: GPU, GI,
+// CI and PID right-aligned in the same columns, the name and memory where
+// the real one has them.
+func TestRealRecording_MIGProcess(t *testing.T) {
+	real := recording{file: "h100-mig__590.48.01.txt"}
+	var want string
+	for _, l := range real.section(t, "load :: nvidia-smi (default table)") {
+		if strings.Contains(l, "      C   ") {
+			want = l
+			break
+		}
+	}
+	f := migFixtureWith(t, func(pos int, g *status.GPU) {
+		if pos == 0 {
+			g.Telemetry.UtilizationGPUPercent, g.Telemetry.MemoryUsedMiB = 80, 2296
+			g.Telemetry.Holders = []status.Holder{{Namespace: "ml", Pod: testPod, Container: "main", UtilizationGPUPercent: 80, MemoryUsedMiB: 2296}}
+		}
+	}, topology.MIGID(0, "3g.40gb", 4))
+	out, _ := f.run(t)
+	var got string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "      C   ") {
+			got = l
+		}
+	}
+	// Token ends: the real line is GPU 0, GI 2, CI 0, PID 21180, C, a name, 2296MiB.
+	ends := func(l string) []int {
+		var out []int
+		for i := 1; i < len(l); i++ {
+			if l[i] == ' ' && l[i-1] != ' ' || l[i] == '|' && i == len(l)-1 {
+				out = append(out, i)
+			}
+		}
+		return out
+	}
+	g, w := ends(got), ends(want)
+	if len(g) < 5 || len(w) < 5 || !slices.Equal(g[:3], w[:3]) || g[len(g)-1] != w[len(w)-1] || len(got) != len(want) ||
+		!strings.Contains(got, "2296MiB |") || strings.Index(got, " C ") != strings.Index(want, " C ") {
+		t.Errorf("process line\n%s\nreal\n%s", got, want)
+	}
 }

@@ -357,8 +357,9 @@ func writeProcsText(out *bytes.Buffer, depth int, procs []process) {
 		out.WriteString(l + ": " + value + "\n")
 	}
 	for _, p := range procs {
-		line(1, "GPU instance ID", notAvailable)
-		line(1, "Compute instance ID", notAvailable)
+		gi, ci := p.instanceIDs()
+		line(1, "GPU instance ID", gi)
+		line(1, "Compute instance ID", ci)
 		line(1, "Process ID", itoa(p.pid))
 		line(2, "Type", "C")
 		line(2, "Name", p.name)
@@ -378,8 +379,9 @@ func writeProcsXML(out *bytes.Buffer, depth int, procs []process) {
 	}
 	for _, p := range procs {
 		out.WriteString(indent + "\t<process_info>\n")
-		leaf("gpu_instance_id", notAvailable)
-		leaf("compute_instance_id", notAvailable)
+		gi, ci := p.instanceIDs()
+		leaf("gpu_instance_id", gi)
+		leaf("compute_instance_id", ci)
 		leaf("pid", itoa(p.pid))
 		leaf("type", "C")
 		leaf("process_name", p.name)
