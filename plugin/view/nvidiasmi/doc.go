@@ -68,8 +68,8 @@
 // The container's process runs on its first MIG device of the GPU (its GI
 // and CI ids in the Processes tables), with the memory the telemetry
 // counts it in its MIG devices; a MIG device's memory used is its
-// processes' (others' are unknown in the container). -q -x keeps
-// <mig_devices>None</mig_devices>.
+// processes' (others' are unknown in the container). -q -x has them as
+// <mig_device> elements of <mig_devices>.
 //   - -i, --id=ID[,ID…]: restricts any command but topo to GPUs named by
 //     index, UUID (any case), PCI bus id ([domain:]bus:device[.function], hex)
 //     or board serial, shown in index order; an id naming no GPU: "No devices

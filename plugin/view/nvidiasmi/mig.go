@@ -34,28 +34,30 @@ func migUsedMiB(g *gpu, d status.MIGDevice) int {
 
 // migNodes are -q's MIG Device sections of the MIG devices the container
 // sees, after MIG Mode: index, GPU and compute instance ids, the engines,
-// ECC, the instance's memory (used: its processes', migUsedMiB) and BAR1.
-// Text only: -q -x keeps <mig_devices>None</mig_devices>.
+// ECC, the instance's memory (used: its processes', migUsedMiB) and BAR1;
+// in -q -x the <mig_device> elements of <mig_devices> with the elements
+// published outputs show (ids, device attributes, FB memory; ECC and BAR1
+// are text only).
 func migNodes(g *gpu) []node {
 	var out []node
 	for k, d := range g.migs {
 		mib := func(v int) string { return itoa(v) + " MiB" }
 		bar1 := migBAR1MiB(d)
 		used := migUsedMiB(g, d)
-		out = append(out, sec("MIG Device", "",
-			kv("Index", "", itoa(k)),
-			kv("GPU Instance ID", "", itoa(d.GPUInstanceID)),
-			kv("Compute Instance ID", "", itoa(d.ComputeInstanceID)),
-			sec("Device Attributes", "", sec("Shared", "",
-				kv("Multiprocessor count", "", itoa(d.Multiprocessors)),
-				kv("Copy Engine count", "", itoa(d.CopyEngines)),
-				kv("Encoder count", "", itoa(d.Encoders)),
-				kv("Decoder count", "", itoa(d.Decoders)),
-				kv("OFA count", "", itoa(d.OFAs)),
-				kv("JPG count", "", itoa(d.JPEGs)))),
+		out = append(out, sec("MIG Device", "mig_device",
+			kv("Index", "index", itoa(k)),
+			kv("GPU Instance ID", "gpu_instance_id", itoa(d.GPUInstanceID)),
+			kv("Compute Instance ID", "compute_instance_id", itoa(d.ComputeInstanceID)),
+			sec("Device Attributes", "device_attributes", sec("Shared", "shared",
+				kv("Multiprocessor count", "multiprocessor_count", itoa(d.Multiprocessors)),
+				kv("Copy Engine count", "copy_engine_count", itoa(d.CopyEngines)),
+				kv("Encoder count", "encoder_count", itoa(d.Encoders)),
+				kv("Decoder count", "decoder_count", itoa(d.Decoders)),
+				kv("OFA count", "ofa_count", itoa(d.OFAs)),
+				kv("JPG count", "jpg_count", itoa(d.JPEGs)))),
 			sec("ECC Errors", "", sec("Volatile", "", kv("SRAM Uncorrectable", "", "0"))),
-			sec("Shared FB Memory Usage", "",
-				kv("Total", "", mib(d.MemoryMiB)), kv("Reserved", "", mib(0)), kv("Used", "", mib(used)), kv("Free", "", mib(d.MemoryMiB-used))),
+			sec("Shared FB Memory Usage", "fb_memory_usage",
+				kv("Total", "total", mib(d.MemoryMiB)), kv("Reserved", "reserved", mib(0)), kv("Used", "used", mib(used)), kv("Free", "free", mib(d.MemoryMiB-used))),
 			sec("Shared BAR1 Memory", "", kv("Total", "", mib(bar1)), kv("Used", "", mib(0)), kv("Free", "", mib(bar1)))))
 	}
 	return out

@@ -1,6 +1,7 @@
 package nvidiasmi_test
 
 import (
+	"encoding/xml"
 	"regexp"
 	"slices"
 	"strings"
@@ -94,6 +95,7 @@ func TestMain_GoldenMIG(t *testing.T) {
 		{"mig-lgi-no-mig", noMIG, []string{"mig", "-lgi"}, 6},
 		{"summary-mig-procs", busy, nil, 0},
 		{"query-mig-procs", busy, []string{"-q"}, 0},
+		{"query-xml-mig", busy, []string{"-q", "-x", "-i", "0"}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, code := tc.fixture(t).run(t, tc.args...)
@@ -231,5 +233,36 @@ func TestRealRecording_MIGProcess(t *testing.T) {
 	if len(g) < 5 || len(w) < 5 || !slices.Equal(g[:3], w[:3]) || g[len(g)-1] != w[len(w)-1] || len(got) != len(want) ||
 		!strings.Contains(got, "2296MiB |") || strings.Index(got, " C ") != strings.Index(want, " C ") {
 		t.Errorf("process line\n%s\nreal\n%s", got, want)
+	}
+}
+
+// -q -x of a container holding two MIG devices of GPU 1 is well-formed and
+// lists them as <mig_device> elements, in GPU instance id order.
+func TestQueryXML_MIG(t *testing.T) {
+	f := migFixture(t, topology.MIGID(1, "3g.40gb", 0), topology.MIGID(1, "3g.40gb", 4))
+	out, code := f.run(t, "-q", "-x")
+	var log struct {
+		GPUs []struct {
+			MIG struct {
+				Devices []struct {
+					Index int    `xml:"index"`
+					GI    int    `xml:"gpu_instance_id"`
+					SMs   int    `xml:"device_attributes>shared>multiprocessor_count"`
+					Total string `xml:"fb_memory_usage>total"`
+				} `xml:"mig_device"`
+			} `xml:"mig_devices"`
+			Mode string `xml:"mig_mode>current_mig"`
+		} `xml:"gpu"`
+	}
+	if err := xml.Unmarshal([]byte(out), &log); err != nil || code != 0 {
+		t.Fatalf("-q -x: exit %d, %v\n%s", code, err, out)
+	}
+	if len(log.GPUs) != 1 || log.GPUs[0].Mode != "Enabled" || len(log.GPUs[0].MIG.Devices) != 2 {
+		t.Fatalf("-q -x: %+v, want GPU 1 with MIG on and two MIG devices", log)
+	}
+	for k, d := range log.GPUs[0].MIG.Devices {
+		if d.Index != k || d.GI != k+1 || d.SMs != 60 || d.Total != "40448 MiB" {
+			t.Errorf("MIG device %d: %+v, want index %d, GPU instance %d, 60 SMs, 40448 MiB", k, d, k, k+1)
+		}
 	}
 }

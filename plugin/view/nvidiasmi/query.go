@@ -514,6 +514,9 @@ func writeXML(out *bytes.Buffer, q *queryContext, gpus []*gpu) int {
 		xml.EscapeText(out, []byte(gpuHeader(g)))
 		out.WriteString("\">\n")
 		for _, n := range gpuNodes(q, g) {
+			if n.tag == "mig_devices" && len(g.migs) > 0 {
+				n = sec("", n.tag, migNodes(g)...)
+			}
 			write(2, n)
 		}
 		out.WriteString("\t</gpu>\n")
