@@ -445,7 +445,7 @@ func (e *Exporter) ReadingsAt(t time.Time) ([]Reading, error) {
 			r.Holders[i].UtilizationPercent = int(math.Round(loads[i].util))
 			r.Holders[i].MemoryUsedMiB = int(math.Round(mem[i]))
 		}
-		e.migShares(r, hs)
+		e.migShares(r, pos, hs, loads, mem)
 		nvlinkBps := float64(g.NVLinks) * e.hw.nvlinkBps
 		r.TotalEnergyMJ, r.NVLinkKiB = e.counter.advance(g.UUID, sec, v.power, v.memCopy, nvlinkBps,
 			func(s int64) (powerW, memCopy float64) {
@@ -477,6 +477,16 @@ func (e *Exporter) loadsAt(loads []holderLoad, mem []float64, pos int, hs []gpuH
 			}
 			if marks != nil {
 				marks[i].Overridden = true
+			}
+		}
+		if share, migMiB := e.migOf(pos, h); share > 0 {
+			// A holder of MIG devices loads them, not the GPU: its share
+			// of the GPU's compute and of its memory (migShares turns the
+			// GPU-level shares back into the MIG devices' own).
+			l.util *= share
+			l.memFrac *= float64(migMiB) / float64(e.gm.MemoryMiB)
+			if m >= 0 {
+				m = min(m, float64(migMiB))
 			}
 		}
 		loads, mem = append(loads, l), append(mem, m)

@@ -17,7 +17,9 @@ import (
 // memory used is its MIG devices' (Reading.MIG); utilization
 // (DCGM_FI_DEV_GPU_UTIL, MEM_COPY_UTIL), which NVML does not report under
 // MIG (nvidia-smi's GPU-Util N/A), is left out. Each series carries the
-// labels of the containers holding that MIG device.
+// labels of the containers holding that MIG device. A holder loads its MIG
+// devices: its load counts for their compute share of the GPU
+// (MIGInstance.ComputeShare) and its memory for their size.
 
 // MIGInstance is one MIG device of a GPU (GPU.MIG).
 type MIGInstance struct {
@@ -30,6 +32,11 @@ type MIGInstance struct {
 	GPUInstanceID int
 	// MemoryMiB is the instance's memory.
 	MemoryMiB int
+	// ComputeShare is its share of the GPU's compute: its compute slices
+	// over the GPU's (3/7 for 3g.40gb on an H100), more than 0 and at most
+	// 1. Its holders' load counts for that much of the GPU's (power,
+	// temperature, clocks).
+	ComputeShare float64
 }
 
 // MIGReading is one MIG device's share of its GPU's reading.
@@ -75,6 +82,8 @@ func checkMIG(gpu string, g GPU, gpuMiB int) error {
 			return fmt.Errorf("%s: MIG device %s: GPU instance id %d: want 0..1024, one per device: %w", gpu, m.ID, m.GPUInstanceID, ErrInvalidConfig)
 		case m.MemoryMiB < 1 || m.MemoryMiB > gpuMiB:
 			return fmt.Errorf("%s: MIG device %s: %d MiB: want 1..%d (the GPU's): %w", gpu, m.ID, m.MemoryMiB, gpuMiB, ErrInvalidConfig)
+		case !(m.ComputeShare > 0 && m.ComputeShare <= 1): // also refuses NaN
+			return fmt.Errorf("%s: MIG device %s: compute share %v: want more than 0, at most 1: %w", gpu, m.ID, m.ComputeShare, ErrInvalidConfig)
 		}
 		seen[m.ID], gis[m.GPUInstanceID] = true, true
 	}
@@ -95,11 +104,24 @@ func (e *Exporter) migIdentities(pos int) []MIGReading {
 	return out
 }
 
-// migShares fills the MIG device readings of r from its holders hs (with
-// their device ids) and their shares in r.Holders; then, with MIG on, the
+// migOf returns the compute share (at most 1) and the memory of the MIG
+// devices of the GPU at pos that holder h holds; 0, 0 for none.
+func (e *Exporter) migOf(pos int, h gpuHolder) (share float64, memMiB int) {
+	for _, m := range e.gpus[pos].MIG {
+		if slices.Contains(h.ids, m.ID) {
+			share += m.ComputeShare
+			memMiB += m.MemoryMiB
+		}
+	}
+	return min(share, 1), memMiB
+}
+
+// migShares fills the MIG device readings of r, the GPU at pos, from its
+// holders hs (with their device ids) and their GPU-level loads and memory
+// (loadsAt, sample); then, with MIG on, the
 // GPU's memory used is its MIG devices' and each holder's the sum of its
 // shares of them, so that nvidia-smi agrees with the MIG series.
-func (e *Exporter) migShares(r *Reading, hs []gpuHolder) {
+func (e *Exporter) migShares(r *Reading, pos int, hs []gpuHolder, loads []holderLoad, mem []float64) {
 	if len(r.MIG) == 0 {
 		return
 	}
@@ -124,8 +146,13 @@ func (e *Exporter) migShares(r *Reading, hs []gpuHolder) {
 			if !slices.Contains(h.ids, m.ID) {
 				continue
 			}
+			// The holder's GPU-level shares (loadsAt) back into this MIG
+			// device's: its utilization of each of its MIG devices, its
+			// memory split among them by their size.
 			hr := r.Holders[i]
-			hr.MemoryUsedMiB = int(math.Round(float64(hr.MemoryUsedMiB) * float64(m.MemoryTotalMiB) / float64(e.gm.MemoryMiB)))
+			share, migMiB := e.migOf(pos, h)
+			hr.UtilizationPercent = min(100, int(math.Round(loads[i].util/share)))
+			hr.MemoryUsedMiB = min(m.MemoryTotalMiB, int(math.Round(mem[i]*float64(m.MemoryTotalMiB)/float64(migMiB))))
 			util += hr.UtilizationPercent
 			used += hr.MemoryUsedMiB
 			m.Holders = append(m.Holders, hr)

@@ -51,10 +51,10 @@ func migScenario(t testing.TB, perPod bool) *telemetry.Exporter {
 	m := mustMachine(t, "hgx-h100")
 	gpus := machineGPUs(m, nil)[:2]
 	migs := []telemetry.MIGInstance{
-		{ID: topology.MIGID(0, "3g.40gb", 4), Profile: "3g.40gb", GPUInstanceID: 2, MemoryMiB: 40448},
-		{ID: topology.MIGID(0, "2g.20gb", 0), Profile: "2g.20gb", GPUInstanceID: 3, MemoryMiB: 20096},
-		{ID: topology.MIGID(0, "1g.10gb", 2), Profile: "1g.10gb", GPUInstanceID: 9, MemoryMiB: 9984},
-		{ID: topology.MIGID(0, "1g.10gb", 3), Profile: "1g.10gb", GPUInstanceID: 10, MemoryMiB: 9984},
+		{ID: topology.MIGID(0, "3g.40gb", 4), Profile: "3g.40gb", GPUInstanceID: 2, MemoryMiB: 40448, ComputeShare: 3.0 / 7},
+		{ID: topology.MIGID(0, "2g.20gb", 0), Profile: "2g.20gb", GPUInstanceID: 3, MemoryMiB: 20096, ComputeShare: 2.0 / 7},
+		{ID: topology.MIGID(0, "1g.10gb", 2), Profile: "1g.10gb", GPUInstanceID: 9, MemoryMiB: 9984, ComputeShare: 1.0 / 7},
+		{ID: topology.MIGID(0, "1g.10gb", 3), Profile: "1g.10gb", GPUInstanceID: 10, MemoryMiB: 9984, ComputeShare: 1.0 / 7},
 	}
 	gpus[0].MIG = migs
 	for _, d := range migs {
@@ -185,10 +185,11 @@ func TestReadings_MIG(t *testing.T) {
 func TestNew_MIGInvalid(t *testing.T) {
 	m := mustMachine(t, "hgx-h100")
 	for name, mig := range map[string][]telemetry.MIGInstance{
-		"unknown id":     {{ID: "fake-0-mig-3g40gb-4", Profile: "3g.40gb", GPUInstanceID: 2, MemoryMiB: 40448}},
-		"GI twice":       {{ID: "fake-0", Profile: "3g.40gb", GPUInstanceID: 2, MemoryMiB: 40448}, {ID: "fake-0", Profile: "3g.40gb", GPUInstanceID: 2, MemoryMiB: 40448}},
-		"memory too big": {{ID: "fake-0", Profile: "3g.40gb", GPUInstanceID: 2, MemoryMiB: 1 << 20}},
-		"no profile":     {{ID: "fake-0", GPUInstanceID: 2, MemoryMiB: 40448}},
+		"unknown id":     {{ID: "fake-0-mig-3g40gb-4", Profile: "3g.40gb", GPUInstanceID: 2, MemoryMiB: 40448, ComputeShare: 0.5}},
+		"GI twice":       {{ID: "fake-0", Profile: "3g.40gb", GPUInstanceID: 2, MemoryMiB: 40448, ComputeShare: 0.5}, {ID: "fake-0", Profile: "3g.40gb", GPUInstanceID: 2, MemoryMiB: 40448, ComputeShare: 0.5}},
+		"memory too big": {{ID: "fake-0", Profile: "3g.40gb", GPUInstanceID: 2, MemoryMiB: 1 << 20, ComputeShare: 0.5}},
+		"no profile":     {{ID: "fake-0", GPUInstanceID: 2, MemoryMiB: 40448, ComputeShare: 0.5}},
+		"no share":       {{ID: "fake-0", Profile: "3g.40gb", GPUInstanceID: 2, MemoryMiB: 40448}},
 	} {
 		gpus := machineGPUs(m, nil)[:1]
 		gpus[0].MIG = mig
@@ -231,5 +232,33 @@ func TestService_MIG(t *testing.T) {
 		if label(l, "GPU_I_PROFILE") != "3g.40gb" || gi != []string{"1", "2"}[k%2] || free[k] != 40448 {
 			t.Errorf("series %s = %v: want 3g.40gb, GPU instance %d, 40448 MiB free", l, free[k], k%2+1)
 		}
+	}
+}
+
+// A holder of a MIG device loads its MIG device, which is its compute
+// share of the GPU: driven at 100 % on a 1g.10gb (1/7 of an H100) its MIG
+// device is fully busy, the GPU a seventh busy, and its power far from
+// the limit; memory beyond its MIG device's is not used.
+func TestReadings_MIGLoadIsItsShare(t *testing.T) {
+	e := migScenario(t, false)
+	b := telemetry.Holder{Namespace: "ml", Pod: "b", Container: "main"}
+	if err := e.SetOverride(0, b, telemetry.Override{UtilizationPercent: ptr(100.0), MemoryUsedMiB: ptr(30000)}); err != nil {
+		t.Fatal(err)
+	}
+	a := telemetry.Holder{Namespace: "ml", Pod: "a", Container: "main"}
+	if err := e.SetOverride(0, a, telemetry.Override{UtilizationPercent: ptr(0.0), MemoryUsedMiB: ptr(0)}); err != nil {
+		t.Fatal(err)
+	}
+	r := mustReadings(t, e)[0]
+	m := r.MIG[3] // the 1g.10gb at 3, ml/b's
+	if m.UtilizationPercent != 100 || m.GREngineActive != 1 || m.MemoryUsedMiB != m.MemoryTotalMiB || m.Holders[0].UtilizationPercent != 100 {
+		t.Errorf("ml/b's 1g.10gb: %+v, want fully busy and full (30000 MiB capped at its 9984)", m)
+	}
+	if r.UtilizationPercent != 14 || r.MemoryUsedMiB != m.MemoryTotalMiB {
+		t.Errorf("GPU: utilization %d %%, memory used %d MiB; want 14 %% (100/7) and the 1g.10gb's %d", r.UtilizationPercent, r.MemoryUsedMiB, m.MemoryTotalMiB)
+	}
+	gm := mustMachine(t, "hgx-h100").GPUModel()
+	if limit := float64(gm.PowerLimitW); r.PowerDrawW > float64(gm.IdlePowerW)+0.4*(limit-float64(gm.IdlePowerW)) {
+		t.Errorf("GPU power %.1f W with a seventh of it busy: want well under the %v W limit", r.PowerDrawW, limit)
 	}
 }

@@ -249,7 +249,8 @@ func exporterGPUs(set *gpuset.Set, stored []store.Device) ([]GPU, error) {
 		ids := set.DeviceIDsOf(i)
 		out[i] = GPU{Index: i, UUID: u, PCIBusID: m.PCIBusID(i), DeviceIDs: ids, NVLinks: NVLinksOf(m, i)}
 		for _, d := range set.MIGInstances(i) {
-			out[i].MIG = append(out[i].MIG, MIGInstance{ID: d.ID, Profile: d.Profile.Name, GPUInstanceID: d.GPUInstanceID, MemoryMiB: d.Profile.MemoryMiB})
+			out[i].MIG = append(out[i].MIG, MIGInstance{ID: d.ID, Profile: d.Profile.Name, GPUInstanceID: d.GPUInstanceID, MemoryMiB: d.Profile.MemoryMiB,
+				ComputeShare: float64(d.Profile.ComputeSlices) / float64(set.MIGProduct().ComputeSlices)})
 		}
 	}
 	return out, nil
