@@ -89,7 +89,7 @@ func TestMain_GoldenMIG(t *testing.T) {
 		{"summary-mig", whole, nil, 0},
 		{"summary-mig-devices", one, nil, 0},
 		{"query-mig", one, []string{"-q", "-i", "0"}, 0},
-		{"csv-mig", whole, []string{"--query-gpu=index,name,mig.mode.current,mig.mode.pending", "--format=csv"}, 0},
+		{"csv-mig", busy, []string{"--query-gpu=index,name,mig.mode.current,mig.mode.pending,utilization.gpu,utilization.memory,utilization.jpeg,memory.used", "--format=csv"}, 0},
 		{"mig-lgi", whole, []string{"mig", "-lgi"}, 0},
 		{"mig-lgi-devices", one, []string{"mig", "-lgi"}, 0},
 		{"mig-lgi-no-mig", noMIG, []string{"mig", "-lgi"}, 6},
