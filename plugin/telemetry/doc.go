@@ -18,7 +18,12 @@
 // modelName, Hostname, DCGM_FI_DRIVER_VERSION, and namespace, pod,
 // container while a container holds the GPU (see
 // [Exporter.AppendExposition] for shared GPUs and [Config.PerPod]);
-// XID_ERRORS also carries err_code and err_msg.
+// XID_ERRORS also carries err_code and err_msg. A MIG-enabled GPU is
+// reported per MIG device of the layout in force, as dcgm-exporter reports
+// GPU instances: GPU_I_PROFILE and GPU_I_ID after modelName, the
+// instance's memory and profiling ratios and its holders' labels, the
+// GPU's values for the device-level fields, and no GPU_UTIL or
+// MEM_COPY_UTIL (see [MIGInstance]).
 //
 // Values come from a pure load model ([Model]: idle, steady, wave,
 // random-walk), a function of the seed, the holder, the GPU and the second

@@ -35,6 +35,11 @@ type GPU struct {
 	// pairs, see NVLinksOf): 0 for a GPU without NVLink, whose
 	// DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL stays 0.
 	NVLinks int
+	// MIG are the GPU's MIG devices when it has MIG on (the layout in
+	// force): dcgm-exporter then reports each as its own series, labelled
+	// GPU_I_PROFILE and GPU_I_ID, and none for the GPU. Their ids are
+	// among DeviceIDs. Empty: MIG off.
+	MIG []MIGInstance
 }
 
 // Clock reads the time the load model is evaluated at; it must be safe for
@@ -107,18 +112,21 @@ type Exporter struct {
 	byID    map[string]int // device id -> position in gpus
 	byIndex map[int]int    // GPU index -> position in gpus
 	prefix  [][]byte       // per position: `{gpu="…",…,DCGM_FI_DRIVER_VERSION="…"`
-	gm      topology.GPUModel
-	prof    topology.Thermal
-	hw      hardware
-	fams    []servedFamily // the collectors, in field id order
-	counter *Counters
-	model   Model
-	seed    uint64
-	clock   Clock
-	perPod  bool
-	devices Devices
-	holders HolderSource
-	log     zerolog.Logger
+	// migPrefix are, per position, the prefixes of the GPU's MIG devices
+	// (GPU.MIG): with GPU_I_PROFILE and GPU_I_ID after modelName.
+	migPrefix [][][]byte
+	gm        topology.GPUModel
+	prof      topology.Thermal
+	hw        hardware
+	fams      []servedFamily // the collectors, in field id order
+	counter   *Counters
+	model     Model
+	seed      uint64
+	clock     Clock
+	perPod    bool
+	devices   Devices
+	holders   HolderSource
+	log       zerolog.Logger
 
 	lastSize atomic.Int64 // bytes of the last exposition
 
@@ -166,6 +174,7 @@ func New(cfg Config) (*Exporter, error) {
 		byID:      make(map[string]int),
 		byIndex:   make(map[int]int, len(gpus)),
 		prefix:    make([][]byte, len(gpus)),
+		migPrefix: make([][][]byte, len(gpus)),
 		gm:        cfg.GPUModel,
 		prof:      cfg.GPUModel.Thermal(),
 		hw:        newHardware(cfg.GPUModel, cfg.ReservedMiB),
@@ -191,7 +200,10 @@ func New(cfg Config) (*Exporter, error) {
 		if !driverLabel {
 			driver = "" // the collectors leave the label out
 		}
-		e.prefix[pos] = appendPrefix(nil, g, cfg.GPUModel.Product, cfg.Hostname, driver)
+		e.prefix[pos] = appendPrefix(nil, g, nil, cfg.GPUModel.Product, cfg.Hostname, driver)
+		for k := range g.MIG {
+			e.migPrefix[pos] = append(e.migPrefix[pos], appendPrefix(nil, g, &g.MIG[k], cfg.GPUModel.Product, cfg.Hostname, driver))
+		}
 	}
 	return e, nil
 }
@@ -220,6 +232,9 @@ func (e *Exporter) addGPU(pos int, g GPU) error {
 			return fmt.Errorf("%s: device id %q already belongs to GPU %d: %w", gpu, id, e.gpus[other].Index, ErrInvalidConfig)
 		}
 		e.byID[id] = pos
+	}
+	if err := checkMIG(gpu, g, e.gm.MemoryMiB); err != nil {
+		return err
 	}
 	e.byIndex[g.Index] = pos
 	return nil
@@ -335,6 +350,9 @@ type Reading struct {
 	// their share: their utilizations and memory sum to the GPU's (up to
 	// rounding).
 	Holders []HolderReading `json:"holders,omitempty"`
+	// MIG are the readings of the GPU's MIG devices (GPU.MIG), in its
+	// order; empty with MIG off.
+	MIG []MIGReading `json:"mig,omitempty"`
 }
 
 // HolderReading is one holder's share of a GPU.
@@ -390,6 +408,7 @@ func (e *Exporter) ReadingsAt(t time.Time) ([]Reading, error) {
 				r.Holders[i] = HolderReading{Holder: h.Holder, VGPU: h.vgpu}
 			}
 		}
+		r.MIG = e.migIdentities(pos)
 		f := faults[pos]
 		r.XID = f.xid
 		if f.lost {
@@ -426,6 +445,7 @@ func (e *Exporter) ReadingsAt(t time.Time) ([]Reading, error) {
 			r.Holders[i].UtilizationPercent = int(math.Round(loads[i].util))
 			r.Holders[i].MemoryUsedMiB = int(math.Round(mem[i]))
 		}
+		e.migShares(r, pos, hs, loads, mem)
 		nvlinkBps := float64(g.NVLinks) * e.hw.nvlinkBps
 		r.TotalEnergyMJ, r.NVLinkKiB = e.counter.advance(g.UUID, sec, v.power, v.memCopy, nvlinkBps,
 			func(s int64) (powerW, memCopy float64) {
@@ -459,6 +479,16 @@ func (e *Exporter) loadsAt(loads []holderLoad, mem []float64, pos int, hs []gpuH
 				marks[i].Overridden = true
 			}
 		}
+		if share, migMiB := e.migOf(pos, h); share > 0 {
+			// A holder of MIG devices loads them, not the GPU: its share
+			// of the GPU's compute and of its memory (migShares turns the
+			// GPU-level shares back into the MIG devices' own).
+			l.util *= share
+			l.memFrac *= float64(migMiB) / float64(e.gm.MemoryMiB)
+			if m >= 0 {
+				m = min(m, float64(migMiB))
+			}
+		}
 		loads, mem = append(loads, l), append(mem, m)
 	}
 	return loads, mem
@@ -468,6 +498,7 @@ func (e *Exporter) loadsAt(loads []holderLoad, mem []float64, pos int, hs []gpuH
 type gpuHolder struct {
 	Holder
 	vgpu string
+	ids  []string // the device ids it holds of the GPU
 }
 
 // holdersByGPU returns the holders of each GPU position, in holding order,
@@ -490,8 +521,11 @@ func (e *Exporter) holdersByGPU() ([][]gpuHolder, error) {
 			_, vgpu, _ := strings.Cut(id, topology.ReplicaSeparator) // dcgm-exporter's reading of "<gpu>::<n>"
 			i := slices.IndexFunc(out[pos], func(g gpuHolder) bool { return g.Holder == h.Holder })
 			if i < 0 {
-				out[pos] = append(out[pos], gpuHolder{Holder: h.Holder, vgpu: vgpu})
-			} else if vgpu != "" {
+				out[pos] = append(out[pos], gpuHolder{Holder: h.Holder, vgpu: vgpu, ids: []string{id}})
+				continue
+			}
+			out[pos][i].ids = append(out[pos][i].ids, id)
+			if vgpu != "" {
 				// A container with two replicas of one GPU: one holder, its
 				// last replica (dcgm-exporter would print a sample per
 				// replica, vgpu telling them apart).

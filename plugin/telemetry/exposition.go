@@ -30,6 +30,13 @@ type family struct {
 	supported func(*hardware) bool
 	device    func(*Reading) float64
 	holder    func(*HolderReading) float64
+	// noMIG: NVML has no value of the field for a MIG-enabled GPU
+	// (utilization, as nvidia-smi's GPU-Util N/A shows), so dcgm-exporter
+	// leaves it out there.
+	noMIG bool
+	// mig is the field's value for a MIG device: its own (memory, the
+	// profiling ratios); nil: its GPU's (clocks, temperatures, power).
+	mig func(*Reading, *MIGReading) float64
 }
 
 func profiling(hw *hardware) bool { return hw.profiling }
@@ -54,10 +61,10 @@ var families = []family{
 		device: func(r *Reading) float64 { return float64(r.TotalEnergyMJ) }},
 	{name: "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", id: 202, defType: "counter", defHelp: "Total number of PCIe retries.",
 		device: func(*Reading) float64 { return 0 }},
-	{name: "DCGM_FI_DEV_GPU_UTIL", id: 203, defType: "gauge", defHelp: "GPU utilization (in %).", perProcess: true,
+	{name: "DCGM_FI_DEV_GPU_UTIL", id: 203, defType: "gauge", defHelp: "GPU utilization (in %).", perProcess: true, noMIG: true,
 		device: func(r *Reading) float64 { return float64(r.UtilizationPercent) },
 		holder: func(h *HolderReading) float64 { return float64(h.UtilizationPercent) }},
-	{name: "DCGM_FI_DEV_MEM_COPY_UTIL", id: 204, defType: "gauge", defHelp: "Memory utilization (in %).",
+	{name: "DCGM_FI_DEV_MEM_COPY_UTIL", id: 204, defType: "gauge", defHelp: "Memory utilization (in %).", noMIG: true,
 		device: func(r *Reading) float64 { return float64(r.MemoryUtilizationPercent) }},
 	{name: "DCGM_FI_DEV_ENC_UTIL", id: 206, defType: "gauge", defHelp: "Encoder utilization (in %).",
 		device: func(r *Reading) float64 { return float64(r.EncoderUtilizationPercent) }},
@@ -66,12 +73,15 @@ var families = []family{
 	{name: "DCGM_FI_DEV_XID_ERRORS", id: 230, defType: "gauge", defHelp: "Value of the last XID error encountered.", xid: true,
 		device: func(r *Reading) float64 { return float64(r.XID) }},
 	{name: "DCGM_FI_DEV_FB_FREE", id: 251, defType: "gauge", defHelp: "Framebuffer memory free (in MiB).",
-		device: func(r *Reading) float64 { return float64(r.MemoryFreeMiB) }},
+		device: func(r *Reading) float64 { return float64(r.MemoryFreeMiB) },
+		mig:    func(_ *Reading, m *MIGReading) float64 { return float64(m.MemoryFreeMiB) }},
 	{name: "DCGM_FI_DEV_FB_USED", id: 252, defType: "gauge", defHelp: "Framebuffer memory used (in MiB).", perProcess: true,
 		device: func(r *Reading) float64 { return float64(r.MemoryUsedMiB) },
-		holder: func(h *HolderReading) float64 { return float64(h.MemoryUsedMiB) }},
+		holder: func(h *HolderReading) float64 { return float64(h.MemoryUsedMiB) },
+		mig:    func(_ *Reading, m *MIGReading) float64 { return float64(m.MemoryUsedMiB) }},
 	{name: "DCGM_FI_DEV_FB_RESERVED", id: 253, defType: "gauge", defHelp: "Framebuffer memory reserved (in MiB).",
-		device: func(r *Reading) float64 { return float64(r.MemoryReservedMiB) }},
+		device: func(r *Reading) float64 { return float64(r.MemoryReservedMiB) },
+		mig:    func(*Reading, *MIGReading) float64 { return 0 }},
 	{name: "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", id: 393, defType: "counter", defHelp: "Number of remapped rows for uncorrectable errors",
 		supported: rowRemap, device: func(r *Reading) float64 { return float64(r.MemoryErrors.RemappedUncorrectable) }},
 	{name: "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", id: 394, defType: "counter", defHelp: "Number of remapped rows for correctable errors",
@@ -83,12 +93,15 @@ var families = []family{
 	{name: "DCGM_FI_DEV_VGPU_LICENSE_STATUS", id: 526, defType: "gauge", defHelp: "vGPU License status",
 		device: func(*Reading) float64 { return 0 }},
 	{name: "DCGM_FI_PROF_GR_ENGINE_ACTIVE", id: 1001, defType: "gauge", defHelp: "Ratio of time the graphics engine is active.", double: true,
-		supported: profiling, device: func(r *Reading) float64 { return r.GREngineActive }},
+		supported: profiling, device: func(r *Reading) float64 { return r.GREngineActive },
+		mig: func(_ *Reading, m *MIGReading) float64 { return m.GREngineActive }},
 	{name: "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", id: 1004, defType: "gauge", defHelp: "Ratio of cycles the tensor (HMMA) pipe is active.", double: true,
-		supported: profiling, device: func(r *Reading) float64 { return r.TensorActive }},
+		supported: profiling, device: func(r *Reading) float64 { return r.TensorActive },
+		mig: func(_ *Reading, m *MIGReading) float64 { return m.TensorActive }},
 	{name: "DCGM_FI_PROF_DRAM_ACTIVE", id: 1005, defType: "gauge",
 		defHelp: "Ratio of cycles the device memory interface is active sending or receiving data.", double: true,
-		supported: profiling, device: func(r *Reading) float64 { return r.DRAMActive }},
+		supported: profiling, device: func(r *Reading) float64 { return r.DRAMActive },
+		mig: func(_ *Reading, m *MIGReading) float64 { return m.DRAMActive }},
 	{name: "DCGM_FI_PROF_PCIE_TX_BYTES", id: 1009, defType: "gauge",
 		defHelp:   "The rate of data transmitted over the PCIe bus - including both protocol headers and data payloads - in bytes per second.",
 		supported: profiling, device: func(r *Reading) float64 { return float64(r.PCIeTxBytes) }},
@@ -172,6 +185,10 @@ var _ io.WriterTo = (*Exporter)(nil)
 // held GPU has one sample per holder (with vgpu for a replica), its device
 // value; GPU_UTIL and FB_USED instead keep the device-level sample without
 // pod labels and add one per holder with the holder's own value.
+//
+// A MIG-enabled GPU (GPU.MIG) has its samples per MIG device instead,
+// labelled GPU_I_PROFILE and GPU_I_ID and with the MIG device's holders
+// (see MIGInstance), without GPU_UTIL and MEM_COPY_UTIL.
 func (e *Exporter) AppendExposition(b []byte, rs []Reading) []byte {
 	// Grow once to the last exposition's size: a pooled buffer the GC took
 	// would otherwise double its way up, copying each time.
@@ -196,8 +213,8 @@ func (e *Exporter) AppendExposition(b []byte, rs []Reading) []byte {
 		for i := range rs {
 			r := &rs[i]
 			pos := positions[i]
-			if pos < 0 || r.Lost && !f.xid {
-				continue // another exporter's GPU, or a lost GPU's field
+			if pos < 0 || r.Lost && !f.xid || len(r.MIG) > 0 && f.noMIG {
+				continue // another exporter's GPU, a lost GPU's field, or one NVML lacks under MIG
 			}
 			if !header {
 				b = append(b, "# HELP "...)
@@ -211,8 +228,12 @@ func (e *Exporter) AppendExposition(b []byte, rs []Reading) []byte {
 				b = append(b, '\n')
 				header = true
 			}
-			v := f.device(r)
 			hs := segs[i]
+			if len(r.MIG) > 0 {
+				b = e.appendMIGSamples(b, f, pos, r, hs)
+				continue
+			}
+			v := f.device(r)
 			switch n := len(r.Holders); {
 			case n == 0:
 				b = e.appendSample(b, f.family, pos, r, nil, v)
@@ -279,8 +300,14 @@ func (e *Exporter) holderSegments(rs []Reading) [][]holderSegment {
 // appendSample appends one sample line of family f for the GPU at pos, with
 // holder labels h (nil: none).
 func (e *Exporter) appendSample(b []byte, f *family, pos int, r *Reading, h *holderSegment, v float64) []byte {
+	return e.appendSampleWith(b, f, e.prefix[pos], r, h, v)
+}
+
+// appendSampleWith appends one sample line of family f with the fixed
+// labels prefix (a GPU's or a MIG device's) and holder labels h.
+func (e *Exporter) appendSampleWith(b []byte, f *family, prefix []byte, r *Reading, h *holderSegment, v float64) []byte {
 	b = append(b, f.name...)
-	b = append(b, e.prefix[pos]...)
+	b = append(b, prefix...)
 	if h != nil {
 		b = append(b, h.container...)
 	}
@@ -303,9 +330,10 @@ func (e *Exporter) appendSample(b []byte, f *family, pos int, r *Reading, h *hol
 }
 
 // appendPrefix appends a GPU's fixed labels, from the opening brace:
-// gpu, UUID, pci_bus_id, device, modelName, then Hostname and
-// DCGM_FI_DRIVER_VERSION unless empty.
-func appendPrefix(b []byte, g GPU, model, hostname, driver string) []byte {
+// gpu, UUID, pci_bus_id, device, modelName, for a MIG device mi (nil: the
+// GPU) GPU_I_PROFILE and GPU_I_ID, then Hostname and
+// DCGM_FI_DRIVER_VERSION unless empty, in dcgm-exporter's order.
+func appendPrefix(b []byte, g GPU, mi *MIGInstance, model, hostname, driver string) []byte {
 	b = append(b, `{gpu="`...)
 	b = strconv.AppendInt(b, int64(g.Index), 10)
 	b = append(b, '"')
@@ -315,6 +343,12 @@ func appendPrefix(b []byte, g GPU, model, hostname, driver string) []byte {
 	b = strconv.AppendInt(b, int64(g.Index), 10)
 	b = append(b, '"')
 	b = appendLabel(b, "modelName", model)
+	if mi != nil {
+		b = appendLabel(b, "GPU_I_PROFILE", mi.Profile)
+		b = append(b, `,GPU_I_ID="`...)
+		b = strconv.AppendInt(b, int64(mi.GPUInstanceID), 10)
+		b = append(b, '"')
+	}
 	if hostname != "" {
 		b = appendLabel(b, "Hostname", hostname)
 	}

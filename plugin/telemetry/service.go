@@ -234,7 +234,8 @@ func (t *Service) newExporter(set *gpuset.Set, settings Settings) (*Exporter, er
 
 // exporterGPUs returns the exporter's GPUs of set: the machine's, with
 // their stored UUIDs, each with its own id and, when set shares it, its
-// replicas' ids. A GPU without a UUID (the node has no identity) is an
+// replicas' ids, and its MIG devices of the layout in force
+// (gpuset.Set.MIGInstances) with their device ids. A GPU without a UUID (the node has no identity) is an
 // error.
 func exporterGPUs(set *gpuset.Set, stored []store.Device) ([]GPU, error) {
 	m := set.Machine()
@@ -247,6 +248,10 @@ func exporterGPUs(set *gpuset.Set, stored []store.Device) ([]GPU, error) {
 		}
 		ids := set.DeviceIDsOf(i)
 		out[i] = GPU{Index: i, UUID: u, PCIBusID: m.PCIBusID(i), DeviceIDs: ids, NVLinks: NVLinksOf(m, i)}
+		for _, d := range set.MIGInstances(i) {
+			out[i].MIG = append(out[i].MIG, MIGInstance{ID: d.ID, Profile: d.Profile.Name, GPUInstanceID: d.GPUInstanceID, MemoryMiB: d.Profile.MemoryMiB,
+				ComputeShare: float64(d.Profile.ComputeSlices) / float64(set.MIGProduct().ComputeSlices)})
+		}
 	}
 	return out, nil
 }

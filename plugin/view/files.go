@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/cdi"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
@@ -130,8 +131,13 @@ func (f *Files) publishLocked(set *View) error {
 	}
 	m := set.set.Machine()
 	byGPU := map[int]store.Device{}
+	migUUIDs := map[string]string{} // MIG device id -> its stored UUID
 	for _, d := range stored {
-		if i, ok := topology.GPUOf(d.ID); ok && !topology.IsReplicaID(d.ID) {
+		switch i, ok := topology.GPUOf(d.ID); {
+		case !ok || topology.IsReplicaID(d.ID):
+		case topology.IsMIGID(d.ID):
+			migUUIDs[d.ID] = d.UUID
+		default:
 			byGPU[i] = d
 		}
 	}
@@ -150,6 +156,7 @@ func (f *Files) publishLocked(set *View) error {
 			continue
 		}
 		g.UUID = d.UUID
+		g.MIGEnabled, g.MIGDevices = migStatus(set.set, i, migUUIDs)
 		g.Health = statusHealth(d.Healthy, d.Reason, d.Since, now)
 		g.Telemetry = faultTelemetry(m.GPUModel(), g.Telemetry, g.Health)
 		gpus[g.ID] = g
@@ -176,6 +183,28 @@ func (f *Files) publishLocked(set *View) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// migStatus returns whether GPU i of set has MIG on and its MIG devices
+// of the layout in force (gpuset.Set.MIGInstances) as the status file
+// holds them, with their stored UUIDs (by device id); a device without
+// one (no node identity) is left out.
+func migStatus(set *gpuset.Set, i int, uuids map[string]string) (bool, []status.MIGDevice) {
+	if !set.Config().MIG.Enabled(i) {
+		return false, nil
+	}
+	var out []status.MIGDevice
+	for _, d := range set.MIGInstances(i) {
+		u := uuids[d.ID]
+		if u == "" {
+			continue
+		}
+		p := d.Profile
+		out = append(out, status.MIGDevice{ID: d.ID, UUID: u, Profile: p.Name, ProfileID: p.ID, GPUInstanceID: d.GPUInstanceID,
+			PlacementStart: d.Placement.Start, PlacementSize: d.Placement.Size, MemoryMiB: p.MemoryMiB,
+			Multiprocessors: p.Multiprocessors, CopyEngines: p.CopyEngines, Decoders: p.Decoders, Encoders: p.Encoders, JPEGs: p.JPEGs, OFAs: p.OFAs})
+	}
+	return true, out
 }
 
 // Health writes the status file of the GPU of device id with its new

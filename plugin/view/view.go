@@ -84,12 +84,24 @@ type View struct {
 	envvar  bool   // the envvar strategy: mounts and device nodes in the answer
 	cdi     bool   // the cdi-cri strategy: CDI device names in the answer
 	smiHost string // <tools-dir>/nvidia-smi on the host
+	// migUUIDs are the UUIDs of the set's MIG devices by id, as the set
+	// derives them (gpuset.Set.Specs).
+	migUUIDs map[string]string
 }
 
 // New returns the view of cfg over set.
 func New(cfg Config, set *gpuset.Set) *View {
-	return &View{cfg: cfg, set: set, envvar: cfg.Uses(DeviceListEnvVar), cdi: cfg.Uses(DeviceListCDICRI),
+	v := &View{cfg: cfg, set: set, envvar: cfg.Uses(DeviceListEnvVar), cdi: cfg.Uses(DeviceListCDICRI),
 		smiHost: filepath.Join(cfg.ToolsDir, nvidiaSMIName)}
+	for _, sp := range set.Specs() {
+		if sp.MIG != "" && sp.UUID != "" {
+			if v.migUUIDs == nil {
+				v.migUUIDs = map[string]string{}
+			}
+			v.migUUIDs[sp.ID] = sp.UUID
+		}
+	}
+	return v
 }
 
 // Set returns the GPU set the view answers for.
@@ -119,8 +131,11 @@ func (v *View) Env(devs []gpuset.Device) map[string]string {
 // answer is a function of the record's devices). It adds:
 //
 //   - VIRTUAL_GPU_UUIDS, the GPUs' UUIDs in the order of VIRTUAL_GPU_IDS
-//     (one per GPU), and with -visible-devices-env NVIDIA_VISIBLE_DEVICES,
-//     the same list; neither when a GPU has no UUID (no node identity);
+//     (one per GPU: the names of their status files, a MIG device's its
+//     GPU's), and with -visible-devices-env NVIDIA_VISIBLE_DEVICES, the
+//     same list but for MIG devices, which are named by their own UUIDs
+//     ("MIG-…", derived as the set derives them) as NVIDIA's plugin names
+//     them; neither when a GPU has no UUID (no node identity);
 //   - with the envvar strategy: nvidia-smi read-only at /usr/bin/nvidia-smi
 //     (-nvidia-smi), the status directory read-only at /run/virtual-gpu,
 //     and with -device-nodes /dev/nvidia<minor> per GPU, /dev/nvidiactl and
@@ -157,7 +172,9 @@ func (v *View) answer(uuids map[int]string, seq uint64, envs map[string]string, 
 	if list, ok := joinUUIDs(gpus, uuids); ok {
 		spec.Envs = map[string]string{status.EnvUUIDs: list}
 		if v.cfg.VisibleDevicesEnv {
-			spec.Envs[envVisibleDevices] = list
+			if visible, ok := v.visibleDevices(gpus, uuids, devs); ok {
+				spec.Envs[envVisibleDevices] = visible
+			}
 		}
 	}
 	if envvar {
@@ -191,6 +208,40 @@ func (v *View) answer(uuids map[int]string, seq uint64, envs map[string]string, 
 		spec.CDIDevices = names
 	}
 	return spec, nil
+}
+
+// visibleDevices is NVIDIA_VISIBLE_DEVICES for a container of devs on
+// gpus: as NVIDIA's plugin sets it, the UUIDs of the MIG devices among
+// devs ("MIG-…", in the order of devs) and of the whole GPUs, GPU by GPU;
+// false if one has none.
+func (v *View) visibleDevices(gpus []int, uuids map[int]string, devs []gpuset.Device) (string, bool) {
+	migs := map[int][]string{}
+	for _, d := range devs {
+		if !topology.IsMIGID(d.ID) {
+			continue
+		}
+		u := v.migUUIDs[d.ID]
+		if u == "" {
+			return "", false
+		}
+		i := v.set.GPU(d)
+		migs[i] = append(migs[i], u)
+	}
+	if len(migs) == 0 {
+		return joinUUIDs(gpus, uuids)
+	}
+	var list []string
+	for _, i := range gpus {
+		if m := migs[i]; m != nil {
+			list = append(list, m...)
+			continue
+		}
+		if uuids[i] == "" {
+			return "", false
+		}
+		list = append(list, uuids[i])
+	}
+	return strings.Join(list, ","), true
 }
 
 // joinUUIDs joins the UUIDs of gpus with commas; false if one has none.

@@ -48,8 +48,28 @@
 //     uncorrected ECC errors; fan, temperature, performance state, power
 //     draw and cap, memory use, utilization, compute mode; MIG mode) and the
 //     Processes table (GPU, GI and CI ids N/A, PID, type C, name, memory),
-//     or "No running processes found".
-//   - -L, --list-gpus: "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-…)".
+//     or "No running processes found"; between them, with MIG devices, the
+//     MIG devices table (GPU, GI, CI and MIG device ids, memory, BAR1, SMs,
+//     engines), a MIG-enabled GPU showing ECC On, GPU-Util N/A and MIG M.
+//     Enabled.
+//   - -L, --list-gpus: "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-…)", and
+//     under it "  MIG 3g.40gb     Device  0: (UUID: MIG-…)" per MIG device
+//     the container sees.
+//   - mig -lgi [-i ID]: the GPU instances table of the MIG devices the
+//     container sees; "No MIG-enabled devices found." (exit code 6)
+//     without a MIG-enabled GPU.
+//
+// MIG: a GPU whose status file has MIG on shows MIG mode Enabled
+// (summary, -q, mig.mode.current and pending). A container holding MIG
+// devices (VIRTUAL_GPU_IDS of MIG device ids, fake-0-mig-3g40gb-4) sees
+// their GPU with those MIG devices only, numbered from 0 in GPU instance
+// id order, as a real container does; one holding the GPU whole sees all
+// its MIG devices. -q lists them in MIG Device sections after MIG Mode.
+// The container's process runs on its first MIG device of the GPU (its GI
+// and CI ids in the Processes tables), with the memory the telemetry
+// counts it in its MIG devices; a MIG device's memory used is its
+// processes' (others' are unknown in the container). -q -x has them as
+// <mig_device> elements of <mig_devices>.
 //   - -i, --id=ID[,ID…]: restricts any command but topo to GPUs named by
 //     index, UUID (any case), PCI bus id ([domain:]bus:device[.function], hex)
 //     or board serial, shown in index order; an id naming no GPU: "No devices

@@ -29,7 +29,10 @@ type machine struct {
 // status directory: the GPUs' status files, with the live values of the
 // live file where it has them (status.ReadLive). Device ids are split on commas and trimmed; empty
 // entries are skipped; the replicas of one GPU (fake-3::0, fake-3::1) are
-// one GPU, at the position of its first entry. VIRTUAL_GPU_UUIDS gives the
+// one GPU, at the position of its first entry, and so are the MIG devices
+// of one GPU (fake-3-mig-3g40gb-0): the container sees their GPU with
+// those MIG devices only, as a real one holding MIG devices does, and a
+// GPU listed whole with all the MIG devices its status file has. VIRTUAL_GPU_UUIDS gives the
 // UUIDs, one per entry of VIRTUAL_GPU_IDS or one per GPU; entries that are
 // not UUIDs, or a list of another length, leave those UUIDs unknown.
 // VIRTUAL_GPU_NUMA_NODES gives one node per GPU (-1 unknown); a list of
@@ -40,14 +43,26 @@ func readMachine(env func(string) string) *machine {
 	m := &machine{topology: env(topology.EnvTopology)}
 	var entries []string // GPU id of each non-empty entry
 	first := map[string]int{}
+	migIDs := map[string][]string{} // GPU id -> the MIG device ids of it listed
+	whole := map[string]bool{}      // GPU ids listed themselves
 	for e := range strings.SplitSeq(env(EnvIDs), ",") {
 		e = strings.TrimSpace(e)
 		if e == "" {
 			continue
 		}
 		gpuID := e
-		if topology.IsReplicaID(e) {
+		switch {
+		case topology.IsReplicaID(e):
 			gpuID, _, _ = strings.Cut(e, topology.ReplicaSeparator)
+		case topology.IsMIGID(e):
+			i, ok := topology.GPUOf(e)
+			if !ok {
+				continue // no MIG device id of ours: nothing to show
+			}
+			gpuID = topology.GPUID(i)
+			migIDs[gpuID] = append(migIDs[gpuID], e)
+		default:
+			whole[gpuID] = true
 		}
 		entries = append(entries, gpuID)
 		if _, ok := first[gpuID]; !ok {
@@ -108,6 +123,7 @@ func readMachine(env func(string) string) *machine {
 		}
 		live.Apply(st)
 		g.setStatus(st)
+		g.setMIG(st, whole[g.id], migIDs[g.id])
 		if !numaFromEnv {
 			g.numa = st.NUMANode
 		}

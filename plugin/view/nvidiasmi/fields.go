@@ -176,12 +176,17 @@ func buildFields() []field {
 	add("memory.free", nil, "MiB", "The free memory, in MiB: total - reserved - used.", known(func(g *gpu) string { return itoa(g.memoryFree()) }))
 	add("compute_mode", nil, "", "The compute mode: Default (several contexts per GPU).", fixed("Default"))
 	add("compute_cap", nil, "", "The CUDA compute capability, MAJOR.MINOR.", known(func(g *gpu) string { return g.st.ComputeCapability }))
-	add("utilization.gpu", nil, "%", "The percent of time a kernel ran on the GPU over the last sample period.", known(func(g *gpu) string { return itoa(g.st.Telemetry.UtilizationGPUPercent) }))
-	add("utilization.memory", nil, "%", "The percent of time the GPU memory was read or written over the last sample period.", known(func(g *gpu) string { return itoa(g.st.Telemetry.UtilizationMemoryPercent) }))
-	add("utilization.encoder", nil, "%", "The utilization of the video encoder, in percent.", known(func(g *gpu) string { return itoa(g.st.Telemetry.UtilizationEncoderPercent) }))
-	add("utilization.decoder", nil, "%", "The utilization of the video decoder, in percent.", known(func(g *gpu) string { return itoa(g.st.Telemetry.UtilizationDecoderPercent) }))
+	// Under MIG NVML reports no utilization: a real H100 with MIG on shows
+	// [N/A] for every utilization.* property.
+	util := func(v func(t status.Telemetry) int) valueFunc {
+		return knownIf(func(g *gpu) (string, bool) { return itoa(v(g.st.Telemetry)), !g.migOn })
+	}
+	add("utilization.gpu", nil, "%", "The percent of time a kernel ran on the GPU over the last sample period; [N/A] with MIG on.", util(func(t status.Telemetry) int { return t.UtilizationGPUPercent }))
+	add("utilization.memory", nil, "%", "The percent of time the GPU memory was read or written over the last sample period.", util(func(t status.Telemetry) int { return t.UtilizationMemoryPercent }))
+	add("utilization.encoder", nil, "%", "The utilization of the video encoder, in percent.", util(func(t status.Telemetry) int { return t.UtilizationEncoderPercent }))
+	add("utilization.decoder", nil, "%", "The utilization of the video decoder, in percent.", util(func(t status.Telemetry) int { return t.UtilizationDecoderPercent }))
 	for _, e := range []string{"jpeg", "ofa"} {
-		add("utilization."+e, nil, "%", "The utilization of the "+e+" engine: 0.", fixed("0"))
+		add("utilization."+e, nil, "%", "The utilization of the "+e+" engine: 0.", util(func(status.Telemetry) int { return 0 }))
 	}
 	add("encoder.stats.sessionCount", nil, "", "The number of encoder sessions: 0.", fixed("0"))
 	add("encoder.stats.averageFps", nil, "", "The average frame rate of encoder sessions: 0.", fixed("0"))
@@ -306,8 +311,8 @@ func buildFields() []field {
 	add("clocks.max.graphics", []string{"clocks.max.gr"}, "MHz", "The highest graphics clock, in MHz.", maxGr)
 	add("clocks.max.sm", []string{"clocks.max.sm"}, "MHz", "The highest SM clock, in MHz.", maxClock(func(c status.Clocks) int { return c.SMMHz }))
 	add("clocks.max.memory", []string{"clocks.max.mem"}, "MHz", "The highest memory clock, in MHz.", maxMem)
-	mig := knownIf(func(g *gpu) (string, bool) { return "Disabled", g.migCapable() })
-	add("mig.mode.current", nil, "", "Whether MIG is on: Disabled; [N/A] for GPUs without MIG.", mig)
+	mig := knownIf(func(g *gpu) (string, bool) { return g.migMode() })
+	add("mig.mode.current", nil, "", "Whether MIG is on: Enabled under a MIG layout, else Disabled; [N/A] for GPUs without MIG.", mig)
 	add("mig.mode.pending", nil, "", "Whether MIG will be on after a reset.", mig)
 	gsp := knownIf(func(g *gpu) (string, bool) { return "Enabled", g.gspCapable() })
 	add("gsp.mode.current", nil, "", "Whether the GPU's firmware runs on its GSP: Enabled from Turing on.", gsp)

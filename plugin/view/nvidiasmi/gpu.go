@@ -3,6 +3,7 @@ package nvidiasmi
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -34,6 +35,36 @@ type gpu struct {
 	fault topology.Fault
 	// procs are the container's processes on the GPU (see readProcs).
 	procs []process
+	// migOn reports MIG mode on (the status file's migEnabled); migs are
+	// the GPU's MIG devices the container sees, in the status file's order
+	// (GPU instance ids ascending): their positions are their MIG device
+	// indices in the container.
+	migOn bool
+	migs  []status.MIGDevice
+}
+
+// setMIG records the GPU's MIG mode and the MIG devices of st the
+// container sees: all of them when it holds the GPU whole, else those of
+// ids (the MIG devices of the GPU it holds).
+func (g *gpu) setMIG(st *status.GPU, whole bool, ids []string) {
+	g.migOn = st.MIGEnabled
+	for _, d := range st.MIGDevices {
+		if whole || slices.Contains(ids, d.ID) {
+			g.migs = append(g.migs, d)
+		}
+	}
+}
+
+// migMode is mig.mode.current (and pending): Enabled or Disabled for a
+// GPU that supports MIG; false for one that does not.
+func (g *gpu) migMode() (string, bool) {
+	switch {
+	case g.migOn:
+		return "Enabled", true
+	case g.migCapable():
+		return "Disabled", true
+	}
+	return "", false
 }
 
 // setStatus records the GPU's status file and what follows from it.

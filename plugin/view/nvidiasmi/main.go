@@ -86,6 +86,7 @@ type options struct {
 	list, query, xml            bool
 	topo, topoMatrix, topoHelp  bool
 	topoID                      bool
+	mig, migListGI              bool // nvidia-smi mig, -lgi
 	id, queryGPU, format        *string
 	computeApps, accountedApps  *string
 	setLoad                     *string
@@ -198,11 +199,13 @@ func (c *Command) run(args []string, out *bytes.Buffer) int {
 			return ExitNotFound
 		}
 	}
-	if opts.computeApps != nil || opts.query || !opts.list && !opts.csv() && opts.setLoad == nil {
+	if opts.computeApps != nil || opts.query || !opts.list && !opts.csv() && opts.setLoad == nil && !opts.mig {
 		readProcs(gpus, c.hostname(), func() string { return mainProcessName(c.proc()) })
 	}
 	q := &queryContext{now: now(), count: len(m.gpus)}
 	switch {
+	case opts.mig:
+		return writeLGI(out, gpus)
 	case opts.setLoad != nil:
 		return c.writeSetLoad(out, load, gpus)
 	case opts.list:
@@ -225,6 +228,32 @@ func (c *Command) run(args []string, out *bytes.Buffer) int {
 // value option without a value (an invalid combination).
 func parseArgs(args []string) (options, string) {
 	var o options
+	if len(args) > 0 && args[0] == "mig" {
+		o.mig = true
+		for i := 1; i < len(args); i++ {
+			a := args[i]
+			name, value, hasValue := strings.Cut(a, "=")
+			switch {
+			case a == "-lgi" || a == "--list-gpu-instances":
+				o.migListGI = true
+			case name == "-i" || name == "--id":
+				if !hasValue {
+					if i+1 >= len(args) {
+						return o, msgInvalidCombination
+					}
+					i++
+					value = args[i]
+				}
+				o.id = &value
+			default:
+				return o, msgNotRecognized(a)
+			}
+		}
+		if !o.migListGI {
+			return o, msgInvalidCombination
+		}
+		return o, ""
+	}
 	if len(args) > 0 && args[0] == "topo" {
 		o.topo = true
 		for i := 1; i < len(args); i++ {

@@ -10,7 +10,10 @@ import (
 )
 
 // writeList writes `nvidia-smi -L`: "GPU <index>: <name> (UUID: <uuid>)",
-// N/A for what is unknown; an unhealthy GPU's line is the lost-GPU message.
+// N/A for what is unknown, and under it a line per MIG device the
+// container sees, numbered from 0 as a real one prints them ("  MIG
+// 3g.40gb     Device  0: (UUID: MIG-…)", the profile in 11 columns); an
+// unhealthy GPU's line is the lost-GPU message.
 func writeList(out *bytes.Buffer, gpus []*gpu) int {
 	code := ExitOK
 	for _, g := range gpus {
@@ -27,6 +30,9 @@ func writeList(out *bytes.Buffer, gpus []*gpu) int {
 			uuid = g.uuid
 		}
 		fmt.Fprintf(out, "GPU %d: %s (UUID: %s)\n", g.pos, name, uuid)
+		for k, d := range g.migs {
+			fmt.Fprintf(out, "  MIG %-11s Device %2d: (UUID: %s)\n", d.Profile, k, d.UUID)
+		}
 	}
 	return code
 }
@@ -130,6 +136,7 @@ func writeSummary(out *bytes.Buffer, now time.Time, gpus []*gpu) int {
 		writeSummaryGPU(out, g)
 	}
 	out.WriteString(summaryGPURule)
+	writeSummaryMIG(out, shown)
 	out.WriteString(summaryProcsTop)
 	n := 0
 	for _, g := range shown {
@@ -170,8 +177,13 @@ func writeSummaryGPU(out *bytes.Buffer, g *gpu) {
 		usage, capW = roundW(t.PowerDrawW), fmt.Sprintf("%dW", s.PowerLimitW)
 		memUsed, memTotal = fmt.Sprintf("%dMiB", t.MemoryUsedMiB), fmt.Sprintf("%dMiB", s.MemoryTotalMiB)
 		util, compute = fmt.Sprintf("%d%%", t.UtilizationGPUPercent), "Default"
-		if g.migCapable() {
-			mig = "Disabled"
+		if m, ok := g.migMode(); ok {
+			mig = m
+		}
+		if g.migOn {
+			// A real H100 with MIG on: ECC "On" (the errors are the MIG
+			// devices'), no GPU utilization.
+			ecc, util = "On", "N/A"
 		}
 	}
 	fmt.Fprintf(out, "|%4d  %-31s%-3s |   %-16s %3s |%21s |\n", g.pos, name, persistence, bus, dispA, ecc)

@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"slices"
 	"strings"
+
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
 )
 
 // process is one compute process on a GPU, as nvidia-smi lists it.
@@ -14,6 +16,18 @@ type process struct {
 	pid     int
 	name    string
 	usedMiB int
+	// mig is the MIG device the process runs on, nil without MIG: its GPU
+	// and compute instance ids are the process's GI and CI.
+	mig *status.MIGDevice
+}
+
+// instanceIDs are the process's GPU and compute instance ids, N/A
+// without MIG.
+func (p process) instanceIDs() (gi, ci string) {
+	if p.mig == nil {
+		return notAvailable, notAvailable
+	}
+	return itoa(p.mig.GPUInstanceID), itoa(p.mig.ComputeInstanceID)
 }
 
 // notFound is the process name nvidia-smi prints when it cannot read it.
@@ -101,7 +115,13 @@ func readProcs(gpus []*gpu, hostname string, name func() string) {
 			if procName == "" {
 				procName = name()
 			}
-			g.procs = append(g.procs, process{pid: 1, name: procName, usedMiB: max(h.MemoryUsedMiB, 0)})
+			p := process{pid: 1, name: procName, usedMiB: max(h.MemoryUsedMiB, 0)}
+			if len(g.migs) > 0 {
+				// It runs on the container's (first) MIG device of the GPU;
+				// the telemetry counts its memory in its MIG devices.
+				p.mig = &g.migs[0]
+			}
+			g.procs = append(g.procs, p)
 		}
 	}
 }
@@ -252,13 +272,17 @@ func writeHelpApps(out *bytes.Buffer, accounted bool) {
 }
 
 // summaryProcess is one line of the summary's process table (driver R580:
-// GPU, GI and CI ids N/A without MIG, PID, type C, the name cut to 38
+// GPU, GI and CI ids (N/A without MIG), PID, type C, the name cut to 38
 // columns, the memory). A longer name keeps its end: "..." and its last 34
 // characters, as the real tool shows long paths.
 func summaryProcess(pos int, p process) string {
 	name := p.name
 	if len(name) > 37 {
 		name = "..." + name[len(name)-34:]
+	}
+	if p.mig != nil {
+		// A real H100 with MIG on: the ids under GI and CI, right-aligned one column left of N/A.
+		return fmt.Sprintf("|%5d%5d%5d   %14d      C   %-38s%8s |\n", pos, p.mig.GPUInstanceID, p.mig.ComputeInstanceID, p.pid, name, itoa(p.usedMiB)+"MiB")
 	}
 	return fmt.Sprintf("|%5d   N/A  N/A  %14d      C   %-38s%8s |\n", pos, p.pid, name, itoa(p.usedMiB)+"MiB")
 }

@@ -357,8 +357,9 @@ func writeProcsText(out *bytes.Buffer, depth int, procs []process) {
 		out.WriteString(l + ": " + value + "\n")
 	}
 	for _, p := range procs {
-		line(1, "GPU instance ID", notAvailable)
-		line(1, "Compute instance ID", notAvailable)
+		gi, ci := p.instanceIDs()
+		line(1, "GPU instance ID", gi)
+		line(1, "Compute instance ID", ci)
 		line(1, "Process ID", itoa(p.pid))
 		line(2, "Type", "C")
 		line(2, "Name", p.name)
@@ -378,8 +379,9 @@ func writeProcsXML(out *bytes.Buffer, depth int, procs []process) {
 	}
 	for _, p := range procs {
 		out.WriteString(indent + "\t<process_info>\n")
-		leaf("gpu_instance_id", notAvailable)
-		leaf("compute_instance_id", notAvailable)
+		gi, ci := p.instanceIDs()
+		leaf("gpu_instance_id", gi)
+		leaf("compute_instance_id", ci)
 		leaf("pid", itoa(p.pid))
 		leaf("type", "C")
 		leaf("process_name", p.name)
@@ -450,6 +452,11 @@ func writeQuery(out *bytes.Buffer, q *queryContext, gpus []*gpu) int {
 		out.WriteString("GPU " + gpuHeader(g) + "\n")
 		for _, n := range gpuNodes(q, g) {
 			write(1, n)
+			if n.tag == "mig_mode" {
+				for _, m := range migNodes(g) {
+					write(1, m)
+				}
+			}
 		}
 		out.WriteString("\n")
 	}
@@ -507,6 +514,9 @@ func writeXML(out *bytes.Buffer, q *queryContext, gpus []*gpu) int {
 		xml.EscapeText(out, []byte(gpuHeader(g)))
 		out.WriteString("\">\n")
 		for _, n := range gpuNodes(q, g) {
+			if n.tag == "mig_devices" && len(g.migs) > 0 {
+				n = sec("", n.tag, migNodes(g)...)
+			}
 			write(2, n)
 		}
 		out.WriteString("\t</gpu>\n")

@@ -89,11 +89,55 @@ type GPU struct {
 	// written by this package.
 	CUDAVersion string `json:"cudaVersion"`
 
+	// MIGEnabled reports whether the GPU has MIG mode on (the layout in
+	// force turns it on); nvidia-smi then shows MIG mode Enabled, and
+	// MIGDevices its GPU instances. Absent (false) in files of writers
+	// before MIG.
+	MIGEnabled bool `json:"migEnabled,omitempty"`
+	// MIGDevices are the GPU's MIG devices (GPU instances, each with its
+	// one full compute instance) in the order nvidia-smi -L lists them
+	// (its MIG device index): by GPU instance id. Only with MIGEnabled.
+	MIGDevices []MIGDevice `json:"migDevices,omitempty"`
+
 	// Health is the GPU's health as the plugin reports it to the kubelet.
 	Health Health `json:"health"`
 	// Telemetry are the live values; until a load model fills them, the
 	// idle values NewGPU sets.
 	Telemetry Telemetry `json:"telemetry"`
+}
+
+// MIGDevice is one MIG device of a GPU: a GPU instance with its full
+// compute instance, as nvidia-smi -L and nvidia-smi mig -lgi show it.
+type MIGDevice struct {
+	// ID is the device id the plugin advertises (topology.MIGID):
+	// "fake-0-mig-3g40gb-4".
+	ID string `json:"id"`
+	// UUID is its UUID, "MIG-…" (topology.DeriveMIGUUID).
+	UUID string `json:"uuid"`
+	// Profile is the GPU instance profile's name, "3g.40gb".
+	Profile string `json:"profile"`
+	// ProfileID is the GPU instance profile id (nvidia-smi mig -lgip):
+	// 9 for 3g.40gb on an H100.
+	ProfileID int `json:"profileId"`
+	// GPUInstanceID is the GPU instance id (nvidia-smi mig -lgi, the
+	// dcgm-exporter label GPU_I_ID); ComputeInstanceID its compute
+	// instance's, 0 for the one full compute instance.
+	GPUInstanceID     int `json:"gpuInstanceId"`
+	ComputeInstanceID int `json:"computeInstanceId"`
+	// PlacementStart and PlacementSize are the memory slices it
+	// occupies (nvidia-smi mig -lgi prints them "start:size").
+	PlacementStart int `json:"placementStart"`
+	PlacementSize  int `json:"placementSize"`
+	// MemoryMiB is the instance's memory.
+	MemoryMiB int `json:"memoryMiB"`
+	// Multiprocessors is its SM count; CopyEngines, Decoders, Encoders,
+	// JPEGs and OFAs its engines.
+	Multiprocessors int `json:"multiprocessors"`
+	CopyEngines     int `json:"copyEngines"`
+	Decoders        int `json:"decoders"`
+	Encoders        int `json:"encoders"`
+	JPEGs           int `json:"jpegs"`
+	OFAs            int `json:"ofas"`
 }
 
 // Clocks are clock frequencies in MHz; zero means unknown.
@@ -179,6 +223,8 @@ type Holder struct {
 }
 
 var (
+	migUUIDRE = regexp.MustCompile(`^MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+	profileRE = regexp.MustCompile(`^[1-9][0-9]?g\.[0-9]+gb(\+[a-z0-9.+]+)?$`)
 	uuidRE    = regexp.MustCompile(`^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 	busIDRE   = regexp.MustCompile(`^[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$`)
 	ccRE      = regexp.MustCompile(`^[1-9][0-9]?\.[0-9]$`)
@@ -190,6 +236,11 @@ var (
 // ValidUUID reports whether s is a GPU UUID in NVIDIA's format, as
 // topology.DeriveUUID writes it: GPU- and 32 lower-case hex digits grouped 8-4-4-4-12.
 func ValidUUID(s string) bool { return uuidRE.MatchString(s) }
+
+// ValidMIGUUID reports whether s is a MIG device UUID in the form
+// topology.DeriveMIGUUID writes it: MIG- and 32 lower-case hex digits
+// grouped 8-4-4-4-12.
+func ValidMIGUUID(s string) bool { return migUUIDRE.MatchString(s) }
 
 // printable reports whether s is printable ASCII without a comma (a comma
 // would split the value in nvidia-smi's CSV, which never quotes).
@@ -247,7 +298,84 @@ func (g *GPU) Validate() error {
 	case g.Health.Healthy && g.Health.Reason != "":
 		return bad("health.reason", fmt.Sprintf("%q", g.Health.Reason), "empty for a healthy GPU")
 	}
+	if err := g.validateMIG(); err != nil {
+		return err
+	}
 	return g.Telemetry.validate("telemetry.", g.MemoryTotalMiB-g.MemoryReservedMiB)
+}
+
+// maxMIGDevices bounds a GPU's MIG devices: no product has more memory
+// slices.
+const maxMIGDevices = 16
+
+// validateMIG checks the MIG devices: only with MIG on, each with a MIG
+// UUID, a profile name, ids and placements in range, no two overlapping
+// or with the same UUID, in ascending GPU instance id order, memory
+// within the GPU's.
+func (g *GPU) validateMIG() error {
+	if len(g.MIGDevices) == 0 {
+		return nil
+	}
+	if !g.MIGEnabled {
+		return fmt.Errorf("migDevices: %d MIG devices with migEnabled false: want MIG devices only with MIG on: %w", len(g.MIGDevices), ErrInvalidStatus)
+	}
+	if len(g.MIGDevices) > maxMIGDevices {
+		return fmt.Errorf("migDevices: %d: want at most %d: %w", len(g.MIGDevices), maxMIGDevices, ErrInvalidStatus)
+	}
+	uuids := map[string]bool{}
+	for i, d := range g.MIGDevices {
+		bad := func(field string, v any, want string) error {
+			return fmt.Errorf("migDevices[%d].%s %v: want %s: %w", i, field, v, want, ErrInvalidStatus)
+		}
+		switch {
+		case d.ID == "" || len(d.ID) > 64 || !printable(d.ID):
+			return bad("id", fmt.Sprintf("%q", d.ID), "a MIG device id like fake-0-mig-3g40gb-4")
+		case !ValidMIGUUID(d.UUID) || uuids[d.UUID]:
+			return bad("uuid", fmt.Sprintf("%q", d.UUID), "MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (lower-case hex), one per device")
+		case len(d.Profile) > 32 || !profileRE.MatchString(d.Profile):
+			return bad("profile", fmt.Sprintf("%q", d.Profile), "a profile name like 3g.40gb")
+		case d.ProfileID < 0 || d.ProfileID > 1024:
+			return bad("profileId", d.ProfileID, "0..1024")
+		case d.GPUInstanceID < 0 || d.GPUInstanceID > 1024:
+			return bad("gpuInstanceId", d.GPUInstanceID, "0..1024")
+		case d.ComputeInstanceID < 0 || d.ComputeInstanceID > 1024:
+			return bad("computeInstanceId", d.ComputeInstanceID, "0..1024")
+		case d.PlacementStart < 0 || d.PlacementStart >= maxMIGDevices:
+			return bad("placementStart", d.PlacementStart, fmt.Sprintf("0..%d", maxMIGDevices-1))
+		case d.PlacementSize < 1 || d.PlacementStart+d.PlacementSize > maxMIGDevices:
+			return bad("placementSize", d.PlacementSize, fmt.Sprintf("1..%d", maxMIGDevices-d.PlacementStart))
+		case i > 0 && d.GPUInstanceID <= g.MIGDevices[i-1].GPUInstanceID:
+			return bad("gpuInstanceId", d.GPUInstanceID, fmt.Sprintf("above the previous device's %d (in GPU instance id order)", g.MIGDevices[i-1].GPUInstanceID))
+		case overlaps(g.MIGDevices[:i], d):
+			return bad("placementStart", d.PlacementStart, "slices no other device of the GPU occupies")
+		case d.MemoryMiB < 1 || d.MemoryMiB > g.MemoryTotalMiB:
+			return bad("memoryMiB", d.MemoryMiB, fmt.Sprintf("1..%d (the GPU's)", g.MemoryTotalMiB))
+		case !nonNegative(d.Multiprocessors, d.CopyEngines, d.Decoders, d.Encoders, d.JPEGs, d.OFAs):
+			return bad("engines", fmt.Sprintf("%+v", d), "counts of 0 or more")
+		}
+		uuids[d.UUID] = true
+	}
+	return nil
+}
+
+// overlaps reports whether d shares a memory slice with one of ds.
+func overlaps(ds []MIGDevice, d MIGDevice) bool {
+	for _, o := range ds {
+		if d.PlacementStart < o.PlacementStart+o.PlacementSize && o.PlacementStart < d.PlacementStart+d.PlacementSize {
+			return true
+		}
+	}
+	return false
+}
+
+// nonNegative reports whether every v is 0 or more.
+func nonNegative(vs ...int) bool {
+	for _, v := range vs {
+		if v < 0 || v > 1<<16 {
+			return false
+		}
+	}
+	return true
 }
 
 // validate checks telemetry values, with memory used at most maxUsedMiB;

@@ -1,0 +1,58 @@
+package gpuset
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
+)
+
+// MIGInstance is a MIG device of the layout in force as the container
+// view and the telemetry show it: the device and its GPU instance id.
+type MIGInstance struct {
+	MIGDevice
+	// GPUInstanceID is its GPU instance id (nvidia-smi mig -lgi, the
+	// dcgm-exporter label GPU_I_ID); see GPUInstanceID.
+	GPUInstanceID int
+}
+
+// GPUInstanceID is the GPU instance id a GPU of memorySlices memory slices
+// gives an instance at placement start of size slices: the slot's number
+// in the binary tree of the slices, numbered as a heap (the whole GPU 0,
+// its halves 1 and 2, its quarters 3 to 6, its eighths 7 to 14), so that
+// it depends only on where the instance sits. A real H100 80GB HBM3 on
+// driver 590.48.01 numbers so (3g.40gb at 4:4 is GPU instance 2, 2g.20gb
+// at 0:2 is 3, 1g.10gb at 2:1 and 3:1 are 9 and 10), as an A100's seven
+// 1g.5gb at 0..6 are 7 to 13. A size that does not divide the slices
+// (never on a product of the model) numbers from the smallest slots.
+func GPUInstanceID(memorySlices, start, size int) int {
+	if size <= 0 || memorySlices <= 0 || memorySlices%size != 0 {
+		return memorySlices - 1 + start
+	}
+	return memorySlices/size - 1 + start/size
+}
+
+// MIGInstances returns the MIG devices of GPU i in the layout in force,
+// as a container sees them: the layout's devices (with Partitionable
+// too, whose other placements are only offers), in GPU instance id order
+// (nvidia-smi -L numbers them so); nil when GPU i has MIG off.
+func (s *Set) MIGInstances(i int) []MIGInstance {
+	mc := s.cfg.MIG
+	if s.migProduct == nil || !mc.Enabled(i) {
+		return nil
+	}
+	byID := map[string]MIGDevice{}
+	for _, d := range s.MIGOf(i) {
+		byID[d.ID] = d
+	}
+	var out []MIGInstance
+	for _, d := range mc.GPUs[i].Devices {
+		md, ok := byID[topology.MIGID(i, d.Profile.Name, d.Placement.Start)]
+		if !ok {
+			continue // not kept (the set refuses such a layout)
+		}
+		out = append(out, MIGInstance{MIGDevice: md, GPUInstanceID: GPUInstanceID(s.migProduct.MemorySlices, md.Placement.Start, md.Placement.Size)})
+	}
+	slices.SortFunc(out, func(a, b MIGInstance) int { return cmp.Compare(a.GPUInstanceID, b.GPUInstanceID) })
+	return out
+}

@@ -1,0 +1,136 @@
+package view_test
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
+	"github.com/unicore/virtual-gpu-device-plugin/store"
+	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
+	"github.com/unicore/virtual-gpu-device-plugin/topology"
+	"github.com/unicore/virtual-gpu-device-plugin/topology/mig"
+)
+
+// migSetOf is the set of preset machine with the built-in MIG layout
+// resolved on it and strategy st, for node identity "node-a".
+func migSetOf(t *testing.T, machine, layout string, st gpuset.MIGStrategy) *gpuset.Set {
+	t.Helper()
+	cfg := plugintest.GPUConfig(t, machine, gpuset.Sharing{})
+	builtin, err := mig.BuiltinConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpus, err := mig.Resolve(builtin, layout, cfg.Machine.GPUModel().Product, cfg.Machine.Len())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MIG = gpuset.MIG{Strategy: st, Layout: layout, GPUs: gpus}
+	set, err := gpuset.New(cfg, "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
+}
+
+// The status file of a MIG-enabled GPU carries its MIG devices of the
+// layout in force, with their stored UUIDs, in GPU instance id order, the
+// ids a real H100 gives the all-balanced placements.
+func TestFiles_MIGStatus(t *testing.T) {
+	set := migSetOf(t, "hgx-h100", "all-balanced", gpuset.MIGStrategyMixed)
+	dir := t.TempDir()
+	st := storetest.MustOpenPath(t, filepath.Join(dir, "state.db"), store.Options{})
+	plugintest.Served(t, st, set)
+	cfg := plugintest.ViewConfig(dir)
+	f, err := view.NewFiles(cfg, st, "", "node-a", zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Publish(view.New(cfg, set))
+	stored, err := st.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	uuids := gpuset.UUIDs(stored)
+	g, err := status.Read(os.DirFS(cfg.StatusDir), uuids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !g.MIGEnabled {
+		t.Fatal("GPU 0: migEnabled false, want true")
+	}
+	var got []string
+	for _, d := range g.MIGDevices {
+		got = append(got, d.Profile+"@"+strings.Join([]string{strconv.Itoa(d.PlacementStart), strconv.Itoa(d.PlacementSize)}, ":")+" GI "+strconv.Itoa(d.GPUInstanceID))
+		if want := topology.DeriveMIGUUID("node-a", d.ID); d.UUID != want {
+			t.Errorf("%s: UUID %s, want the stored %s", d.ID, d.UUID, want)
+		}
+	}
+	// nvidia-smi -L of a real H100 (driver 590.48.01) in this layout lists 3g.40gb (GI 2), 2g.20gb (GI 3), 1g.10gb (GI 9, 10).
+	want := []string{"3g.40gb@4:4 GI 2", "2g.20gb@0:2 GI 3", "1g.10gb@2:1 GI 9", "1g.10gb@3:1 GI 10"}
+	if !slices.Equal(got, want) {
+		t.Errorf("GPU 0 MIG devices %v, want %v", got, want)
+	}
+	if d := g.MIGDevices[0]; d.ProfileID != 9 || d.MemoryMiB != 40448 || d.Multiprocessors != 60 || d.CopyEngines != 3 || d.Decoders != 3 || d.JPEGs != 3 {
+		t.Errorf("3g.40gb: %+v, want profile id 9, 40448 MiB, 60 SMs, 3 CE, 3 DEC, 3 JPG", d)
+	}
+}
+
+// A GPU without MIG has no MIG devices in its status file.
+func TestFiles_NoMIG(t *testing.T) {
+	set, err := gpuset.New(plugintest.GPUConfig(t, "hgx-h100", gpuset.Sharing{}), "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	st := storetest.MustOpenPath(t, filepath.Join(dir, "state.db"), store.Options{})
+	plugintest.Served(t, st, set)
+	cfg := plugintest.ViewConfig(dir)
+	f, err := view.NewFiles(cfg, st, "", "node-a", zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Publish(view.New(cfg, set))
+	g, err := status.Read(os.DirFS(cfg.StatusDir), topology.DeriveUUID("node-a", "fake-0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.MIGEnabled || len(g.MIGDevices) != 0 {
+		t.Errorf("MIG %v, devices %v; want off, none", g.MIGEnabled, g.MIGDevices)
+	}
+}
+
+// A container of MIG devices gets NVIDIA_VISIBLE_DEVICES of their MIG
+// UUIDs, as NVIDIA's plugin sets it, and VIRTUAL_GPU_UUIDS of their GPUs
+// (the status files that describe them).
+func TestView_AnswerMIG(t *testing.T) {
+	set := migSetOf(t, "hgx-h100", "all-3g.40gb", gpuset.MIGStrategySingle)
+	cfg := plugintest.ViewConfig(t.TempDir())
+	cfg.VisibleDevicesEnv = true
+	v := view.New(cfg, set)
+	stored := make([]store.Device, 0, len(set.Specs()))
+	for _, sp := range set.Specs() {
+		stored = append(stored, store.Device{ID: sp.ID, Index: sp.Index, NUMA: sp.NUMA, Healthy: true, UUID: sp.UUID, GPU: sp.GPU, Replica: sp.Replica, MIG: sp.MIG})
+	}
+	ids := []string{topology.MIGID(1, "3g.40gb", 0), topology.MIGID(1, "3g.40gb", 4), topology.MIGID(2, "3g.40gb", 4)}
+	spec := answerFor(t, v, stored, ids...)
+	var want []string
+	for _, id := range ids {
+		want = append(want, topology.DeriveMIGUUID("node-a", id))
+	}
+	if got := spec.Envs["NVIDIA_VISIBLE_DEVICES"]; got != strings.Join(want, ",") {
+		t.Errorf("NVIDIA_VISIBLE_DEVICES = %s, want %s", got, strings.Join(want, ","))
+	}
+	gpuUUIDs := topology.DeriveUUID("node-a", "fake-1") + "," + topology.DeriveUUID("node-a", "fake-2")
+	if got := spec.Envs[status.EnvUUIDs]; got != gpuUUIDs {
+		t.Errorf("%s = %s, want the GPUs' %s", status.EnvUUIDs, got, gpuUUIDs)
+	}
+}
