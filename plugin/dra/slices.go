@@ -153,17 +153,16 @@ func Resources(driver, pool string, gpus *gpuset.Set, devs []gpuset.Device, stor
 	gpuOf := make([]int, 0, len(devs))
 	for _, d := range devs {
 		i := gpus.GPU(d)
-		attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-			AttrType:                  {StringValue: ptr(DeviceType)},
-			AttrProductName:           {StringValue: ptr(model.Product)},
-			AttrBrand:                 {StringValue: ptr(topology.Brand(model.Product))},
-			AttrCUDAComputeCapability: {VersionValue: ptr(cc)},
-			AttrDriverVersion:         {VersionValue: ptr(driverVersion)},
-			AttrCUDADriverVersion:     {VersionValue: ptr(cudaVersion)},
-			AttrIndex:                 {IntValue: ptr(int64(i))},
-			AttrPCIBusID:              {StringValue: ptr(m.KubernetesPCIBusID(i))},
-			AttrPCIeRoot:              {StringValue: ptr(roots[i])},
-		}
+		attrs := make(map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, 16) // sized for a MIG device's, without growing
+		attrs[AttrType] = resourceapi.DeviceAttribute{StringValue: ptr(DeviceType)}
+		attrs[AttrProductName] = resourceapi.DeviceAttribute{StringValue: ptr(model.Product)}
+		attrs[AttrBrand] = resourceapi.DeviceAttribute{StringValue: ptr(topology.Brand(model.Product))}
+		attrs[AttrCUDAComputeCapability] = resourceapi.DeviceAttribute{VersionValue: ptr(cc)}
+		attrs[AttrDriverVersion] = resourceapi.DeviceAttribute{VersionValue: ptr(driverVersion)}
+		attrs[AttrCUDADriverVersion] = resourceapi.DeviceAttribute{VersionValue: ptr(cudaVersion)}
+		attrs[AttrIndex] = resourceapi.DeviceAttribute{IntValue: ptr(int64(i))}
+		attrs[AttrPCIBusID] = resourceapi.DeviceAttribute{StringValue: ptr(m.KubernetesPCIBusID(i))}
+		attrs[AttrPCIeRoot] = resourceapi.DeviceAttribute{StringValue: ptr(roots[i])}
 		if u := uuids[i]; u != "" {
 			attrs[AttrUUID] = resourceapi.DeviceAttribute{StringValue: ptr(u)}
 		}
@@ -308,15 +307,14 @@ func (s share) capacities() map[resourceapi.QualifiedName]resourceapi.DeviceCapa
 // counters are the share as counters, with a counter of 1 for each memory
 // slice of placement at.
 func (s share) counters(at mig.Placement) map[string]resourceapi.Counter {
-	out := map[string]resourceapi.Counter{
-		CounterMultiprocessors: {Value: count(s.multiprocessors)},
-		CounterCopyEngines:     {Value: count(s.copyEngines)},
-		CounterDecoders:        {Value: count(s.decoders)},
-		CounterEncoders:        {Value: count(s.encoders)},
-		CounterJPEGEngines:     {Value: count(s.jpegs)},
-		CounterOFAEngines:      {Value: count(s.ofas)},
-		CounterMemory:          {Value: *resource.NewQuantity(int64(s.memoryMiB)<<20, resource.BinarySI)},
-	}
+	out := make(map[string]resourceapi.Counter, 7+at.Size)
+	out[CounterMultiprocessors] = resourceapi.Counter{Value: count(s.multiprocessors)}
+	out[CounterCopyEngines] = resourceapi.Counter{Value: count(s.copyEngines)}
+	out[CounterDecoders] = resourceapi.Counter{Value: count(s.decoders)}
+	out[CounterEncoders] = resourceapi.Counter{Value: count(s.encoders)}
+	out[CounterJPEGEngines] = resourceapi.Counter{Value: count(s.jpegs)}
+	out[CounterOFAEngines] = resourceapi.Counter{Value: count(s.ofas)}
+	out[CounterMemory] = resourceapi.Counter{Value: *resource.NewQuantity(int64(s.memoryMiB)<<20, resource.BinarySI)}
 	for i := at.Start; i < at.End(); i++ {
 		out[CounterMemorySlice(i)] = resourceapi.Counter{Value: count(1)}
 	}
