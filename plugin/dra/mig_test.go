@@ -5,15 +5,22 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
+	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/agent"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/dra/endpoint"
@@ -487,5 +494,73 @@ func TestResources_MIG_Mixed(t *testing.T) {
 		if !apiequality.Semantic.DeepEqual(d, plain[i]) {
 			t.Errorf("%s without MIG differs from the same GPU of a node without MIG:\n%+v\n%+v", d.Name, d, plain[i])
 		}
+	}
+}
+
+// TestRun_MIG: a running driver of an HGX H100 with every GPU MIG-enabled
+// has the library publish the pool as Resources splits it (a slice of the
+// 8 counter sets and 4 of two GPUs' devices, all the node's); a GPU turning
+// unhealthy taints its whole device and its MIG devices where they are,
+// moving none; a MIG device is prepared through NodePrepareResources.
+func TestRun_MIG(t *testing.T) {
+	r := newMIGRig(t, plugintest.Machine(t, "hgx-h100"), "all-enabled")
+	// client-go's fake does not name objects from generateName as the API
+	// server does: the controller's second slice would collide with the
+	// first.
+	var named atomic.Int64
+	r.client.PrependReactor("create", "resourceslices", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if s, ok := a.(k8stesting.CreateAction).GetObject().(*resourceapi.ResourceSlice); ok && s.Name == "" {
+			s.Name = s.GenerateName + strconv.FormatInt(named.Add(1), 10)
+		}
+		return false, nil, nil
+	})
+	ctx := r.run(t)
+	plugintest.WaitFor(t, 10*time.Second, "the node's 5 slices", func() bool { return len(r.slices(ctx)) == 5 })
+	where := func() (map[string]string, int, int) {
+		at := map[string]string{}
+		sets, tainted := 0, 0
+		for _, s := range r.slices(ctx) {
+			if s.Spec.NodeName == nil || *s.Spec.NodeName != testNode || s.Spec.Pool.ResourceSliceCount != 5 {
+				t.Errorf("slice %s: node %v, pool %+v", s.Name, s.Spec.NodeName, s.Spec.Pool)
+			}
+			sets += len(s.Spec.SharedCounters)
+			for _, d := range s.Spec.Devices {
+				at[d.Name] = s.Name
+				if len(d.Taints) > 0 {
+					tainted++
+				}
+			}
+		}
+		return at, sets, tainted
+	}
+	before, sets, _ := where()
+	per := len(r.set.GPUs.MIGOf(0)) + 1
+	if len(before) != 8*per || sets != 8 {
+		t.Fatalf("%d devices and %d counter sets published, want %d and 8", len(before), sets, 8*per)
+	}
+	members, err := r.set.GPUs.Members("fake-2")
+	if err != nil || len(members) != per {
+		t.Fatalf("Members(fake-2) = %d, %v", len(members), err)
+	}
+	if err := r.d.SetHealth("fake-2", members, false, "XID 79: GPU has fallen off the bus"); err != nil {
+		t.Fatal(err)
+	}
+	plugintest.WaitFor(t, 10*time.Second, "GPU 2's devices tainted", func() bool { _, _, n := where(); return n == per })
+	if after, _, _ := where(); !maps.Equal(after, before) {
+		t.Error("a taint moved devices between slices")
+	}
+
+	id := topology.MIGID(5, "2g.20gb", 2)
+	claim := claimOf(uidA, "mig", result("gpu", id))
+	if _, err := r.client.ResourceV1().ResourceClaims("default").Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dra := drapbv1.NewDRAPluginClient(dial(t, r.d.cfg.Socket()))
+	resp, err := dra.NodePrepareResources(ctx, &drapbv1.NodePrepareResourcesRequest{Claims: []*drapbv1.Claim{{Namespace: "default", Name: "mig", Uid: uidA}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.Claims[uidA]; got == nil || got.Error != "" || len(got.Devices) != 1 || got.Devices[0].DeviceName != id || len(got.Devices[0].CdiDeviceIds) != 1 {
+		t.Fatalf("NodePrepareResources: %v", resp)
 	}
 }
