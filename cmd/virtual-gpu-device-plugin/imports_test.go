@@ -49,7 +49,7 @@ var allowedImports = map[string][]string{
 	"plugin/plugintest":   {"allocator", "plugin/gpuset", "plugin/view", "store", "topology"},
 	"plugin/dra/endpoint": {"plugin/unixsock"},
 	"plugin/dra": {"plugin/agent", "plugin/dra/endpoint", "plugin/gpuset", "plugin/metrics", "plugin/telemetry", "plugin/unixsock", "plugin/view/cdi",
-		"store", "topology"},
+		"store", "topology", "topology/mig"},
 }
 
 // The kubelet's device-plugin API is a leaf: only the device-plugin server

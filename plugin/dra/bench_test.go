@@ -2,6 +2,7 @@ package dra
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -11,12 +12,15 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 
 	"github.com/unicore/virtual-gpu-device-plugin/allocator"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/dra/endpoint"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
@@ -171,6 +175,68 @@ func BenchmarkHoldings(b *testing.B) {
 					b.Fatalf("%v, %v", hs, err)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkResources_MIG builds the pool of an 8-GPU HGX H100 with every
+// GPU MIG-enabled (every placement of every profile published, as DRA's
+// partitionable devices) and, for comparison, without MIG; it reports the
+// devices, the slices and the bytes of all slices as the resourceslice
+// controller would create them (ResourceSlice objects, protobuf as the
+// API server stores them, and JSON), and fails if a slice is over the
+// API's limits.
+func BenchmarkResources_MIG(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		r    func() *rig
+	}{
+		{"whole", func() *rig { return newRig(b, "hgx-h100") }},
+		{"every-placement", func() *rig { return newMIGRig(b, plugintest.Machine(b, "hgx-h100"), "all-enabled") }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			r := bc.r()
+			stored := r.stored()
+			devs, err := r.set.GPUs.Devices(stored)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var res resourceslice.DriverResources
+			for b.Loop() {
+				if res, err = Resources(endpoint.DefaultDriverName, testNode, r.set.GPUs, devs, stored); err != nil {
+					b.Fatal(err)
+				}
+			}
+			pool := res.Pools[testNode]
+			var devices, protoBytes, jsonBytes int
+			for i, s := range pool.Slices {
+				if len(s.Devices) > resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures || len(s.SharedCounters) > resourceapi.ResourceSliceMaxCounterSets ||
+					len(s.Devices) > 0 && len(s.SharedCounters) > 0 {
+					b.Fatalf("slice %d: %d devices, %d counter sets: over the API's limits", i, len(s.Devices), len(s.SharedCounters))
+				}
+				devices += len(s.Devices)
+				obj := &resourceapi.ResourceSlice{
+					TypeMeta:   metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "ResourceSlice"},
+					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%s-%05d", testNode, endpoint.DefaultDriverName, i)},
+					Spec: resourceapi.ResourceSliceSpec{Driver: endpoint.DefaultDriverName, NodeName: ptr(testNode),
+						Pool:    resourceapi.ResourcePool{Name: testNode, Generation: 1, ResourceSliceCount: int64(len(pool.Slices))},
+						Devices: s.Devices, SharedCounters: s.SharedCounters},
+				}
+				pb, err := obj.Marshal()
+				if err != nil {
+					b.Fatal(err)
+				}
+				js, err := json.Marshal(obj)
+				if err != nil {
+					b.Fatal(err)
+				}
+				protoBytes += len(pb)
+				jsonBytes += len(js)
+			}
+			b.ReportMetric(float64(devices), "devices")
+			b.ReportMetric(float64(len(pool.Slices)), "slices")
+			b.ReportMetric(float64(protoBytes), "proto-bytes")
+			b.ReportMetric(float64(jsonBytes), "json-bytes")
 		})
 	}
 }

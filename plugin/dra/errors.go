@@ -8,7 +8,10 @@ var (
 	// another pool, or a device the configuration in force lacks (a
 	// profile change removed it).
 	ErrNotServed = errors.New("device not served by this node")
-	// ErrInUse is a claim's device prepared for another claim already.
+	// ErrInUse is a claim's device prepared for another claim already, or
+	// one that cannot be used with a device prepared for another claim or
+	// with another of the claim's own: a MIG device and its GPU whole, two
+	// MIG devices sharing a memory slice.
 	ErrInUse = errors.New("device prepared for another claim")
 	// ErrInvalidConfig is an opaque configuration of the driver that
 	// cannot be read: another API version or kind, an unknown field, a

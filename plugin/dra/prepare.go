@@ -125,6 +125,9 @@ func (d *Driver) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 			}
 		}
 	}
+	if err := d.checkOverlapLocked(set.GPUs, uid, heldBy(reqs, ids)); err != nil {
+		return nil, fmt.Errorf("claim %s: %w", name, err)
+	}
 	all := devicesOf(served, ids)
 	rec = store.Claim{UID: uid, Namespace: claim.Namespace, Name: claim.Name, DeviceIDs: idsOf(all), AdminDeviceIDs: adminOnly(reqs, ids),
 		Envs: set.View.Env(all), ReservedFor: consumers(claim.Status.ReservedFor)}
@@ -147,6 +150,13 @@ func (d *Driver) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	}
 	d.log.Info().Str("claim", name).Str("uid", uid).Strs("devices", rec.DeviceIDs).Msg("claim prepared")
 	return d.answer(uid, reqs), nil
+}
+
+// heldBy returns the devices of ids that some request reaches without
+// admin access, in ids' order: those the claim holds.
+func heldBy(reqs []request, ids []string) []string {
+	admin := adminOnly(reqs, ids)
+	return slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return slices.Contains(admin, id) })
 }
 
 // adminOnly returns the devices of ids that every request naming them

@@ -25,6 +25,19 @@ func TestLoad_MIG(t *testing.T) {
 		t.Errorf("default: %+v, %v; want strategy none, no layout", c.GPUs.MIG, err)
 	}
 
+	// Through DRA a layout turns MIG on (its devices do not matter: every
+	// placement is published); the strategy stays the default.
+	for _, layout := range []string{"all-enabled", "all-balanced", "all-1g.10gb"} {
+		c, err := load([]string{"-topology=hgx-h100", "-mig-config=" + layout, "-kubelet-api=dra", "-node-name=n"}, nil)
+		if err != nil {
+			t.Fatalf("DRA with %s: %v", layout, err)
+		}
+		mc := c.GPUs.MIG
+		if !mc.Partitionable || mc.Strategy != gpuset.MIGStrategyNone || mc.Layout != layout || len(mc.GPUs) != 8 || !mc.Enabled(0) || !mc.Enabled(7) {
+			t.Errorf("DRA with %s: MIG %+v; want partitionable, strategy none, every GPU MIG-enabled", layout, mc)
+		}
+	}
+
 	dir := t.TempDir()
 	file := filepath.Join(dir, "mig.yaml")
 	if err := os.WriteFile(file, []byte("version: v1\nmig-configs:\n  two-3g:\n    - devices: all\n      mig-enabled: true\n      mig-devices:\n        3g.40gb: 2\n"), 0o600); err != nil {
@@ -44,7 +57,12 @@ func TestLoad_MIG(t *testing.T) {
 		{[]string{"-topology=dgx1-volta", "-mig-config=all-enabled"}, `invalid -mig-config="all-enabled": `},
 		{[]string{"-topology=hgx-h100", "-mig-strategy=single", "-mig-config=all-balanced"}, `invalid -mig-config="all-balanced": `},
 		{[]string{"-topology=hgx-h100", "-mig-config-file=" + filepath.Join(dir, "none.yaml")}, `invalid -mig-config-file="` + filepath.Join(dir, "none.yaml") + `": open `},
-		{[]string{"-topology=hgx-h100", "-mig-config=all-1g.10gb", "-kubelet-api=dra", "-node-name=n"}, `invalid -mig-config="all-1g.10gb": MIG partitions are served through the device plugin only`},
+		{[]string{"-topology=hgx-h100", "-mig-strategy=single", "-mig-config=all-1g.10gb", "-kubelet-api=dra", "-node-name=n"},
+			`invalid -mig-strategy="single": is how the device plugin advertises MIG devices, not while -kubelet-api is dra: through DRA every placement`},
+		{[]string{"-topology=hgx-h100", "-mig-strategy=mixed", "-mig-config=all-balanced", "-kubelet-api=dra", "-node-name=n"},
+			`invalid -mig-strategy="mixed": is how the device plugin advertises MIG devices, not while -kubelet-api is dra`},
+		{[]string{"-mig-strategy=single", "-kubelet-api=dra", "-node-name=n"}, `invalid -mig-strategy="single": is how the device plugin advertises MIG devices`},
+		{[]string{"-topology=dgx1-volta", "-mig-config=all-enabled", "-kubelet-api=dra", "-node-name=n"}, `invalid -mig-config="all-enabled": `},
 	} {
 		_, err := load(tc.args, nil)
 		checkInvalid(t, err, tc.want)

@@ -699,9 +699,10 @@ func kubeletAPINames() []string {
 }
 
 // checkDRA refuses, with -kubelet-api=dra, what only the device plugin
-// serves: time-slicing replicas (a DRA device is a whole GPU; pods share a
-// GPU by sharing a claim) and the per-allocation load sockets of
-// -telemetry-writable (a claim has no allocation record to name one).
+// serves: time-slicing replicas (a DRA device is a whole GPU or a MIG
+// device; pods share one by sharing a claim) and the per-allocation load
+// sockets of -telemetry-writable (a claim has no allocation record to name
+// one). A MIG layout is served (validateMIG: partitionable devices).
 func (s *Settings) checkDRA(c *Config) error {
 	if c.KubeletAPI != agent.KubeletAPIDRA {
 		return nil
@@ -709,10 +710,6 @@ func (s *Settings) checkDRA(c *Config) error {
 	if c.GPUs.Sharing.Enabled() {
 		return s.bad("replicas", c.GPUs.Sharing.Replicas, "time-slicing replicas are served through the device plugin only, not while %s is dra: "+
 			"through DRA, pods share a GPU by sharing a ResourceClaim", s.name("kubelet-api"))
-	}
-	if c.GPUs.MIG.Layout != "" {
-		return s.bad("mig-config", c.GPUs.MIG.Layout, "MIG partitions are served through the device plugin only for now (-mig-strategy single or mixed), not while %s is dra: "+
-			"DRA partitionable devices are not published yet", s.name("kubelet-api"))
 	}
 	if c.Telemetry.Writable {
 		return s.bad("telemetry-writable", true, "the per-allocation load sockets are served through the device plugin only, not while %s is dra", s.name("kubelet-api"))
@@ -763,7 +760,9 @@ func readCollectors(path string) ([]telemetry.Collector, []string, error) {
 // product lacks or devices that do not fit a GPU are refused naming the
 // GPU and the profile (mig.Resolve), and so is a layout the strategy
 // cannot serve (gpuset.CheckMIG). With -kubelet-api=dra the MIG-enabled
-// GPUs are published as partitionable devices.
+// GPUs are published as partitionable devices, every placement of every
+// profile (the layout's devices do not matter there: a claim chooses),
+// and a strategy but none is refused: it is the device plugin's.
 func (s *Settings) validateMIG(c *Config) error {
 	st := gpuset.MIGStrategy(s.MIGStrategy)
 	if !slices.Contains(gpuset.MIGStrategies, st) {
@@ -784,6 +783,10 @@ func (s *Settings) validateMIG(c *Config) error {
 			return s.bad("mig-config-file", s.MIGConfigFile, "%w", err)
 		}
 		cfg = mig.Merge(cfg, user)
+	}
+	if c.KubeletAPI == agent.KubeletAPIDRA && st != gpuset.MIGStrategyNone {
+		return s.bad("mig-strategy", s.MIGStrategy, "is how the device plugin advertises MIG devices, not while %s is dra: "+
+			"through DRA every placement of every profile of a MIG-enabled GPU is published and a claim chooses one (leave it none)", s.name("kubelet-api"))
 	}
 	c.GPUs.MIG = gpuset.MIG{Strategy: st, Layout: s.MIGConfig, Partitionable: c.KubeletAPI == agent.KubeletAPIDRA}
 	if s.MIGConfig == "" {
