@@ -481,26 +481,28 @@ func TestChart_DRA(t *testing.T) {
 		name, values string
 		args         []string
 		dirs         map[string]string
-		class        string // the DeviceClass's selector and extended resource; "" none
+		class        string // the whole GPUs' DeviceClass's selector and extended resource; "" none
 		className    string
+		driver       string // of the MIG DeviceClass
+		migName      string
 	}{
-		{"device plugin", "", nil, map[string]string{}, "", ""},
+		{"device plugin", "", nil, map[string]string{}, "", "", "", ""},
 		{"dra", "kubeletAPI: dra", []string{"-kubelet-api=dra"},
 			map[string]string{"/var/lib/kubelet/plugins_registry": "Directory", "/var/lib/kubelet/plugins/" + driver: "DirectoryOrCreate"},
-			`device.driver == "` + driver + `" unicore.mcyou.cc/gpu`, driver},
+			`device.driver == "` + driver + `" && device.attributes["` + driver + `"].type == "gpu" unicore.mcyou.cc/gpu`, driver, driver, "mig.unicore.mcyou.cc"},
 		{"k0s", "{kubeletAPI: dra, kubeletRootDir: /var/lib/k0s/kubelet/}",
 			[]string{"-kubelet-api=dra", "-kubelet-registry-dir=/var/lib/k0s/kubelet/plugins_registry", "-kubelet-plugins-dir=/var/lib/k0s/kubelet/plugins"},
 			map[string]string{"/var/lib/k0s/kubelet/plugins_registry": "Directory", "/var/lib/k0s/kubelet/plugins/" + driver: "DirectoryOrCreate"},
-			`device.driver == "` + driver + `" unicore.mcyou.cc/gpu`, driver},
+			`device.driver == "` + driver + `" && device.attributes["` + driver + `"].type == "gpu" unicore.mcyou.cc/gpu`, driver, driver, "mig.unicore.mcyou.cc"},
 		{"driver name", "{kubeletAPI: dra, dra: {driverName: gpu.example.com}}", []string{"-kubelet-api=dra", "-dra-driver-name=gpu.example.com"},
 			map[string]string{"/var/lib/kubelet/plugins_registry": "Directory", "/var/lib/kubelet/plugins/gpu.example.com": "DirectoryOrCreate"},
-			`device.driver == "gpu.example.com" unicore.mcyou.cc/gpu`, "gpu.example.com"},
-		{"class named, no extended resource", "{kubeletAPI: dra, dra: {deviceClass: {name: vgpu, extendedResourceName: ''}}}", []string{"-kubelet-api=dra"},
+			`device.driver == "gpu.example.com" && device.attributes["gpu.example.com"].type == "gpu" unicore.mcyou.cc/gpu`, "gpu.example.com", "gpu.example.com", "mig.example.com"},
+		{"classes named, no extended resource", "{kubeletAPI: dra, dra: {deviceClass: {name: vgpu, migName: vgpu-mig, extendedResourceName: ''}}}", []string{"-kubelet-api=dra"},
 			map[string]string{"/var/lib/kubelet/plugins_registry": "Directory", "/var/lib/kubelet/plugins/" + driver: "DirectoryOrCreate"},
-			`device.driver == "` + driver + `"`, "vgpu"},
+			`device.driver == "` + driver + `" && device.attributes["` + driver + `"].type == "gpu"`, "vgpu", driver, "vgpu-mig"},
 		{"no class", "{kubeletAPI: dra, dra: {deviceClass: {create: false}}}", []string{"-kubelet-api=dra"},
-			map[string]string{"/var/lib/kubelet/plugins_registry": "Directory", "/var/lib/kubelet/plugins/" + driver: "DirectoryOrCreate"}, "", ""},
-		{"DRA settings without DRA", "{dra: {driverName: gpu.example.com}, kubeletRootDir: /var/lib/k0s/kubelet}", nil, map[string]string{}, "", ""},
+			map[string]string{"/var/lib/kubelet/plugins_registry": "Directory", "/var/lib/kubelet/plugins/" + driver: "DirectoryOrCreate"}, "", "", "", ""},
+		{"DRA settings without DRA", "{dra: {driverName: gpu.example.com}, kubeletRootDir: /var/lib/k0s/kubelet}", nil, map[string]string{}, "", "", "", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			objs := render(t, values(t, c.values))
@@ -510,7 +512,7 @@ func TestChart_DRA(t *testing.T) {
 			if got := draDirs(t, objs); !maps.Equal(got, c.dirs) {
 				t.Errorf("DRA hostPaths %v, want %v", got, c.dirs)
 			}
-			var class, className string
+			var class, className, mig, migName string
 			for _, o := range objs {
 				if o.GetKind() != "DeviceClass" {
 					continue
@@ -518,18 +520,29 @@ func TestChart_DRA(t *testing.T) {
 				if o.GetNamespace() != "" {
 					t.Errorf("DeviceClass %s in namespace %s: it is cluster-scoped", o.GetName(), o.GetNamespace())
 				}
+				var expr string
 				sel, _, _ := unstructured.NestedSlice(o.Object, "spec", "selectors")
 				for _, s := range sel {
 					e, _, _ := unstructured.NestedString(s.(map[string]any), "cel", "expression")
-					class += e
+					expr += e
+				}
+				if strings.HasSuffix(expr, `.type == "mig"`) {
+					mig, migName = expr, o.GetName()
+					continue
 				}
 				if n, ok, _ := unstructured.NestedString(o.Object, "spec", "extendedResourceName"); ok {
-					class += " " + n
+					expr += " " + n
 				}
-				className = o.GetName()
+				class, className = expr, o.GetName()
 			}
 			if class != c.class || className != c.className {
 				t.Errorf("DeviceClass %q: %q, want %q: %q", className, class, c.className, c.class)
+			}
+			if c.class != "" {
+				d := c.driver
+				if want := `device.driver == "` + d + `" && device.attributes["` + d + `"].type == "mig"`; mig != want || migName != c.migName {
+					t.Errorf("MIG DeviceClass %q: %q, want %q: %q", migName, mig, c.migName, want)
+				}
 			}
 		})
 	}

@@ -1280,9 +1280,9 @@ func checkAPIAccess(t *testing.T, objs []object, ds *appsv1.DaemonSet, flags plu
 	}
 }
 
-// checkDeviceClass: where a node may serve DRA the output has the DeviceClass of the plugin's
-// driver (and has none otherwise): cluster-scoped, without a namespace; selecting the devices
-// of -dra-driver-name; and, when it names an extended resource, the one the device plugin
+// checkDeviceClass: where a node may serve DRA the output has the DeviceClasses of the plugin's
+// driver (and has none otherwise): cluster-scoped, without a namespace; selecting the whole GPUs
+// (type gpu) or the MIG partitions (type mig, a class named mig.…) of -dra-driver-name; and, when it names an extended resource, the one the device plugin
 // advertises, so that the same pod runs on a node of either kind.
 func checkDeviceClass(t *testing.T, objs []object, flags pluginFlags, dra bool) {
 	t.Helper()
@@ -1306,16 +1306,22 @@ func checkDeviceClass(t *testing.T, objs []object, flags pluginFlags, dra bool) 
 		}
 		return
 	}
-	if len(classes) != 1 {
-		t.Fatalf("%d DeviceClasses, want the driver's one", len(classes))
+	if len(classes) != 2 {
+		t.Fatalf("%d DeviceClasses, want the driver's two (whole GPUs, MIG partitions)", len(classes))
 	}
-	dc := classes[0]
-	want := []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", flags.draDriverName)}}}
-	if !reflect.DeepEqual(dc.Spec.Selectors, want) || len(dc.Spec.Config) > 0 {
-		t.Errorf("DeviceClass %s: selectors %+v config %+v, want only the devices of the driver -dra-driver-name=%s", dc.Name, dc.Spec.Selectors, dc.Spec.Config, flags.draDriverName)
-	}
-	if n := dc.Spec.ExtendedResourceName; n != nil && *n != flags.resourceName {
-		t.Errorf("DeviceClass %s: extendedResourceName %s, but the device plugin advertises %s", dc.Name, *n, flags.resourceName)
+	for _, dc := range classes {
+		kind := "gpu"
+		if dc.Spec.ExtendedResourceName == nil && strings.HasPrefix(dc.Name, "mig.") {
+			kind = "mig"
+		}
+		want := []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{
+			Expression: fmt.Sprintf("device.driver == %q && device.attributes[%q].type == %q", flags.draDriverName, flags.draDriverName, kind)}}}
+		if !reflect.DeepEqual(dc.Spec.Selectors, want) || len(dc.Spec.Config) > 0 {
+			t.Errorf("DeviceClass %s: selectors %+v config %+v, want only the %s devices of the driver -dra-driver-name=%s", dc.Name, dc.Spec.Selectors, dc.Spec.Config, kind, flags.draDriverName)
+		}
+		if n := dc.Spec.ExtendedResourceName; n != nil && *n != flags.resourceName {
+			t.Errorf("DeviceClass %s: extendedResourceName %s, but the device plugin advertises %s", dc.Name, *n, flags.resourceName)
+		}
 	}
 }
 
@@ -1660,11 +1666,15 @@ func readDRAExamples(t *testing.T) draExample {
 func TestDeploy_DRAExamples(t *testing.T) {
 	ds, objs := renderedDaemonSet(t, "deploy/overlays/dra")
 	flags := containerFlags(t, ds.Spec.Template.Spec.Containers[0])
-	var class resourcev1.DeviceClass
+	var class resourcev1.DeviceClass // the whole GPUs' class, with the extended resource
 	for _, o := range objs {
 		if o["kind"] == "DeviceClass" {
-			if err := decodeStrict(o, &class); err != nil {
+			var dc resourcev1.DeviceClass
+			if err := decodeStrict(o, &dc); err != nil {
 				t.Fatal(err)
+			}
+			if dc.Spec.ExtendedResourceName != nil {
+				class = dc
 			}
 		}
 	}

@@ -92,6 +92,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- printf "%s/%s" (include "vgpu.pluginsDir" .) .Values.dra.driverName }}
 {{- end }}
 
+{{/* The MIG DeviceClass's name: migName, else mig.<driver name without a leading gpu.>. */}}
+{{- define "vgpu.migDeviceClassName" -}}
+{{- .Values.dra.deviceClass.migName | default (printf "mig.%s" (trimPrefix "gpu." .Values.dra.driverName)) }}
+{{- end }}
+
 {{/* The DeviceClass's name. */}}
 {{- define "vgpu.deviceClassName" -}}
 {{- .Values.dra.deviceClass.name | default .Values.dra.driverName }}
