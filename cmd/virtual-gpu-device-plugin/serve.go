@@ -242,7 +242,13 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 		target, reg = dpTarget, dpTarget
 	} else {
 		driver, err = dra.NewDriver(dra.DriverConfig{Config: start.DRA, NodeName: o.NodeName, Client: client, Store: st,
-			Set: set, Stored: stored, Logger: log})
+			Set: set, Stored: stored, Logger: log,
+			// A partitionable GPU's MIG devices exist for containers while a claim holds them.
+			Changed: func([]string) {
+				if cur := ag.Current(); cur != nil {
+					files.Publish(cur.View)
+				}
+			}})
 		if err != nil {
 			return err
 		}

@@ -61,6 +61,11 @@ type DriverConfig struct {
 	// GCInterval is how often prepared claims are checked against the API
 	// server (default DefaultGCInterval).
 	GCInterval time.Duration
+	// Changed, if set, is told the devices of a claim that was prepared or
+	// unprepared when one of them is a MIG device, after the store has it:
+	// a partitionable GPU's MIG devices exist for the container view while
+	// a claim holds them (view.Files.Publish).
+	Changed func(deviceIDs []string)
 	// Logger receives the driver's lines, and the libraries' (Logr); the
 	// zero Logger discards.
 	Logger zerolog.Logger

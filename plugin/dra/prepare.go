@@ -43,12 +43,15 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 		if err != nil {
 			d.log.Error().Err(err).Str("claim", c.Namespace+"/"+c.Name).Str("uid", string(c.UID)).Msg("claim not prepared")
 		}
+		ids := make([]string, len(devs))
+		for i, dev := range devs {
+			ids[i] = dev.DeviceName
+		}
 		if d.observer != nil {
-			ids := make([]string, len(devs))
-			for i, dev := range devs {
-				ids[i] = dev.DeviceName
-			}
 			d.observer.Allocated(ids, resultOf(err), time.Since(start))
+		}
+		if err == nil {
+			d.tellChanged(ids)
 		}
 	}
 	return out, nil
@@ -371,15 +374,31 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 // not prepared (never, or unprepared already) is not an error. why says
 // who asked, for the log.
 func (d *Driver) Unprepare(_ context.Context, uid, name, why string) error {
+	ids, err := d.unprepare(uid, name, why)
+	d.tellChanged(ids)
+	return err
+}
+
+// tellChanged tells Config.Changed of a claim's devices ids, if one is a MIG
+// device.
+func (d *Driver) tellChanged(ids []string) {
+	if d.cfg.Changed != nil && slices.ContainsFunc(ids, topology.IsMIGID) {
+		d.cfg.Changed(ids)
+	}
+}
+
+// unprepare is Unprepare, returning the devices of the claim when its
+// record changed.
+func (d *Driver) unprepare(uid, name, why string) ([]string, error) {
 	d.prep.Lock()
 	defer d.prep.Unlock()
 	rec, changed, err := d.st.RecordClaimUnprepared(uid, time.Time{})
 	if err != nil {
-		return fmt.Errorf("claim %s: %w", name, err)
+		return nil, fmt.Errorf("claim %s: %w", name, err)
 	}
 	removed, err := d.specs.Remove(uid)
 	if err != nil {
-		return fmt.Errorf("claim %s: %w", name, err)
+		return nil, fmt.Errorf("claim %s: %w", name, err)
 	}
 	delete(d.prepared, uid)
 	for id, u := range d.held {
@@ -390,5 +409,8 @@ func (d *Driver) Unprepare(_ context.Context, uid, name, why string) error {
 	if changed || removed {
 		d.log.Info().Str("claim", name).Str("uid", uid).Strs("devices", rec.DeviceIDs).Str("by", why).Bool("spec_removed", removed).Msg("claim unprepared")
 	}
-	return nil
+	if !changed {
+		return nil, nil
+	}
+	return rec.DeviceIDs, nil
 }

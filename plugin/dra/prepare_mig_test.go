@@ -3,6 +3,7 @@ package dra
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
+	resourceapi "k8s.io/api/resource/v1"
 )
 
 // TestPrepare_MIG: a claim allocated a MIG device prepares it: its id in
@@ -100,4 +102,33 @@ func TestPrepare_MIG(t *testing.T) {
 		t.Errorf("unprepared claim record %+v, %v", rec, err)
 	}
 	mustPrepare(t, r.d, claimOf(uidC, "overlapping", result("gpu", topology.MIGID(0, "1g.10gb", 5))))
+}
+
+// The driver tells DriverConfig.Changed of a claim of MIG devices once
+// it is prepared and once it is unprepared (the container view makes a
+// partitionable GPU's MIG devices exist then), and nothing of a claim of
+// whole GPUs or of a refused one.
+func TestPrepare_MIGChanged(t *testing.T) {
+	r := newMIGRig(t, plugintest.Machine(t, "hgx-h100"), "all-enabled")
+	ctx := context.Background()
+	three := topology.MIGID(0, "3g.40gb", 4)
+	res, err := r.d.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{
+		claimOf(uidA, "mig", result("gpu", three)),
+		claimOf(uidB, "whole", result("gpu", "fake-1")),
+		claimOf(uidC, "overlapping", result("gpu", "fake-0")),
+	})
+	if err != nil || res[uidA].Err != nil || res[uidB].Err != nil || res[uidC].Err == nil {
+		t.Fatalf("prepare: %v, %+v", err, res)
+	}
+	if want := [][]string{{three}}; !reflect.DeepEqual(r.changed, want) {
+		t.Errorf("told %v after prepare, want %v", r.changed, want)
+	}
+	for _, uid := range []string{uidA, uidA, uidB} {
+		if err := r.d.Unprepare(ctx, uid, "default/x", "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := [][]string{{three}, {three}}; !reflect.DeepEqual(r.changed, want) {
+		t.Errorf("told %v after unprepare (twice, and a whole GPU), want %v", r.changed, want)
+	}
 }

@@ -32,6 +32,8 @@ type rig struct {
 	set    *agent.Set
 	client *fake.Clientset
 	d      *Driver
+	// changed is what the driver told DriverConfig.Changed, in order.
+	changed [][]string
 }
 
 // newRig returns a rig of machine name, its store open until the test
@@ -77,7 +79,8 @@ func (r *rig) stored() []store.Device {
 func (r *rig) newDriver() *Driver {
 	r.t.Helper()
 	d, err := NewDriver(DriverConfig{Config: endpoint.Config{DriverName: endpoint.DefaultDriverName, RegistryDir: filepath.Join(r.dir, "registry"),
-		PluginsDir: filepath.Join(r.dir, "plugins")}, NodeName: testNode, Client: r.client, Store: r.st, Set: r.set, Stored: r.stored()})
+		PluginsDir: filepath.Join(r.dir, "plugins")}, NodeName: testNode, Client: r.client, Store: r.st, Set: r.set, Stored: r.stored(),
+		Changed: func(ids []string) { r.changed = append(r.changed, ids) }})
 	if err != nil {
 		r.t.Fatal(err)
 	}

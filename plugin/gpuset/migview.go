@@ -56,3 +56,25 @@ func (s *Set) MIGInstances(i int) []MIGInstance {
 	slices.SortFunc(out, func(a, b MIGInstance) int { return cmp.Compare(a.GPUInstanceID, b.GPUInstanceID) })
 	return out
 }
+
+// MIGInstancesHeld returns the MIG devices of GPU i a container sees: of
+// a Partitionable set, whose placements are offers, those held reports
+// held (a claim holds them: through DRA a MIG device exists while a
+// prepared claim holds it), in GPU instance id order; of any other set
+// MIGInstances.
+func (s *Set) MIGInstancesHeld(i int, held func(id string) bool) []MIGInstance {
+	if !s.cfg.MIG.Partitionable {
+		return s.MIGInstances(i)
+	}
+	if s.migProduct == nil || !s.cfg.MIG.Enabled(i) {
+		return nil
+	}
+	var out []MIGInstance
+	for _, d := range s.MIGOf(i) {
+		if held(d.ID) {
+			out = append(out, MIGInstance{MIGDevice: d, GPUInstanceID: GPUInstanceID(s.migProduct.MemorySlices, d.Placement.Start, d.Placement.Size)})
+		}
+	}
+	slices.SortFunc(out, func(a, b MIGInstance) int { return cmp.Compare(a.GPUInstanceID, b.GPUInstanceID) })
+	return out
+}

@@ -129,6 +129,18 @@ func (f *Files) publishLocked(set *View) error {
 	if err != nil {
 		return err
 	}
+	claimed := map[string]bool{} // devices of prepared claims: a partitionable GPU's MIG devices that exist
+	if set.set.Config().MIG.Partitionable {
+		prepared, err := f.st.PreparedClaims()
+		if err != nil {
+			return err
+		}
+		for _, c := range prepared {
+			for _, id := range c.DeviceIDs {
+				claimed[id] = true
+			}
+		}
+	}
 	m := set.set.Machine()
 	byGPU := map[int]store.Device{}
 	migUUIDs := map[string]string{} // MIG device id -> its stored UUID
@@ -156,7 +168,7 @@ func (f *Files) publishLocked(set *View) error {
 			continue
 		}
 		g.UUID = d.UUID
-		g.MIGEnabled, g.MIGDevices = migStatus(set.set, i, migUUIDs)
+		g.MIGEnabled, g.MIGDevices = migStatus(set.set, i, migUUIDs, claimed)
 		g.Health = statusHealth(d.Healthy, d.Reason, d.Since, now)
 		g.Telemetry = faultTelemetry(m.GPUModel(), g.Telemetry, g.Health)
 		gpus[g.ID] = g
@@ -186,15 +198,16 @@ func (f *Files) publishLocked(set *View) error {
 }
 
 // migStatus returns whether GPU i of set has MIG on and its MIG devices
-// of the layout in force (gpuset.Set.MIGInstances) as the status file
-// holds them, with their stored UUIDs (by device id); a device without
-// one (no node identity) is left out.
-func migStatus(set *gpuset.Set, i int, uuids map[string]string) (bool, []status.MIGDevice) {
+// as the status file holds them, with their stored UUIDs (by device id):
+// those of the layout in force, or of a partitionable set those prepared
+// claims hold (gpuset.Set.MIGInstancesHeld); a device without a UUID (no
+// node identity) is left out.
+func migStatus(set *gpuset.Set, i int, uuids map[string]string, claimed map[string]bool) (bool, []status.MIGDevice) {
 	if !set.Config().MIG.Enabled(i) {
 		return false, nil
 	}
 	var out []status.MIGDevice
-	for _, d := range set.MIGInstances(i) {
+	for _, d := range set.MIGInstancesHeld(i, func(id string) bool { return claimed[id] }) {
 		u := uuids[d.ID]
 		if u == "" {
 			continue

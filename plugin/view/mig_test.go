@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -132,5 +133,75 @@ func TestView_AnswerMIG(t *testing.T) {
 	gpuUUIDs := topology.DeriveUUID("node-a", "fake-1") + "," + topology.DeriveUUID("node-a", "fake-2")
 	if got := spec.Envs[status.EnvUUIDs]; got != gpuUUIDs {
 		t.Errorf("%s = %s, want the GPUs' %s", status.EnvUUIDs, got, gpuUUIDs)
+	}
+}
+
+// Through DRA (a partitionable set) a MIG device exists for containers
+// while a prepared claim holds it: the status file of its GPU lists the
+// placements prepared claims hold, and none once the claim is unprepared.
+func TestFiles_MIGStatusPartitionable(t *testing.T) {
+	cfg := plugintest.GPUConfig(t, "hgx-h100", gpuset.Sharing{})
+	builtin, err := mig.BuiltinConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpus, err := mig.Resolve(builtin, "all-enabled", cfg.Machine.GPUModel().Product, cfg.Machine.Len())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MIG = gpuset.MIG{Layout: "all-enabled", GPUs: gpus, Partitionable: true}
+	set, err := gpuset.New(cfg, "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	st := storetest.MustOpenPath(t, filepath.Join(dir, "state.db"), store.Options{})
+	plugintest.Served(t, st, set)
+	vc := plugintest.ViewConfig(dir)
+	f, err := view.NewFiles(vc, st, "", "node-a", zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := view.New(vc, set)
+	stored, err := st.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	uuids := gpuset.UUIDs(stored)
+	migOf := func(gpu int) []string {
+		t.Helper()
+		g, err := status.Read(os.DirFS(vc.StatusDir), uuids[gpu])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !g.MIGEnabled {
+			t.Fatalf("GPU %d: migEnabled false", gpu)
+		}
+		var out []string
+		for _, d := range g.MIGDevices {
+			out = append(out, d.ID+" GI "+strconv.Itoa(d.GPUInstanceID))
+		}
+		return out
+	}
+	f.Publish(v)
+	if got := migOf(1); len(got) != 0 {
+		t.Errorf("GPU 1 with no claim lists %v: the 25 placements are offers, not devices", got)
+	}
+	if _, _, err := st.RecordClaimPrepared(store.Claim{UID: "uid-1", Namespace: "default", Name: "mig", DeviceIDs: []string{"fake-1-mig-3g40gb-4", "fake-1-mig-2g20gb-0"}}); err != nil {
+		t.Fatal(err)
+	}
+	f.Publish(v)
+	if got, want := migOf(1), []string{"fake-1-mig-3g40gb-4 GI 2", "fake-1-mig-2g20gb-0 GI 3"}; !slices.Equal(got, want) {
+		t.Errorf("GPU 1 with a prepared claim lists %v, want %v", got, want)
+	}
+	if got := migOf(0); len(got) != 0 {
+		t.Errorf("GPU 0 lists %v, another GPU's claim", got)
+	}
+	if _, _, err := st.RecordClaimUnprepared("uid-1", time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	f.Publish(v)
+	if got := migOf(1); len(got) != 0 {
+		t.Errorf("GPU 1 after the claim was unprepared lists %v", got)
 	}
 }
