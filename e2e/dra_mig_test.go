@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +24,8 @@ gpu:
   product: NVIDIA H100 80GB HBM3
   memoryMiB: 81559
   computeCapability: "9.0"
+  powerLimitW: 700
+  idlePowerW: 70
 numaNodes:
   - cpus: 0-15
     hostBridges:
@@ -41,6 +44,7 @@ mig-configs:
   first-mig:
     - devices: [0]
       mig-enabled: true
+      mig-devices: {}
     - devices: [1, 2, 3]
       mig-enabled: false
 `
@@ -58,8 +62,9 @@ func profileIs(profile string) string {
 }
 
 // TestDRA_MIG: a 4-GPU H100 node with MIG on for GPU 0 publishes it as partitionable devices; claims
-// of the MIG class for a 3g.40gb and a 4g.40gb partition both land on GPU 0 (the only MIG-enabled
-// GPU: their placements 4:4 and 0:4 fit together) and their pods run with their MIG ids; a
+// of the MIG class for a 4g.40gb and then a 3g.40gb partition both land on GPU 0 (the only
+// MIG-enabled GPU: their placements 0:4 and 4:4 fit together, and the counters leave the 3g.40gb
+// only 4:4) and their pods run with their MIG ids; a
 // whole-GPU claim for GPU 0 then stays unschedulable, the counters being used; once they are gone,
 // five whole-GPU claims on the four GPUs leave one pod Pending with the scheduler's reason. It logs
 // the scheduling time of a partition claim against a whole-GPU claim.
@@ -100,7 +105,10 @@ func TestDRA_MIG(t *testing.T) {
 		return pod, time.Since(start)
 	}
 	var partitions []*corev1.Pod
-	for _, tc := range []struct{ profile, want string }{{"3g.40gb", "fake-0-mig-3g40gb-4"}, {"4g.40gb", "fake-0-mig-4g40gb-0"}} {
+	// The 4g.40gb first: it has one placement, 0:4; the scheduler takes the first placement that
+	// fits (a 3g.40gb first would take 0:4 too and leave the 4g.40gb no room), so the 3g.40gb must
+	// go to 4:4 by the counters.
+	for _, tc := range []struct{ profile, want string }{{"4g.40gb", "fake-0-mig-4g40gb-0"}, {"3g.40gb", "fake-0-mig-3g40gb-4"}} {
 		name := "dra-mig-" + strings.ReplaceAll(tc.profile, ".", "-")
 		tmpl := cluster.NewResourceClaimTemplate("default", name, migClassName, 1)
 		setClaimSpec(&tmpl.Spec.Spec, "", profileIs(tc.profile))
@@ -115,10 +123,19 @@ func TestDRA_MIG(t *testing.T) {
 		devs := cluster.AllocatedDevices(rc)
 		t.Logf("timing: scheduling a %s partition claim (pod submitted -> bound): %s", tc.profile, took.Round(time.Millisecond))
 		if len(devs) != 1 || devs[0] != tc.want {
-			t.Errorf("the %s claim got %v, want %s (GPU 0's only placement that fits beside the other)", tc.profile, devs, tc.want)
+			t.Errorf("the %s claim got %v, want %s (GPU 0's only placement that fits)", tc.profile, devs, tc.want)
 		}
 		if ids := podIDs(t, c, pod); len(ids) != 1 || ids[0] != tc.want {
 			t.Errorf("pod %s: %s=%v, want %s", pod.Name, cluster.EnvIDs, ids, tc.want)
+		}
+		// nvidia-smi -L in the container: its GPU with the prepared MIG device under it.
+		log, err := c.WaitPodLog(t.Context(), 30*time.Second, pod.Namespace, pod.Name, "main", "=== end")
+		if err != nil {
+			t.Fatal(err)
+		}
+		list := viewSection(log, "list")
+		if !slices.ContainsFunc(list, func(l string) bool { return strings.Contains(l, "MIG "+tc.profile) && strings.Contains(l, "UUID: MIG-") }) {
+			t.Errorf("nvidia-smi -L in pod %s does not list its %s MIG device:\n%s", pod.Name, tc.profile, strings.Join(list, "\n"))
 		}
 		partitions = append(partitions, pod)
 	}

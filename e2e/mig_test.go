@@ -31,7 +31,8 @@ const migScript = `echo "shared: ids=${VIRTUAL_GPU_IDS} visible=${NVIDIA_VISIBLE
 
 // TestMIGMixed: an H100 node under the mixed strategy serves the whole GPUs and one resource per
 // MIG profile, each registered on its own socket; pods asking mig-1g.10gb: 2 and mig-3g.40gb: 1 run
-// and their containers get their MIG devices (as the kubelet's PodResources API has them); a layout
+// and their containers get their MIG devices (as the kubelet's PodResources API has them, and their
+// MIG UUIDs in NVIDIA_VISIBLE_DEVICES); a layout
 // change by the node label while idle registers the new layout's resources and relabels the node;
 // a layout the product cannot hold is refused (state failed) and the one in force stays.
 func TestMIGMixed(t *testing.T) {
@@ -44,7 +45,7 @@ func TestMIGMixed(t *testing.T) {
 	}
 	start := time.Now()
 	plugin := startPluginN(t, c, cluster.PluginOptions{Topology: "hgx-h100", Args: []string{
-		"-mig-strategy=mixed", "-mig-config-file=" + file, "-mig-config=half-mixed",
+		"-mig-strategy=mixed", "-mig-config-file=" + file, "-mig-config=half-mixed", "-visible-devices-env",
 		"-node-name=" + node.Name, "-kubeconfig=" + c.Kubeconfig, "-label-node"}}, 4)
 	for r, n := range map[corev1.ResourceName]int64{mig1g: 16, mig3g: 4} {
 		if _, err := node.WaitNodeResource(t.Context(), 30*time.Second, r, n, n); err != nil {
@@ -71,6 +72,15 @@ func TestMIGMixed(t *testing.T) {
 			}
 		}
 		env := podSharedEnv(t, c, tc.pod)
+		log, err := c.WaitPodLog(t.Context(), 30*time.Second, tc.pod.Namespace, tc.pod.Name, "main", "visible=")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, visible, _ := strings.Cut(log, "visible=")
+		visible = strings.TrimSpace(strings.SplitN(visible, "\n", 2)[0])
+		if uuids := strings.Split(visible, ","); len(uuids) != tc.n || !strings.HasPrefix(uuids[0], "MIG-") {
+			t.Errorf("pod %s: NVIDIA_VISIBLE_DEVICES=%s, want its %d MIG UUIDs", tc.pod.Name, visible, tc.n)
+		}
 		got := strings.Split(env.ids, ",")
 		slices.Sort(got)
 		if !slices.Equal(got, devs) {
