@@ -134,7 +134,9 @@ func TestDRA_MIG(t *testing.T) {
 			t.Fatal(err)
 		}
 		list := viewSection(log, "list")
-		if !slices.ContainsFunc(list, func(l string) bool { return strings.Contains(l, "MIG "+tc.profile) && strings.Contains(l, "UUID: MIG-") }) {
+		if !slices.ContainsFunc(list, func(l string) bool {
+			return strings.Contains(l, "MIG "+tc.profile) && strings.Contains(l, "UUID: MIG-")
+		}) {
 			t.Errorf("nvidia-smi -L in pod %s does not list its %s MIG device:\n%s", pod.Name, tc.profile, strings.Join(list, "\n"))
 		}
 		partitions = append(partitions, pod)
