@@ -243,10 +243,18 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	} else {
 		driver, err = dra.NewDriver(dra.DriverConfig{Config: start.DRA, NodeName: o.NodeName, Client: client, Store: st,
 			Set: set, Stored: stored, Logger: log,
-			// A partitionable GPU's MIG devices exist for containers while a claim holds them.
+			// A partitionable GPU's MIG devices exist for containers and
+			// the telemetry while a claim holds them.
 			Changed: func([]string) {
-				if cur := ag.Current(); cur != nil {
-					files.Publish(cur.View)
+				cur := ag.Current()
+				if cur == nil {
+					return
+				}
+				files.Publish(cur.View)
+				if t := telemetryRef.Load(); t != nil {
+					if err := t.Follow(cur.GPUs, cur.Config.Telemetry); err != nil {
+						log.Error().Err(err).Msg("GPU telemetry not brought up to date with the claims' MIG devices")
+					}
 				}
 			}})
 		if err != nil {

@@ -262,3 +262,61 @@ func TestReadings_MIGLoadIsItsShare(t *testing.T) {
 		t.Errorf("GPU power %.1f W with a seventh of it busy: want well under the %v W limit", r.PowerDrawW, limit)
 	}
 }
+
+// Through DRA (a partitionable set) a MIG device is a series while a
+// prepared claim holds it: none of GPU 1's 25 placements before, its
+// claimed 3g.40gb (GPU instance 2) after the claim and a new Follow.
+func TestService_MIGPartitionable(t *testing.T) {
+	dir := plugintest.ShortTempDir(t)
+	cfg := plugintest.GPUConfig(t, "hgx-h100", gpuset.Sharing{})
+	builtin, err := mig.BuiltinConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpus, err := mig.Resolve(builtin, "all-enabled", cfg.Machine.GPUModel().Product, cfg.Machine.Len())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MIG = gpuset.MIG{Layout: "all-enabled", GPUs: gpus, Partitionable: true}
+	set, err := gpuset.New(cfg, "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := storetest.MustOpenPath(t, filepath.Join(dir, "state.db"), store.Options{})
+	devs := plugintest.Served(t, st, set)
+	vcfg := plugintest.ViewConfig(dir)
+	files, err := view.NewFiles(vcfg, st, os.Args[0], "node-a", zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	files.Publish(view.New(vcfg, set))
+	tel := telemetry.NewService(telemetry.ServiceConfig{Store: st, Devices: &staticDevices{devs: devs}, Live: files, Hostname: "node-a",
+		Clock: storetest.NewClock(t, epoch), Logger: zerolog.Nop()})
+	instances := func() []string {
+		t.Helper()
+		if err := tel.Follow(set, telemetry.Settings{Model: telemetry.ModelSteady}); err != nil {
+			t.Fatal(err)
+		}
+		code, text := (&serviceRig{tel: tel}).scrape(t)
+		if code != 200 {
+			t.Fatalf("scrape: %d %s", code, text)
+		}
+		labels, _ := samples(text, "DCGM_FI_DEV_FB_FREE")
+		var out []string
+		for _, l := range labels {
+			if p := label(l, "GPU_I_PROFILE"); p != "" {
+				out = append(out, label(l, "gpu")+" "+p+" "+label(l, "GPU_I_ID"))
+			}
+		}
+		return out
+	}
+	if got := instances(); len(got) != 0 {
+		t.Errorf("MIG series with no claim: %v", got)
+	}
+	if _, _, err := st.RecordClaimPrepared(store.Claim{UID: "uid-1", Namespace: "default", Name: "mig", DeviceIDs: []string{"fake-1-mig-3g40gb-4"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := instances(), []string{"1 3g.40gb 2"}; !slices.Equal(got, want) {
+		t.Errorf("MIG series with a prepared claim: %v, want %v", got, want)
+	}
+}

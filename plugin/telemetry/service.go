@@ -123,6 +123,16 @@ type LiveSink interface {
 
 var _ Store = (*store.Store)(nil)
 
+// ClaimStore is a Store that keeps DRA claims too; *store.Store
+// implements it. Through DRA a partitionable GPU's MIG devices are series
+// while a prepared claim holds them.
+type ClaimStore interface {
+	Store
+	PreparedClaims() ([]store.Claim, error)
+}
+
+var _ ClaimStore = (*store.Store)(nil)
+
 // ServiceConfig is what a Service reads and writes. Store, Devices and
 // Live are required.
 type ServiceConfig struct {
@@ -207,7 +217,19 @@ func (t *Service) newExporter(set *gpuset.Set, settings Settings) (*Exporter, er
 	if err != nil {
 		return nil, err
 	}
-	gpus, err := exporterGPUs(set, stored)
+	claimed := map[string]bool{}
+	if cs, ok := t.st.(ClaimStore); ok && set.Config().MIG.Partitionable {
+		prepared, err := cs.PreparedClaims()
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range prepared {
+			for _, id := range c.DeviceIDs {
+				claimed[id] = true
+			}
+		}
+	}
+	gpus, err := exporterGPUs(set, stored, claimed)
 	if err != nil {
 		return nil, err
 	}
@@ -234,10 +256,11 @@ func (t *Service) newExporter(set *gpuset.Set, settings Settings) (*Exporter, er
 
 // exporterGPUs returns the exporter's GPUs of set: the machine's, with
 // their stored UUIDs, each with its own id and, when set shares it, its
-// replicas' ids, and its MIG devices of the layout in force
-// (gpuset.Set.MIGInstances) with their device ids. A GPU without a UUID (the node has no identity) is an
-// error.
-func exporterGPUs(set *gpuset.Set, stored []store.Device) ([]GPU, error) {
+// replicas' ids, and its MIG devices of the layout in force, or of a
+// partitionable set those claimed holds (gpuset.Set.MIGInstancesHeld),
+// with their device ids. A GPU without a UUID (the node has no identity)
+// is an error.
+func exporterGPUs(set *gpuset.Set, stored []store.Device, claimed map[string]bool) ([]GPU, error) {
 	m := set.Machine()
 	uuids := gpuset.UUIDs(stored)
 	out := make([]GPU, m.Len())
@@ -248,7 +271,7 @@ func exporterGPUs(set *gpuset.Set, stored []store.Device) ([]GPU, error) {
 		}
 		ids := set.DeviceIDsOf(i)
 		out[i] = GPU{Index: i, UUID: u, PCIBusID: m.PCIBusID(i), DeviceIDs: ids, NVLinks: NVLinksOf(m, i)}
-		for _, d := range set.MIGInstances(i) {
+		for _, d := range set.MIGInstancesHeld(i, func(id string) bool { return claimed[id] }) {
 			out[i].MIG = append(out[i].MIG, MIGInstance{ID: d.ID, Profile: d.Profile.Name, GPUInstanceID: d.GPUInstanceID, MemoryMiB: d.Profile.MemoryMiB,
 				ComputeShare: float64(d.Profile.ComputeSlices) / float64(set.MIGProduct().ComputeSlices)})
 		}
