@@ -413,7 +413,7 @@ func (t *Target) Registrations() uint64 {
 // set advertising several resources it is every resource's devices; a
 // Server serves one resource's (see Target).
 func CatalogOf(set *agent.Set, stored []store.Device) (Catalog, error) {
-	gpus, v := set.GPUs, set.View
+	gpus, v := set.GPUs, set.View.WithStored(stored)
 	devices, err := gpus.Devices(stored)
 	if err != nil {
 		return Catalog{}, err

@@ -316,7 +316,7 @@ func (d *Driver) answer(uid string, reqs []request) []kubeletplugin.Device {
 // container of its devices (set.View.Claim) with the set's environment
 // and the configurations' env; the shared device nodes and mounts once.
 func (d *Driver) writeSpec(uid string, set *agent.Set, stored []store.Device, served []gpuset.Device, reqs []request, envs map[string]map[string]string) error {
-	uuids := gpuset.UUIDs(stored)
+	uuids, view := gpuset.UUIDs(stored), set.View.WithStored(stored)
 	cfg := cdi.ClaimConfig{UID: uid}
 	shared := map[string]bool{}
 	for _, r := range reqs {
@@ -326,7 +326,7 @@ func (d *Driver) writeSpec(uid string, set *agent.Set, stored []store.Device, se
 			}
 		}
 		devs := devicesOf(served, r.devices)
-		c, err := set.View.Claim(uuids, devs)
+		c, err := view.Claim(uuids, devs)
 		if err != nil {
 			return err
 		}

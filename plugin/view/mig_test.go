@@ -134,6 +134,22 @@ func TestView_AnswerMIG(t *testing.T) {
 	if got := spec.Envs[status.EnvUUIDs]; got != gpuUUIDs {
 		t.Errorf("%s = %s, want the GPUs' %s", status.EnvUUIDs, got, gpuUUIDs)
 	}
+
+	// The node renamed since: the stored UUIDs are kept, and the answer
+	// names them (the status files do), not those the set derives now.
+	kept := "MIG-00000000-1111-2222-3333-444444444444"
+	for i := range stored {
+		if stored[i].ID == ids[0] {
+			stored[i].UUID = kept
+		}
+	}
+	spec = answerFor(t, v.WithStored(stored), stored, ids[0])
+	if got := spec.Envs["NVIDIA_VISIBLE_DEVICES"]; got != kept {
+		t.Errorf("NVIDIA_VISIBLE_DEVICES = %s, want the stored %s", got, kept)
+	}
+	if got := answerFor(t, v, stored, ids[0]).Envs["NVIDIA_VISIBLE_DEVICES"]; got != want[0] {
+		t.Errorf("WithStored changed the view it was called on: %s", got)
+	}
 }
 
 // Through DRA (a partitionable set) a MIG device exists for containers

@@ -10,6 +10,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/cdi"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/loadsock"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view/status"
+	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
@@ -102,6 +103,23 @@ func New(cfg Config, set *gpuset.Set) *View {
 		}
 	}
 	return v
+}
+
+// WithStored returns the view with the MIG devices' UUIDs as stored
+// (a UUID is kept from when the device was first stored: after the node
+// was renamed it differs from the one the set derives), for Answer and
+// Claim to name what the status files name. v is unchanged.
+func (v *View) WithStored(stored []store.Device) *View {
+	w := *v
+	w.migUUIDs = maps.Clone(v.migUUIDs)
+	for _, d := range stored {
+		if d.IsMIG() && d.UUID != "" && !d.Removed && w.migUUIDs != nil {
+			if _, ok := w.migUUIDs[d.ID]; ok {
+				w.migUUIDs[d.ID] = d.UUID
+			}
+		}
+	}
+	return &w
 }
 
 // Set returns the GPU set the view answers for.
