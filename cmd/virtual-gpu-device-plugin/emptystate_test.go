@@ -34,7 +34,7 @@ func TestBinary_EmptyStateFile(t *testing.T) {
 
 	p, _ = n.start(t)
 	// The warning would come before "starting": every line up to it.
-	deadline := time.After(10 * time.Second)
+	deadline := time.After(processWait)
 	for started := false; !started; {
 		select {
 		case l := <-p.logs.lines:
@@ -43,7 +43,7 @@ func TestBinary_EmptyStateFile(t *testing.T) {
 			}
 			started = strings.Contains(l, `"message":"starting"`)
 		case <-deadline:
-			t.Fatal("no \"starting\" line within 10s")
+			t.Fatalf("no \"starting\" line within %v", processWait)
 		}
 	}
 	p.stop(t)

@@ -110,10 +110,16 @@ func newLogLines(t *testing.T, r io.Reader) *logLines {
 	return l
 }
 
+// processWait bounds the waits on a process of the binary: its log lines
+// and its exit. Generous: under CI's parallel race-detector runs on two
+// cores, a process took 10 s to print its first line (a wait returns as
+// soon as the line is there).
+const processWait = 30 * time.Second
+
 // waitLine waits for a log line containing s.
 func (l *logLines) waitLine(t *testing.T, s string) string {
 	t.Helper()
-	deadline := time.After(10 * time.Second)
+	deadline := time.After(processWait)
 	for {
 		select {
 		case line := <-l.lines:
@@ -121,7 +127,7 @@ func (l *logLines) waitLine(t *testing.T, s string) string {
 				return line
 			}
 		case <-deadline:
-			t.Fatalf("no log line with %q within 10s", s)
+			t.Fatalf("no log line with %q within %v", s, processWait)
 		}
 	}
 }

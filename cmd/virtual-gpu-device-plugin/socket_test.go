@@ -28,8 +28,8 @@ func (p *process) waitExit(t *testing.T) int {
 			t.Fatal(err)
 		}
 		return 0
-	case <-time.After(10 * time.Second):
-		t.Fatal("still running after 10s")
+	case <-time.After(processWait):
+		t.Fatalf("still running after %v", processWait)
 		return -1
 	}
 }

@@ -47,7 +47,7 @@ func TestBinary_StatusFiles_WrittenAgainAfterAFullDisk(t *testing.T) {
 	var lines []string // every log line read so far, in order
 	waitLine := func(s string) {
 		t.Helper()
-		deadline := time.After(10 * time.Second)
+		deadline := time.After(processWait)
 		for {
 			select {
 			case l := <-p.logs.lines:
@@ -56,7 +56,7 @@ func TestBinary_StatusFiles_WrittenAgainAfterAFullDisk(t *testing.T) {
 					return
 				}
 			case <-deadline:
-				t.Fatalf("no log line with %q within 10s", s)
+				t.Fatalf("no log line with %q within %v", s, processWait)
 			}
 		}
 	}
