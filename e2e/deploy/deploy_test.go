@@ -1667,7 +1667,7 @@ func TestDeploy_DRAExamples(t *testing.T) {
 	ds, objs := renderedDaemonSet(t, "deploy/overlays/dra")
 	flags := containerFlags(t, ds.Spec.Template.Spec.Containers[0])
 	var class resourcev1.DeviceClass // the whole GPUs' class, with the extended resource
-	classNames := map[string]bool{}   // every class the overlay installs: the MIG class too
+	classNames := map[string]bool{}  // every class the overlay installs: the MIG class too
 	for _, o := range objs {
 		if o["kind"] == "DeviceClass" {
 			var dc resourcev1.DeviceClass
