@@ -26,15 +26,7 @@ func targetSet(t *testing.T, layout string, strategy gpuset.MIGStrategy) *agent.
 	t.Helper()
 	c := plugintest.GPUConfig(t, "hgx-h100", gpuset.Sharing{})
 	if layout != "" {
-		builtin, err := mig.BuiltinConfig()
-		if err != nil {
-			t.Fatal(err)
-		}
-		gpus, err := mig.Resolve(builtin, layout, c.Machine.GPUModel().Product, c.Machine.Len())
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.MIG = gpuset.MIG{Strategy: strategy, Layout: layout, GPUs: gpus}
+		c = plugintest.WithMIG(t, c, nil, gpuset.MIG{Strategy: strategy, Layout: layout})
 	}
 	set, err := agent.NewSet(agent.Config{GPUs: c, View: plugintest.ViewConfig(t.TempDir())}, "node-a")
 	if err != nil {
@@ -226,11 +218,7 @@ func BenchmarkTarget_ReRegister(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			c := plugintest.GPUConfig(b, "hgx-h100", gpuset.Sharing{})
 			if bc.layout != "" {
-				gpus, err := mig.Resolve(layouts, bc.layout, c.Machine.GPUModel().Product, c.Machine.Len())
-				if err != nil {
-					b.Fatal(err)
-				}
-				c.MIG = gpuset.MIG{Strategy: gpuset.MIGStrategyMixed, Layout: bc.layout, GPUs: gpus}
+				c = plugintest.WithMIG(b, c, layouts, gpuset.MIG{Strategy: gpuset.MIGStrategyMixed, Layout: bc.layout})
 			}
 			set, err := agent.NewSet(agent.Config{GPUs: c, View: plugintest.ViewConfig(b.TempDir())}, "node-a")
 			if err != nil {

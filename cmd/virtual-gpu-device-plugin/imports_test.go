@@ -46,7 +46,7 @@ var allowedImports = map[string][]string{
 	"plugin/agent": {"plugin/faults", "plugin/gpuset", "plugin/kube", "plugin/telemetry", "plugin/view", "plugin/view/loadsock",
 		"store", "topology", "topology/mig"},
 	"plugin":              {"plugin/agent", "plugin/atomicfile", "plugin/gpuset", "plugin/metrics", "plugin/telemetry", "plugin/unixsock", "plugin/view", "store", "topology"},
-	"plugin/plugintest":   {"allocator", "plugin/gpuset", "plugin/view", "store", "topology"},
+	"plugin/plugintest":   {"allocator", "plugin/gpuset", "plugin/view", "store", "topology", "topology/mig"},
 	"plugin/dra/endpoint": {"plugin/unixsock"},
 	"plugin/dra": {"plugin/agent", "plugin/dra/endpoint", "plugin/gpuset", "plugin/metrics", "plugin/telemetry", "plugin/unixsock", "plugin/view/cdi",
 		"store", "topology", "topology/mig"},

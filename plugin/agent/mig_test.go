@@ -35,11 +35,7 @@ func TestAgent_SetHealth_GPUWithoutMIGDevices(t *testing.T) {
 	}
 	c := agent.Config{Profile: "mig", GPUs: plugintest.GPUConfig(t, "hgx-h100", gpuset.Sharing{}), View: plugintest.ViewConfig(dir)}
 	c.View.NvidiaSMI = false
-	gpus, err := mig.Resolve(cfg, "gpu0-empty", c.GPUs.Machine.GPUModel().Product, c.GPUs.Machine.Len())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.GPUs.MIG = gpuset.MIG{Strategy: gpuset.MIGStrategySingle, Layout: "gpu0-empty", GPUs: gpus}
+	c.GPUs = plugintest.WithMIG(t, c.GPUs, cfg, gpuset.MIG{Strategy: gpuset.MIGStrategySingle, Layout: "gpu0-empty"})
 	src := &source{fallback: "mig", profiles: map[string]agent.Config{"mig": c}}
 	log := zerolog.Nop()
 	ag := agent.New(agent.Options{Store: st, Source: src, Identity: "node-a", Logger: log})

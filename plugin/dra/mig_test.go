@@ -45,15 +45,7 @@ func newMIGRig(t testing.TB, m *topology.Machine, layout string) *rig {
 	r.st = st
 	gpus := plugintest.GPUConfig(t, "hgx-h100", gpuset.Sharing{})
 	gpus.Machine, gpus.Topology = m, m.Name()
-	builtin, err := mig.BuiltinConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	resolved, err := mig.Resolve(builtin, layout, m.GPUModel().Product, m.Len())
-	if err != nil {
-		t.Fatal(err)
-	}
-	gpus.MIG = gpuset.MIG{Layout: layout, GPUs: resolved, Partitionable: true}
+	gpus = plugintest.WithMIG(t, gpus, nil, gpuset.MIG{Layout: layout, Partitionable: true})
 	view := plugintest.ViewConfig(r.dir)
 	view.VisibleDevicesEnv = true
 	if r.set, err = agent.NewSet(agent.Config{KubeletAPI: agent.KubeletAPIDRA, GPUs: gpus, View: view}, testNode); err != nil {

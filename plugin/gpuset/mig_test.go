@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 	"github.com/unicore/virtual-gpu-device-plugin/topology/mig"
 )
@@ -15,17 +16,7 @@ import (
 // layout resolved on it and strategy st.
 func migConfig(t testing.TB, machine, layout string, st gpuset.MIGStrategy, sh gpuset.Sharing) gpuset.Config {
 	t.Helper()
-	c := config(t, machine, sh)
-	builtin, err := mig.BuiltinConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	gpus, err := mig.Resolve(builtin, layout, c.Machine.GPUModel().Product, c.Machine.Len())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.MIG = gpuset.MIG{Strategy: st, Layout: layout, GPUs: gpus}
-	return c
+	return plugintest.WithMIG(t, config(t, machine, sh), nil, gpuset.MIG{Strategy: st, Layout: layout})
 }
 
 func TestMIG_Mixed(t *testing.T) {

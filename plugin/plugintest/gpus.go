@@ -11,6 +11,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/view"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
+	"github.com/unicore/virtual-gpu-device-plugin/topology/mig"
 )
 
 // Machine returns the preset name, or n generic GPUs for "generic-<n>",
@@ -50,6 +51,37 @@ func GPUConfig(t testing.TB, name string, sh gpuset.Sharing) gpuset.Config {
 	}
 	return gpuset.Config{ResourceName: "unicore.mcyou.cc/gpu", Topology: name, Machine: Machine(t, name), NUMAReport: topology.NUMAReportNever,
 		AllocationPolicy: allocator.PolicyBestConnected, Sharing: sh}
+}
+
+// WithMIG returns cfg with the MIG configuration mc, its layout mc.Layout
+// of layouts (nil: the built-in mig-parted configuration) resolved on
+// cfg's machine into mc.GPUs, failing the test if it does not resolve.
+func WithMIG(t testing.TB, cfg gpuset.Config, layouts *mig.Config, mc gpuset.MIG) gpuset.Config {
+	t.Helper()
+	if layouts == nil {
+		var err error
+		if layouts, err = mig.BuiltinConfig(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gpus, err := mig.Resolve(layouts, mc.Layout, cfg.Machine.GPUModel().Product, cfg.Machine.Len())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc.GPUs = gpus
+	cfg.MIG = mc
+	return cfg
+}
+
+// MIGSet is the GPU set of preset machine name with MIG configuration mc
+// (WithMIG of the built-in layouts), for the node identity "node-a".
+func MIGSet(t testing.TB, name string, mc gpuset.MIG) *gpuset.Set {
+	t.Helper()
+	set, err := gpuset.New(WithMIG(t, GPUConfig(t, name, gpuset.Sharing{}), nil, mc), "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
 }
 
 // ViewConfig is the container view the flags' defaults give, its host

@@ -19,29 +19,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
-	"github.com/unicore/virtual-gpu-device-plugin/topology/mig"
 )
-
-// migSet is the set of preset machine with the built-in MIG layout
-// resolved on it, MIG strategy single, for node "node-a".
-func migSet(t testing.TB, machine, layout string) *gpuset.Set {
-	t.Helper()
-	cfg := plugintest.GPUConfig(t, machine, gpuset.Sharing{})
-	builtin, err := mig.BuiltinConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	gpus, err := mig.Resolve(builtin, layout, cfg.Machine.GPUModel().Product, cfg.Machine.Len())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MIG = gpuset.MIG{Strategy: gpuset.MIGStrategySingle, Layout: layout, GPUs: gpus}
-	set, err := gpuset.New(cfg, "node-a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return set
-}
 
 // migScenario is two H100s of hgx-h100: GPU 0 with MIG on in the
 // all-balanced layout (3g.40gb at 4 held by ml/a/main, 2g.20gb at 0
@@ -204,7 +182,7 @@ func TestNew_MIGInvalid(t *testing.T) {
 // layout in force with its profile, GPU instance id and memory.
 func TestService_MIG(t *testing.T) {
 	dir := plugintest.ShortTempDir(t)
-	set := migSet(t, "hgx-h100", "all-3g.40gb")
+	set := plugintest.MIGSet(t, "hgx-h100", gpuset.MIG{Strategy: gpuset.MIGStrategySingle, Layout: "all-3g.40gb"})
 	st := storetest.MustOpenPath(t, filepath.Join(dir, "state.db"), store.Options{})
 	devs := plugintest.Served(t, st, set)
 	vcfg := plugintest.ViewConfig(dir)
@@ -268,20 +246,7 @@ func TestReadings_MIGLoadIsItsShare(t *testing.T) {
 // claimed 3g.40gb (GPU instance 2) after the claim and a new Follow.
 func TestService_MIGPartitionable(t *testing.T) {
 	dir := plugintest.ShortTempDir(t)
-	cfg := plugintest.GPUConfig(t, "hgx-h100", gpuset.Sharing{})
-	builtin, err := mig.BuiltinConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	gpus, err := mig.Resolve(builtin, "all-enabled", cfg.Machine.GPUModel().Product, cfg.Machine.Len())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MIG = gpuset.MIG{Layout: "all-enabled", GPUs: gpus, Partitionable: true}
-	set, err := gpuset.New(cfg, "node-a")
-	if err != nil {
-		t.Fatal(err)
-	}
+	set := plugintest.MIGSet(t, "hgx-h100", gpuset.MIG{Layout: "all-enabled", Partitionable: true})
 	st := storetest.MustOpenPath(t, filepath.Join(dir, "state.db"), store.Options{})
 	devs := plugintest.Served(t, st, set)
 	vcfg := plugintest.ViewConfig(dir)

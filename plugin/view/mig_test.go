@@ -18,35 +18,13 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
-	"github.com/unicore/virtual-gpu-device-plugin/topology/mig"
 )
-
-// migSetOf is the set of preset machine with the built-in MIG layout
-// resolved on it and strategy st, for node identity "node-a".
-func migSetOf(t *testing.T, machine, layout string, st gpuset.MIGStrategy) *gpuset.Set {
-	t.Helper()
-	cfg := plugintest.GPUConfig(t, machine, gpuset.Sharing{})
-	builtin, err := mig.BuiltinConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	gpus, err := mig.Resolve(builtin, layout, cfg.Machine.GPUModel().Product, cfg.Machine.Len())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MIG = gpuset.MIG{Strategy: st, Layout: layout, GPUs: gpus}
-	set, err := gpuset.New(cfg, "node-a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return set
-}
 
 // The status file of a MIG-enabled GPU carries its MIG devices of the
 // layout in force, with their stored UUIDs, in GPU instance id order, the
 // ids a real H100 gives the all-balanced placements.
 func TestFiles_MIGStatus(t *testing.T) {
-	set := migSetOf(t, "hgx-h100", "all-balanced", gpuset.MIGStrategyMixed)
+	set := plugintest.MIGSet(t, "hgx-h100", gpuset.MIG{Strategy: gpuset.MIGStrategyMixed, Layout: "all-balanced"})
 	dir := t.TempDir()
 	st := storetest.MustOpenPath(t, filepath.Join(dir, "state.db"), store.Options{})
 	plugintest.Served(t, st, set)
@@ -113,7 +91,7 @@ func TestFiles_NoMIG(t *testing.T) {
 // UUIDs, as NVIDIA's plugin sets it, and VIRTUAL_GPU_UUIDS of their GPUs
 // (the status files that describe them).
 func TestView_AnswerMIG(t *testing.T) {
-	set := migSetOf(t, "hgx-h100", "all-3g.40gb", gpuset.MIGStrategySingle)
+	set := plugintest.MIGSet(t, "hgx-h100", gpuset.MIG{Strategy: gpuset.MIGStrategySingle, Layout: "all-3g.40gb"})
 	cfg := plugintest.ViewConfig(t.TempDir())
 	cfg.VisibleDevicesEnv = true
 	v := view.New(cfg, set)
@@ -156,20 +134,7 @@ func TestView_AnswerMIG(t *testing.T) {
 // while a prepared claim holds it: the status file of its GPU lists the
 // placements prepared claims hold, and none once the claim is unprepared.
 func TestFiles_MIGStatusPartitionable(t *testing.T) {
-	cfg := plugintest.GPUConfig(t, "hgx-h100", gpuset.Sharing{})
-	builtin, err := mig.BuiltinConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	gpus, err := mig.Resolve(builtin, "all-enabled", cfg.Machine.GPUModel().Product, cfg.Machine.Len())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MIG = gpuset.MIG{Layout: "all-enabled", GPUs: gpus, Partitionable: true}
-	set, err := gpuset.New(cfg, "node-a")
-	if err != nil {
-		t.Fatal(err)
-	}
+	set := plugintest.MIGSet(t, "hgx-h100", gpuset.MIG{Layout: "all-enabled", Partitionable: true})
 	dir := t.TempDir()
 	st := storetest.MustOpenPath(t, filepath.Join(dir, "state.db"), store.Options{})
 	plugintest.Served(t, st, set)
