@@ -31,7 +31,7 @@ var allowedImports = map[string][]string{
 	"plugin/atomicfile":     nil,
 	"plugin/unixsock":       {"plugin/atomicfile"},
 	"plugin/view/loadsock":  nil,
-	"plugin/view/status":    {"plugin/atomicfile", "topology"},
+	"plugin/view/status":    {"plugin/atomicfile", "topology", "topology/mig"},
 	"plugin/view/cdi":       {"plugin/atomicfile"},
 	"plugin/view/nvidiasmi": {"plugin/view/loadsock", "plugin/view/status", "topology"},
 	"plugin/kube":           {"topology"},

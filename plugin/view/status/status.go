@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
+	"github.com/unicore/virtual-gpu-device-plugin/topology/mig"
 )
 
 // The document type of a status file.
@@ -350,8 +352,8 @@ func (g *GPU) validateMIG() error {
 			return bad("placementStart", d.PlacementStart, "slices no other device of the GPU occupies")
 		case d.MemoryMiB < 1 || d.MemoryMiB > g.MemoryTotalMiB:
 			return bad("memoryMiB", d.MemoryMiB, fmt.Sprintf("1..%d (the GPU's)", g.MemoryTotalMiB))
-		case !nonNegative(d.Multiprocessors, d.CopyEngines, d.Decoders, d.Encoders, d.JPEGs, d.OFAs):
-			return bad("engines", fmt.Sprintf("%+v", d), "counts of 0 or more")
+		case !smallCounts(d.Multiprocessors, d.CopyEngines, d.Decoders, d.Encoders, d.JPEGs, d.OFAs):
+			return bad("engines", fmt.Sprintf("%+v", d), "counts of 0..65536")
 		}
 		uuids[d.UUID] = true
 	}
@@ -360,16 +362,16 @@ func (g *GPU) validateMIG() error {
 
 // overlaps reports whether d shares a memory slice with one of ds.
 func overlaps(ds []MIGDevice, d MIGDevice) bool {
-	for _, o := range ds {
-		if d.PlacementStart < o.PlacementStart+o.PlacementSize && o.PlacementStart < d.PlacementStart+d.PlacementSize {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(ds, func(o MIGDevice) bool { return o.placement().Overlaps(d.placement()) })
 }
 
-// nonNegative reports whether every v is 0 or more.
-func nonNegative(vs ...int) bool {
+// placement is the memory slices d occupies.
+func (d MIGDevice) placement() mig.Placement {
+	return mig.Placement{Start: d.PlacementStart, Size: d.PlacementSize}
+}
+
+// smallCounts reports whether every v is 0..65536: an engine or SM count.
+func smallCounts(vs ...int) bool {
 	for _, v := range vs {
 		if v < 0 || v > 1<<16 {
 			return false
