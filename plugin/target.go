@@ -46,12 +46,11 @@ type Target struct {
 
 // endpoint is one resource's Server, its Registrar and the Registrar's run.
 type endpoint struct {
-	socket string
-	srv    *Server
-	reg    *Registrar
-	ids    map[string]bool // the devices of the catalog in force
-	stop   context.CancelFunc
-	done   chan struct{} // closed when the Registrar's Run returned
+	srv  *Server
+	reg  *Registrar
+	ids  map[string]bool // the devices of the catalog in force
+	stop context.CancelFunc
+	done chan struct{} // closed when the Registrar's Run returned
 }
 
 var (
@@ -137,7 +136,7 @@ func (t *Target) newEndpoint(socket, resource string, cat Catalog) (*endpoint, e
 		srv.SetObserver(t.observer)
 	}
 	reg := NewRegistrar(RunnerConfig{Dir: t.cfg.Dir, SocketName: socket, Server: srv, Logger: t.cfg.Logger}, resource)
-	return &endpoint{socket: socket, srv: srv, reg: reg, ids: idsOf(cat)}, nil
+	return &endpoint{srv: srv, reg: reg, ids: idsOf(cat)}, nil
 }
 
 func idsOf(cat Catalog) map[string]bool {
@@ -157,18 +156,6 @@ func (t *Target) SetObserver(o Observer) {
 	for _, e := range t.endpoints {
 		e.srv.SetObserver(o)
 	}
-}
-
-// Server returns the Server of resource, or nil if it is not served.
-func (t *Target) Server(resource string) *Server {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, e := range t.endpoints {
-		if e.reg.ResourceName() == resource {
-			return e.srv
-		}
-	}
-	return nil
 }
 
 // Resources returns the resource names served, by socket name.
