@@ -37,24 +37,13 @@ func GPUInstanceID(memorySlices, start, size int) int {
 // too, whose other placements are only offers), in GPU instance id order
 // (nvidia-smi -L numbers them so); nil when GPU i has MIG off.
 func (s *Set) MIGInstances(i int) []MIGInstance {
-	mc := s.cfg.MIG
-	if s.migProduct == nil || !mc.Enabled(i) {
-		return nil
-	}
-	byID := map[string]MIGDevice{}
-	for _, d := range s.MIGOf(i) {
-		byID[d.ID] = d
-	}
-	var out []MIGInstance
-	for _, d := range mc.GPUs[i].Devices {
-		md, ok := byID[topology.MIGID(i, d.Profile.Name, d.Placement.Start)]
-		if !ok {
-			continue // not kept (the set refuses such a layout)
+	layout := map[string]bool{}
+	if s.migProduct != nil && s.cfg.MIG.Enabled(i) {
+		for _, d := range s.cfg.MIG.GPUs[i].Devices {
+			layout[topology.MIGID(i, d.Profile.Name, d.Placement.Start)] = true
 		}
-		out = append(out, MIGInstance{MIGDevice: md, GPUInstanceID: GPUInstanceID(s.migProduct.MemorySlices, md.Placement.Start, md.Placement.Size)})
 	}
-	slices.SortFunc(out, func(a, b MIGInstance) int { return cmp.Compare(a.GPUInstanceID, b.GPUInstanceID) })
-	return out
+	return s.instances(i, func(id string) bool { return layout[id] })
 }
 
 // MIGInstancesHeld returns the MIG devices of GPU i a container sees: of
@@ -66,12 +55,19 @@ func (s *Set) MIGInstancesHeld(i int, held func(id string) bool) []MIGInstance {
 	if !s.cfg.MIG.Partitionable {
 		return s.MIGInstances(i)
 	}
+	return s.instances(i, held)
+}
+
+// instances returns the MIG devices of GPU i the set keeps that keep
+// reports, with their GPU instance ids, in that order; nil when GPU i has
+// MIG off.
+func (s *Set) instances(i int, keep func(id string) bool) []MIGInstance {
 	if s.migProduct == nil || !s.cfg.MIG.Enabled(i) {
 		return nil
 	}
 	var out []MIGInstance
 	for _, d := range s.MIGOf(i) {
-		if held(d.ID) {
+		if keep(d.ID) {
 			out = append(out, MIGInstance{MIGDevice: d, GPUInstanceID: GPUInstanceID(s.migProduct.MemorySlices, d.Placement.Start, d.Placement.Size)})
 		}
 	}
