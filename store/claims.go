@@ -318,6 +318,17 @@ func (s *Store) PreparedClaims() ([]Claim, error) {
 	return s.Claims(ClaimFilter{Prepared: true})
 }
 
+// ClaimedDevices returns the device ids claims hold, as a set.
+func ClaimedDevices(claims []Claim) map[string]bool {
+	out := map[string]bool{}
+	for _, c := range claims {
+		for _, id := range c.DeviceIDs {
+			out[id] = true
+		}
+	}
+	return out
+}
+
 // newestClaimValue returns the key and value of the record the claim_uids
 // index names for uid, or nil ones when there is none.
 func newestClaimValue(b, uids *bolt.Bucket, uid string) (k, v []byte) {

@@ -847,3 +847,10 @@ func TestSetClaimConsumers(t *testing.T) {
 		t.Errorf("no uid: %v", err)
 	}
 }
+
+func TestClaimedDevices(t *testing.T) {
+	got := store.ClaimedDevices([]store.Claim{{DeviceIDs: []string{"fake-0", "fake-1-mig-3g40gb-4"}}, {DeviceIDs: []string{"fake-0"}}, {}})
+	if len(got) != 2 || !got["fake-0"] || !got["fake-1-mig-3g40gb-4"] {
+		t.Errorf("ClaimedDevices = %v", got)
+	}
+}

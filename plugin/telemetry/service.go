@@ -217,17 +217,13 @@ func (t *Service) newExporter(set *gpuset.Set, settings Settings) (*Exporter, er
 	if err != nil {
 		return nil, err
 	}
-	claimed := map[string]bool{}
+	var claimed map[string]bool
 	if cs, ok := t.st.(ClaimStore); ok && set.Config().MIG.Partitionable {
 		prepared, err := cs.PreparedClaims()
 		if err != nil {
 			return nil, err
 		}
-		for _, c := range prepared {
-			for _, id := range c.DeviceIDs {
-				claimed[id] = true
-			}
-		}
+		claimed = store.ClaimedDevices(prepared)
 	}
 	gpus, err := exporterGPUs(set, stored, claimed)
 	if err != nil {

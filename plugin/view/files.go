@@ -129,17 +129,13 @@ func (f *Files) publishLocked(set *View) error {
 	if err != nil {
 		return err
 	}
-	claimed := map[string]bool{} // devices of prepared claims: a partitionable GPU's MIG devices that exist
+	var claimed map[string]bool // devices of prepared claims: a partitionable GPU's MIG devices that exist
 	if set.set.Config().MIG.Partitionable {
 		prepared, err := f.st.PreparedClaims()
 		if err != nil {
 			return err
 		}
-		for _, c := range prepared {
-			for _, id := range c.DeviceIDs {
-				claimed[id] = true
-			}
-		}
+		claimed = store.ClaimedDevices(prepared)
 	}
 	m := set.set.Machine()
 	byGPU := map[int]store.Device{}
