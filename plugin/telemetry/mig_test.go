@@ -178,11 +178,12 @@ func TestNew_MIGInvalid(t *testing.T) {
 	}
 }
 
-// The service reports a MIG set's layout: a series per MIG device of the
-// layout in force with its profile, GPU instance id and memory.
-func TestService_MIG(t *testing.T) {
+// migService is a Service of set over a real state file that has set's
+// devices and their status files, in a temporary directory, with its
+// store.
+func migService(t *testing.T, set *gpuset.Set) (*telemetry.Service, *store.Store) {
+	t.Helper()
 	dir := plugintest.ShortTempDir(t)
-	set := plugintest.MIGSet(t, "hgx-h100", gpuset.MIG{Strategy: gpuset.MIGStrategySingle, Layout: "all-3g.40gb"})
 	st := storetest.MustOpenPath(t, filepath.Join(dir, "state.db"), store.Options{})
 	devs := plugintest.Served(t, st, set)
 	vcfg := plugintest.ViewConfig(dir)
@@ -191,8 +192,15 @@ func TestService_MIG(t *testing.T) {
 		t.Fatal(err)
 	}
 	files.Publish(view.New(vcfg, set))
-	tel := telemetry.NewService(telemetry.ServiceConfig{Store: st, Devices: &staticDevices{devs: devs}, Live: files, Hostname: "node-a",
-		Clock: storetest.NewClock(t, epoch), Logger: zerolog.Nop()})
+	return telemetry.NewService(telemetry.ServiceConfig{Store: st, Devices: &staticDevices{devs: devs}, Live: files, Hostname: "node-a",
+		Clock: storetest.NewClock(t, epoch), Logger: zerolog.Nop()}), st
+}
+
+// The service reports a MIG set's layout: a series per MIG device of the
+// layout in force with its profile, GPU instance id and memory.
+func TestService_MIG(t *testing.T) {
+	set := plugintest.MIGSet(t, "hgx-h100", gpuset.MIG{Strategy: gpuset.MIGStrategySingle, Layout: "all-3g.40gb"})
+	tel, _ := migService(t, set)
 	if err := tel.Follow(set, telemetry.Settings{Model: telemetry.ModelSteady}); err != nil {
 		t.Fatal(err)
 	}
@@ -245,18 +253,8 @@ func TestReadings_MIGLoadIsItsShare(t *testing.T) {
 // prepared claim holds it: none of GPU 1's 25 placements before, its
 // claimed 3g.40gb (GPU instance 2) after the claim and a new Follow.
 func TestService_MIGPartitionable(t *testing.T) {
-	dir := plugintest.ShortTempDir(t)
 	set := plugintest.MIGSet(t, "hgx-h100", gpuset.MIG{Layout: "all-enabled", Partitionable: true})
-	st := storetest.MustOpenPath(t, filepath.Join(dir, "state.db"), store.Options{})
-	devs := plugintest.Served(t, st, set)
-	vcfg := plugintest.ViewConfig(dir)
-	files, err := view.NewFiles(vcfg, st, os.Args[0], "node-a", zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	files.Publish(view.New(vcfg, set))
-	tel := telemetry.NewService(telemetry.ServiceConfig{Store: st, Devices: &staticDevices{devs: devs}, Live: files, Hostname: "node-a",
-		Clock: storetest.NewClock(t, epoch), Logger: zerolog.Nop()})
+	tel, st := migService(t, set)
 	instances := func() []string {
 		t.Helper()
 		if err := tel.Follow(set, telemetry.Settings{Model: telemetry.ModelSteady}); err != nil {

@@ -20,11 +20,10 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
-// The status file of a MIG-enabled GPU carries its MIG devices of the
-// layout in force, with their stored UUIDs, in GPU instance id order, the
-// ids a real H100 gives the all-balanced placements.
-func TestFiles_MIGStatus(t *testing.T) {
-	set := plugintest.MIGSet(t, "hgx-h100", gpuset.MIG{Strategy: gpuset.MIGStrategyMixed, Layout: "all-balanced"})
+// filesOf is the host files of set over a real state file that has set's
+// devices, in a temporary directory, with their view config and store.
+func filesOf(t *testing.T, set *gpuset.Set) (*view.Files, view.Config, *store.Store) {
+	t.Helper()
 	dir := t.TempDir()
 	st := storetest.MustOpenPath(t, filepath.Join(dir, "state.db"), store.Options{})
 	plugintest.Served(t, st, set)
@@ -33,6 +32,15 @@ func TestFiles_MIGStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return f, cfg, st
+}
+
+// The status file of a MIG-enabled GPU carries its MIG devices of the
+// layout in force, with their stored UUIDs, in GPU instance id order, the
+// ids a real H100 gives the all-balanced placements.
+func TestFiles_MIGStatus(t *testing.T) {
+	set := plugintest.MIGSet(t, "hgx-h100", gpuset.MIG{Strategy: gpuset.MIGStrategyMixed, Layout: "all-balanced"})
+	f, cfg, st := filesOf(t, set)
 	f.Publish(view.New(cfg, set))
 	stored, err := st.Devices()
 	if err != nil {
@@ -69,14 +77,7 @@ func TestFiles_NoMIG(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	st := storetest.MustOpenPath(t, filepath.Join(dir, "state.db"), store.Options{})
-	plugintest.Served(t, st, set)
-	cfg := plugintest.ViewConfig(dir)
-	f, err := view.NewFiles(cfg, st, "", "node-a", zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, cfg, _ := filesOf(t, set)
 	f.Publish(view.New(cfg, set))
 	g, err := status.Read(os.DirFS(cfg.StatusDir), topology.DeriveUUID("node-a", "fake-0"))
 	if err != nil {
@@ -135,14 +136,7 @@ func TestView_AnswerMIG(t *testing.T) {
 // placements prepared claims hold, and none once the claim is unprepared.
 func TestFiles_MIGStatusPartitionable(t *testing.T) {
 	set := plugintest.MIGSet(t, "hgx-h100", gpuset.MIG{Layout: "all-enabled", Partitionable: true})
-	dir := t.TempDir()
-	st := storetest.MustOpenPath(t, filepath.Join(dir, "state.db"), store.Options{})
-	plugintest.Served(t, st, set)
-	vc := plugintest.ViewConfig(dir)
-	f, err := view.NewFiles(vc, st, "", "node-a", zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, vc, st := filesOf(t, set)
 	v := view.New(vc, set)
 	stored, err := st.Devices()
 	if err != nil {
