@@ -3,7 +3,6 @@ package dra
 import (
 	"fmt"
 	"maps"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
@@ -26,7 +24,6 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/dra/endpoint"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
-	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 	"github.com/unicore/virtual-gpu-device-plugin/topology/mig"
 )
@@ -36,18 +33,13 @@ import (
 // the MIG-enabled GPUs).
 func newMIGRig(t testing.TB, m *topology.Machine, layout string) *rig {
 	t.Helper()
-	r := &rig{t: t, dir: t.TempDir(), client: fake.NewClientset()}
-	st, err := store.Open(filepath.Join(r.dir, "state.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	r.st = st
+	r := openRig(t)
 	gpus := plugintest.GPUConfig(t, "hgx-h100", gpuset.Sharing{})
 	gpus.Machine, gpus.Topology = m, m.Name()
 	gpus = plugintest.WithMIG(t, gpus, nil, gpuset.MIG{Layout: layout, Partitionable: true})
 	view := plugintest.ViewConfig(r.dir)
 	view.VisibleDevicesEnv = true
+	var err error
 	if r.set, err = agent.NewSet(agent.Config{KubeletAPI: agent.KubeletAPIDRA, GPUs: gpus, View: view}, testNode); err != nil {
 		t.Fatal(err)
 	}

@@ -36,9 +36,9 @@ type rig struct {
 	changed [][]string
 }
 
-// newRig returns a rig of machine name, its store open until the test
-// ends.
-func newRig(t testing.TB, machine string) *rig {
+// openRig returns a rig without a set or a driver: its state file open
+// until the test ends, a fake clientset.
+func openRig(t testing.TB) *rig {
 	t.Helper()
 	r := &rig{t: t, dir: t.TempDir(), client: fake.NewClientset()}
 	st, err := store.Open(filepath.Join(r.dir, "state.db"), store.Options{})
@@ -47,6 +47,14 @@ func newRig(t testing.TB, machine string) *rig {
 	}
 	t.Cleanup(func() { st.Close() })
 	r.st = st
+	return r
+}
+
+// newRig returns a rig of machine name, its store open until the test
+// ends.
+func newRig(t testing.TB, machine string) *rig {
+	t.Helper()
+	r := openRig(t)
 	r.set = r.newSet(machine)
 	r.d = r.newDriver()
 	return r

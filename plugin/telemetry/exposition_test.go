@@ -68,24 +68,31 @@ var goldens = []struct {
 	{"random-walk.golden", telemetry.ModelRandomWalk, false},
 }
 
+// checkGolden compares the exposition got with testdata/file, which
+// -update rewrites first.
+func checkGolden(t *testing.T, file, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", file)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -run Golden -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("exposition differs from %s (go test -run Golden -update rewrites it):\n%s", path, diff(string(want), got))
+	}
+}
+
 // The exposition for a fixed seed and clock is exactly the golden file's.
 func TestExposition_Golden(t *testing.T) {
 	for _, g := range goldens {
 		t.Run(g.file, func(t *testing.T) {
 			got := exposition(t, scenario(t, g.model, g.perPod))
-			path := filepath.Join("testdata", g.file)
-			if *update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run go test -run Golden -update to create it)", err)
-			}
-			if got != string(want) {
-				t.Errorf("exposition differs from %s (go test -run Golden -update rewrites it):\n%s", path, diff(string(want), got))
-			}
+			checkGolden(t, g.file, got)
 		})
 	}
 }

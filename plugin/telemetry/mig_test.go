@@ -55,19 +55,7 @@ func TestExposition_GoldenMIG(t *testing.T) {
 	}{{"mig.golden", false}, {"mig-perpod.golden", true}} {
 		t.Run(g.file, func(t *testing.T) {
 			got := exposition(t, migScenario(t, g.perPod))
-			path := filepath.Join("testdata", g.file)
-			if *update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run go test -run Golden -update to create it)", err)
-			}
-			if got != string(want) {
-				t.Errorf("exposition differs from %s (go test -run Golden -update rewrites it):\n%s", path, diff(string(want), got))
-			}
+			checkGolden(t, g.file, got)
 		})
 	}
 }
