@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/admin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/agent"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/dra"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/kube"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/metrics"
@@ -180,8 +182,23 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer, g
 	}
 	log.Info().Str("version", version).Str("selector", sel.String()).Str("state", f.stateDir).Str("config", o.ConfigPath).
 		Str("default_profile", cfg.Profile).Msg("starting the simulator")
+	hup := notifyHangup()
+	defer signal.Stop(hup)
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return sim.Run(ctx) })
+	if profiles != nil {
+		w := &agent.DirWatch{Dir: profiles.Dir, Since: profiles.Fingerprint, Log: log}
+		g.Go(func() error { return w.Run(ctx, func() { sim.Reload(ctx, agent.CauseDirChanged) }) })
+	}
+	g.Go(func() error {
+		return onHangup(ctx, hup, func() {
+			if profiles == nil {
+				log.Info().Msg("SIGHUP: nothing to read again: only a -config directory of profiles is followed live")
+				return
+			}
+			sim.Reload(ctx, agent.CauseSIGHUP)
+		})
+	})
 	g.Go(func() error { return adminSrv.Run(ctx) })
 	if metricsLis != nil {
 		g.Go(func() error { return metrics.Serve(ctx, metricsLis, simulateMetrics(sim, &requests)) })

@@ -295,3 +295,68 @@ func stringOf(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
+
+// TestSimulator_UnknownProfile: a label naming no profile gets the
+// default, and is logged once for the node, however often the node
+// changes.
+func TestSimulator_UnknownProfile(t *testing.T) {
+	r := startRig(t, kwokNode("kwok-2", map[string]string{kube.ConfigLabel: "nope"}))
+	r.waitGPUs("kwok-2", gpu, 8, 8)
+	ctx := context.Background()
+	for i := range 3 {
+		n := r.node("kwok-2")
+		n.Labels["touch"] = stringOf(i)
+		if _, err := r.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.eventually("the last change seen", func() (bool, string) {
+		s := r.summary("kwok-2")
+		return s.Profile == "eight" && r.node("kwok-2").Labels["touch"] == "2", stringOf(s)
+	})
+	// The fourth node change (the labels written back) has been
+	// reconciled too once the GPU labels are back in place.
+	r.eventually("GPU labels", func() (bool, string) {
+		return r.node("kwok-2").Labels[kube.LabelCount] == "8", ""
+	})
+	if n := r.logs.Count("no profile nope"); n != 1 {
+		t.Fatalf("the unknown profile logged %d times, want once:\n%s", n, r.logs.String())
+	}
+}
+
+// TestSimulator_NotSelected: a node that leaves the selector gets back
+// what was published on it.
+func TestSimulator_NotSelected(t *testing.T) {
+	r := startRig(t, kwokNode("kwok-3", nil))
+	r.waitGPUs("kwok-3", gpu, 8, 8)
+	n := r.node("kwok-3")
+	delete(n.Annotations, "kwok.x-k8s.io/node")
+	if _, err := r.client.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.eventually("resources and labels removed", func() (bool, string) {
+		n := r.node("kwok-3")
+		_, has := n.Status.Capacity[gpu]
+		_, cpu := n.Status.Capacity[corev1.ResourceCPU]
+		return !has && cpu && n.Labels[kube.LabelCount] == "", stringOf(n.Status.Capacity)
+	})
+}
+
+func FuzzParseSelector(f *testing.F) {
+	for _, s := range []string{simulate.DefaultSelector, "type=kwok,!gpu", "a in (b,c)", "", "=", "a!=b,", "x==y"} {
+		f.Add(s, "kwok.x-k8s.io/node", "fake")
+	}
+	f.Fuzz(func(t *testing.T, s, k, v string) {
+		sel, err := simulate.ParseSelector(s)
+		if err != nil {
+			if sel.String() != "" || sel.Matches(map[string]string{k: v}, nil) {
+				t.Fatalf("a refused selector %q selects", s)
+			}
+			return
+		}
+		// A label and an annotation of the same key and value select alike.
+		if sel.Matches(map[string]string{k: v}, nil) != sel.Matches(nil, map[string]string{k: v}) {
+			t.Fatalf("%q: label and annotation %s=%s differ", s, k, v)
+		}
+	})
+}

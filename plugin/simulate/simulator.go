@@ -250,6 +250,30 @@ func (s *Simulator) Run(ctx context.Context) error {
 	return nil
 }
 
+// Reload reads the profiles again (the -config directory changed, or
+// SIGHUP: cause says which, as agent.CauseDirChanged and CauseSIGHUP do),
+// once for all nodes, and has every node apply what its labels select
+// from them; a node whose kubelet API changes is started again. Profiles
+// that do not all resolve change nothing: they are logged, and the ones in
+// force stay.
+func (s *Simulator) Reload(ctx context.Context, cause string) {
+	if err := s.src.reloadNow(); err != nil {
+		s.log.Error().Err(err).Str("cause", cause).Msg(cause + ": profiles not applied: the ones in force stay")
+		return
+	}
+	s.mu.Lock()
+	sims := make([]*node, 0, len(s.sims))
+	for _, n := range s.sims {
+		sims = append(sims, n)
+	}
+	s.mu.Unlock()
+	for _, n := range sims {
+		n.ag.Reload(ctx, cause)
+		s.queue.Add(n.name)
+	}
+	s.log.Info().Str("cause", cause).Int("nodes", len(sims)).Msg(cause + ": profiles read again and applied to every simulated node")
+}
+
 // hasDRA reports whether the API server serves resource.k8s.io/v1.
 func (s *Simulator) hasDRA() bool {
 	_, err := s.cfg.Client.Discovery().ServerResourcesForGroupVersion(resourcev1.SchemeGroupVersion.String())

@@ -9,11 +9,14 @@ import (
 
 // lockedSource is the Source every node's agent shares: calls one at a
 // time (a Source's contract), and each selection resolved once, since a
-// thousand nodes share a few profiles. Reload empties the cache.
+// thousand nodes share a few profiles. The profiles are read again once
+// for all nodes (reloadNow, which empties the cache); an agent's Reload
+// gets that read's outcome.
 type lockedSource struct {
-	mu    sync.Mutex
-	src   agent.Source
-	cache map[agent.Selection]cachedChoice
+	mu       sync.Mutex
+	src      agent.Source
+	cache    map[agent.Selection]cachedChoice
+	reloaded error // the outcome of the last reloadNow
 }
 
 type cachedChoice struct {
@@ -46,14 +49,23 @@ func (l *lockedSource) Select(sel agent.Selection) (agent.Choice, error) {
 	return ch, err
 }
 
+// Reload is an agent's: the outcome of the read reloadNow made for all.
 func (l *lockedSource) Reload() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	err := l.src.Reload()
-	if err == nil {
+	return l.reloaded
+}
+
+// reloadNow reads the profiles again; on success every selection is
+// resolved anew.
+func (l *lockedSource) reloadNow() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reloaded = l.src.Reload()
+	if l.reloaded == nil {
 		clear(l.cache)
 	}
-	return err
+	return l.reloaded
 }
 
 func (l *lockedSource) Dir() string {
