@@ -286,7 +286,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		}
 		log.Logf("%s up in %s", s.name, time.Since(t).Round(time.Millisecond))
 	}
-	log.Logf("cluster ready in %s (kubelet nodes: %s)", time.Since(begin).Round(time.Millisecond), strings.Join(c.NodeNames(), ", "))
+	nodes := strings.Join(c.NodeNames(), ", ")
+	if nodes == "" {
+		nodes = "none"
+	}
+	log.Logf("cluster ready in %s (kubelet nodes: %s)", time.Since(begin).Round(time.Millisecond), nodes)
 	return c, nil
 }
 

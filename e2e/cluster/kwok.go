@@ -226,9 +226,6 @@ func (c *Cluster) startKWOK(ctx context.Context) error {
 	})
 }
 
-// KWOK returns the kwok controller's process; nil unless the cluster runs KWOK (Options.KWOK).
-func (c *Cluster) KWOK() *Process { return c.kwok }
-
 // KWOKNode describes a fake node for AddKWOKNodes.
 type KWOKNode struct {
 	// Name is the Node's name (a DNS subdomain), also its kubernetes.io/hostname label.
