@@ -7,7 +7,8 @@
 #
 # It runs every package of this module but chart and deploy (the chart, the manifests, the Dockerfile),
 # which need no root and no cluster: `make unit` runs those (E2E_UNIT in the Makefile), so that
-# `make test` runs them once. `go test ./...` here runs them all.
+# `make test` runs them once. `go test -p 1 ./...` here runs them all. Among the packages it runs is
+# ./sim: a control plane with kwok's fake nodes and no kubelet (e2e/README.md, "KWOK clusters").
 #
 # Environment:
 #   VGPU_PLUGIN_BIN  plugin binary to test, absolute or relative to the repository root
@@ -39,4 +40,6 @@ all=$(go list ./...)
 mapfile -t pkgs < <(grep -v -x -e '.*/e2e/chart' -e '.*/e2e/deploy' <<<"$all")
 # -parallel 4: the DRA scenarios that have a node of their own run four at a time, after the others
 # (parallelDRA); they wait on kubelets and containerd more than they compute.
-exec go test -count=1 -timeout 20m -parallel 4 -v "$@" "${pkgs[@]}"
+# -p 1: the suite (.) and ./sim each start a cluster, and only one cluster runs per cache dir at a
+# time (the registry's lock): their test binaries run one after the other.
+exec go test -count=1 -timeout 20m -p 1 -parallel 4 -v "$@" "${pkgs[@]}"

@@ -45,8 +45,16 @@ type Options struct {
 	// Default: ParseFeatureGates($VGPU_E2E_FEATURE_GATES); nil or empty: the version's defaults.
 	FeatureGates map[string]bool
 	// Nodes are the cluster's nodes, one kubelet (with its own containerd and mount namespace) each.
-	// Default: one node named DefaultNodeName. make([]NodeOptions, n) gives n nodes with default names.
+	// Default: one node named DefaultNodeName, or none with KWOK. make([]NodeOptions, n) gives n nodes
+	// with default names.
 	Nodes []NodeOptions
+	// KWOK runs the kwok controller (KWOKVersion) after the control plane, to play the kubelet of fake
+	// nodes (Cluster.AddKWOKNodes), and etcd EtcdVersion instead of Debian's (both built on first use:
+	// EnsureKWOKBinaries). The controller manager and scheduler then get higher API rate limits, for
+	// 1,000 nodes, and the controller manager also runs the pod garbage collector (pods of deleted
+	// nodes go). With KWOK an empty Nodes means no kubelet node at all: the Cluster's embedded *Node is
+	// nil then, and so are its promoted fields and methods.
+	KWOK bool
 	// Keep keeps the temporary directory after Stop. Default: $VGPU_E2E_KEEP == "1".
 	Keep bool
 	// SkipPackageInstall skips EnsureHostPackages.
@@ -90,6 +98,8 @@ type Cluster struct {
 	Binaries Binaries
 	// FeatureGates are the feature gates set on every component (Options.FeatureGates); nil: none.
 	FeatureGates map[string]bool
+	// KWOKBinaries are etcd and kwok of a KWOK cluster (Options.KWOK); zero otherwise.
+	KWOKBinaries KWOKBinaries
 
 	moduleDir   string
 	cacheDir    string
@@ -107,6 +117,7 @@ type Cluster struct {
 
 	mu                sync.Mutex
 	etcd              *Process
+	kwok              *Process // nil unless Options.KWOK
 	apiserver         *Process
 	scheduler         *Process
 	controllerManager *Process
@@ -140,9 +151,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 			return nil, err
 		}
 	}
-	nodeOpts, err := defaultNodes(opts.Nodes)
-	if err != nil {
-		return nil, err
+	var nodeOpts []NodeOptions
+	if !opts.KWOK || len(opts.Nodes) > 0 {
+		if nodeOpts, err = defaultNodes(opts.Nodes); err != nil {
+			return nil, err
+		}
 	}
 	if opts.FeatureGates == nil {
 		if opts.FeatureGates, err = ParseFeatureGates(os.Getenv(EnvFeatureGates)); err != nil {
@@ -164,6 +177,12 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	bins, err := EnsureKubeBinariesVersion(ctx, opts.ModuleDir, opts.CacheDir, opts.KubernetesVersion, log)
 	if err != nil {
 		return nil, err
+	}
+	var kwokBins KWOKBinaries
+	if opts.KWOK {
+		if kwokBins, err = EnsureKWOKBinaries(ctx, opts.CacheDir, log); err != nil {
+			return nil, err
+		}
 	}
 	var containerd2 Containerd2Binaries
 	if slices.ContainsFunc(nodeOpts, func(o NodeOptions) bool { return o.Runtime == RuntimeContainerd2 }) {
@@ -188,6 +207,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		ServicePort:  kubernetesServicePort,
 		Binaries:     bins,
 		FeatureGates: maps.Clone(opts.FeatureGates),
+		KWOKBinaries: kwokBins,
 		moduleDir:    opts.ModuleDir,
 		cacheDir:     opts.CacheDir,
 		containerd2:  containerd2,
@@ -199,7 +219,9 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		c.Nodes = append(c.Nodes, newNode(c, i, o))
 	}
 	c.nodeSeq = len(c.Nodes)
-	c.Node, c.NodeName = c.Nodes[0], c.Nodes[0].Name
+	if len(c.Nodes) > 0 {
+		c.Node, c.NodeName = c.Nodes[0], c.Nodes[0].Name
+	}
 	defer func() {
 		if err != nil {
 			c.log.Logf("cluster start failed: %v", err)
@@ -218,6 +240,9 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	gates := ""
 	if len(c.FeatureGates) > 0 {
 		gates = ", feature gates " + featureGatesFlag(c.FeatureGates)
+	}
+	if opts.KWOK {
+		gates += ", etcd " + EtcdVersion + ", kwok " + KWOKVersion
 	}
 	log.Logf("starting cluster in %s (kubernetes %s%s, %d node(s))", dir, bins.Version, gates, len(c.Nodes))
 	if err := os.MkdirAll(c.LogDir, 0o755); err != nil {
@@ -238,10 +263,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		p := ports[5+3*i:]
 		n.ports.kubelet, n.ports.kubeletHealthz, n.ports.containerdStream = p[0], p[1], p[2]
 	}
-	steps := []struct {
+	type step struct {
 		name string
 		fn   func(context.Context) error
-	}{
+	}
+	steps := []step{
 		{"etcd", c.startEtcd},
 		{"kube-apiserver", c.startAPIServer},
 		{"route to the kubernetes Service", c.startServiceProxy},
@@ -250,6 +276,9 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		{"nodes", c.startNodes},
 		{"cluster settled", c.waitSettled},
 	}
+	if opts.KWOK {
+		steps = append(steps, step{"kwok", c.startKWOK})
+	}
 	for _, s := range steps {
 		t := time.Now()
 		if err := s.fn(ctx); err != nil {
@@ -257,7 +286,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		}
 		log.Logf("%s up in %s", s.name, time.Since(t).Round(time.Millisecond))
 	}
-	log.Logf("cluster ready in %s (nodes %s)", time.Since(begin).Round(time.Millisecond), strings.Join(c.NodeNames(), ", "))
+	nodes := strings.Join(c.NodeNames(), ", ")
+	if nodes == "" {
+		nodes = "none"
+	}
+	log.Logf("cluster ready in %s (kubelet nodes: %s)", time.Since(begin).Round(time.Millisecond), nodes)
 	return c, nil
 }
 
@@ -370,12 +403,20 @@ func freePorts(n int) ([]int, error) {
 
 func (c *Cluster) logPath(name string) string { return filepath.Join(c.LogDir, name+".log") }
 
+// etcdBinary is the etcd the cluster runs: EtcdVersion in a KWOK cluster, else Debian's (etcd-server).
+func (c *Cluster) etcdBinary() string {
+	if c.KWOKBinaries.Etcd != "" {
+		return c.KWOKBinaries.Etcd
+	}
+	return "etcd"
+}
+
 func (c *Cluster) startEtcd(ctx context.Context) error {
 	client := fmt.Sprintf("http://127.0.0.1:%d", c.ports.etcdClient)
 	peer := fmt.Sprintf("http://127.0.0.1:%d", c.ports.etcdPeer)
 	p, err := c.reg.start(processSpec{
 		name: "etcd",
-		argv: []string{"etcd", "--name=vgpu-e2e", "--data-dir=" + filepath.Join(c.Dir, "etcd"),
+		argv: []string{c.etcdBinary(), "--name=vgpu-e2e", "--data-dir=" + filepath.Join(c.Dir, "etcd"),
 			"--listen-client-urls=" + client, "--advertise-client-urls=" + client,
 			"--listen-peer-urls=" + peer, "--initial-advertise-peer-urls=" + peer,
 			"--initial-cluster=vgpu-e2e=" + peer, "--logger=zap", "--log-level=warn"},
@@ -564,7 +605,7 @@ func (c *Cluster) Stop() {
 		}
 	}
 	// The controllers first: nothing should react to the nodes going away.
-	for _, p := range []*Process{c.controllerManager, c.scheduler} {
+	for _, p := range []*Process{c.kwok, c.controllerManager, c.scheduler} {
 		if p != nil && !p.Exited() {
 			_ = p.Stop(10 * time.Second)
 		}

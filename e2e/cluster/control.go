@@ -161,9 +161,31 @@ func iptables(args ...string) (string, error) {
 // port on loopback, and waits until its /healthz answers.
 func (c *Cluster) startScheduler(ctx context.Context) error {
 	dir := filepath.Join(c.Dir, "kube-scheduler")
-	p, err := c.startControlPlaneComponent(ctx, "kube-scheduler", dir, c.ports.scheduler, c.Binaries.Scheduler)
+	p, err := c.startControlPlaneComponent(ctx, "kube-scheduler", dir, c.ports.scheduler, c.Binaries.Scheduler, c.kwokRateArgs(kwokSchedulerQPS)...)
 	c.scheduler = p
 	return err
+}
+
+// The API rate limits (QPS; the burst is twice that) of kube-scheduler and kube-controller-manager in a
+// KWOK cluster, for 1,000 nodes and thousands of pods: their defaults (50 and 20 QPS) make the
+// scheduler's bindings and the controllers' status updates queue for minutes.
+const (
+	kwokSchedulerQPS         = 200
+	kwokControllerManagerQPS = 100
+)
+
+// kwokControllers are the controllers a KWOK cluster's controller manager runs besides
+// ControllerManagerControllers: the pod garbage collector deletes the pods of deleted (fake) nodes.
+var kwokControllers = []string{"pod-garbage-collector-controller"}
+
+// kwokRateArgs are the --kube-api-qps and --kube-api-burst flags (qps, 2*qps) of a KWOK cluster's
+// scheduler and controller manager; none for other clusters. (kube-scheduler still honours the
+// deprecated flags when it has no --config, as here.)
+func (c *Cluster) kwokRateArgs(qps int) []string {
+	if c.KWOKBinaries.KWOK == "" {
+		return nil
+	}
+	return []string{fmt.Sprintf("--kube-api-qps=%d", qps), fmt.Sprintf("--kube-api-burst=%d", 2*qps)}
 }
 
 // startControllerManager starts kube-controller-manager with ControllerManagerControllers, the
@@ -171,11 +193,17 @@ func (c *Cluster) startScheduler(ctx context.Context) error {
 // every namespace as the kube-root-ca.crt ConfigMap (the ca.crt of pods' service-account volumes).
 func (c *Cluster) startControllerManager(ctx context.Context) error {
 	dir := filepath.Join(c.Dir, "kube-controller-manager")
+	controllers := ControllerManagerControllers
+	if c.KWOKBinaries.KWOK != "" {
+		controllers = append(slices.Clone(controllers), kwokControllers...)
+	}
 	p, err := c.startControlPlaneComponent(ctx, "kube-controller-manager", dir, c.ports.controllerManager, c.Binaries.ControllerManager,
-		"--controllers="+strings.Join(ControllerManagerControllers, ","),
-		"--service-account-private-key-file="+c.saKey,
-		"--root-ca-file="+c.CAFile,
-		"--use-service-account-credentials=false",
+		append([]string{
+			"--controllers=" + strings.Join(controllers, ","),
+			"--service-account-private-key-file=" + c.saKey,
+			"--root-ca-file=" + c.CAFile,
+			"--use-service-account-credentials=false",
+		}, c.kwokRateArgs(kwokControllerManagerQPS)...)...,
 	)
 	c.controllerManager = p
 	return err

@@ -26,6 +26,10 @@
 // a node's DRA driver (PluginOptions.KubeletAPI), and dra.go has the objects' builders, Apply/Delete,
 // the ResourceSlices (CompletePool) and the kubelet's plugin registrations.
 //
+// Options.KWOK runs a control plane without kubelets (unless Options.Nodes asks for some) plus the kwok
+// controller and etcd EtcdVersion (EnsureKWOKBinaries): kwok plays the kubelet of fake Nodes that
+// Cluster.AddKWOKNodes creates, for simulations and scale tests (kwok.go).
+//
 // All nodes share the host's network namespace: pods use hostNetwork (there is no CNI), and two pods
 // on different nodes cannot listen on the same port. In-cluster clients reach the API server through
 // the default kubernetes Service's ClusterIP, which one DNAT rule of the harness routes to the API

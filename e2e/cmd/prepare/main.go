@@ -2,7 +2,8 @@
 // kubelet, kube-apiserver, kube-scheduler and kube-controller-manager of the Kubernetes version the
 // cluster runs ($VGPU_E2E_K8S_VERSION, else the one go.mod pins), and containerd 2
 // (containerd, containerd-shim-runc-v2, ctr; for the nodes that run it) into the cache directory (those
-// not there yet), then prints their paths. Run it as root from the e2e module: `go run ./cmd/prepare`.
+// not there yet), and etcd and kwok for the KWOK cluster of ./sim (cluster.EnsureKWOKBinaries), then
+// prints their paths. Run it as root from the e2e module: `go run ./cmd/prepare`.
 package main
 
 import (
@@ -47,8 +48,13 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	log.Logf("ready in %s: %s, %s, %s, %s (%s); %s, %s, %s (containerd %s)", time.Since(start).Round(time.Second),
+	kwok, err := cluster.EnsureKWOKBinaries(ctx, cluster.CacheDir(), log)
+	if err != nil {
+		return err
+	}
+	log.Logf("ready in %s: %s, %s, %s, %s (%s); %s, %s, %s (containerd %s); %s (etcd %s), %s (kwok %s)", time.Since(start).Round(time.Second),
 		bins.Kubelet, bins.APIServer, bins.Scheduler, bins.ControllerManager, bins.Version,
-		ctrd.Containerd, ctrd.Shim, ctrd.Ctr, ctrd.Version)
+		ctrd.Containerd, ctrd.Shim, ctrd.Ctr, ctrd.Version,
+		kwok.Etcd, cluster.EtcdVersion, kwok.KWOK, cluster.KWOKVersion)
 	return nil
 }
