@@ -27,6 +27,8 @@ import (
 var (
 	testCluster *cluster.Cluster
 	skipReason  string // non-empty: every test skips with it
+	pluginBin   string
+	pluginErr   error
 )
 
 func TestMain(m *testing.M) {
@@ -48,9 +50,22 @@ func testMain(m *testing.M) int {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	moduleDir, err := cluster.ModuleDir()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sim: %v\n", err)
+		return 1
+	}
+	binDir, err := os.MkdirTemp("", "vgpu-sim-plugin-")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sim: %v\n", err)
+		return 1
+	}
+	defer os.RemoveAll(binDir)
+	if pluginBin, pluginErr = cluster.PluginBinary(ctx, moduleDir, binDir, cluster.StderrLogger{}); pluginErr != nil {
+		fmt.Fprintf(os.Stderr, "sim: %v\n", pluginErr)
+	}
 	start := time.Now()
-	var err error
-	testCluster, err = cluster.Start(ctx, cluster.Options{KWOK: true})
+	testCluster, err = cluster.Start(ctx, cluster.Options{ModuleDir: moduleDir, KWOK: true})
 	if errors.Is(err, cluster.ErrUnsupported) {
 		skipReason = err.Error()
 		return m.Run()
