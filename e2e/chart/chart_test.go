@@ -921,7 +921,8 @@ func valuePaths(t *testing.T) []string {
 		t.Fatal(err)
 	}
 	userMaps := map[string]bool{"profiles": true, "resources": true, "nodeSelector": true, "affinity": true, "podAnnotations": true,
-		"podLabels": true, "updateStrategy": true, "serviceAccount.annotations": true, "metrics.serviceMonitor.labels": true}
+		"podLabels": true, "updateStrategy": true, "serviceAccount.annotations": true, "metrics.serviceMonitor.labels": true,
+		"simulate.resources": true, "simulate.podNodeSelector": true}
 	var out []string
 	var walk func(prefix string, m map[string]any)
 	walk = func(prefix string, m map[string]any) {
