@@ -12,8 +12,11 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/admin"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/simulate"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
@@ -33,6 +36,13 @@ type inspectFlags struct {
 	adminSocket string
 	output      string
 	noHeaders   bool
+	// stateGiven: -state was set (flag or environment).
+	stateGiven bool
+	// nodes asks for the simulator's summary of its nodes (dump --nodes).
+	nodes bool
+	// node names a node of the simulator (simulate): -state is then its
+	// state directory, and the node's state file is in it.
+	node string
 }
 
 // inspectEnvTwins are the flags of dump and health with an environment
@@ -51,11 +61,44 @@ func (f *inspectFlags) register(fset *flag.FlagSet) {
 	fset.StringVar(&f.output, "o", "table", "output `format`: "+strings.Join(admin.OutputFormats, ", "))
 	fset.StringVar(&f.output, "output", "table", "output `format` (same as -o)")
 	fset.BoolVar(&f.noHeaders, "no-headers", false, "table and wide output: print no header lines")
+	fset.StringVar(&f.node, "node", "", "a simulated node's `name` (simulate): -state is then the simulator's state directory (default "+simulate.DefaultStateDir+")")
+}
+
+// client returns the admin client: the plugin's, or with --node the
+// simulated node's API on the simulator's socket.
+func (f inspectFlags) client(timeout time.Duration) *admin.Client {
+	c := admin.NewClient(f.adminSocket, timeout)
+	if f.node != "" {
+		return c.ForNode(f.node)
+	}
+	return c
+}
+
+// stateFile is the state file read when no process answers: -state, or
+// with --node the node's file in the simulator's state directory.
+func (f inspectFlags) stateFile() string {
+	if f.node != "" {
+		return simulate.StatePath(f.statePath, f.node)
+	}
+	return f.statePath
 }
 
 func (f *inspectFlags) validate() error {
 	if !slices.Contains(admin.OutputFormats, f.output) {
 		return usagef("invalid -o=%q: must be one of %s", f.output, strings.Join(admin.OutputFormats, ", "))
+	}
+	if f.node != "" || f.nodes {
+		if f.node != "" {
+			if errs := validation.IsDNS1123Subdomain(f.node); len(errs) > 0 {
+				return usagef("invalid --node=%q: not a node name: %s", topology.Clip(f.node), errs[0])
+			}
+		}
+		if !f.stateGiven {
+			f.statePath = simulate.DefaultStateDir
+		}
+		if f.adminSocket == "" {
+			f.adminSocket = filepath.Join(f.statePath, options.AdminSocketName)
+		}
 	}
 	if !filepath.IsAbs(f.statePath) {
 		return usagef("invalid -state=%q: must be an absolute path", f.statePath)
@@ -117,7 +160,7 @@ func readSnapshot(ctx context.Context, f inspectFlags, q admin.Query) (admin.Sna
 	if !q.DevicesOnly {
 		timeout = snapshotTimeout
 	}
-	snap, err := admin.NewClient(f.adminSocket, timeout).Snapshot(ctx, q)
+	snap, err := f.client(timeout).Snapshot(ctx, q)
 	switch {
 	case err == nil:
 		return snap, nil
@@ -126,38 +169,20 @@ func readSnapshot(ctx context.Context, f inspectFlags, q admin.Query) (admin.Sna
 	case !errors.Is(err, admin.ErrNoPlugin):
 		return snap, err
 	}
-	st, err := store.Open(f.statePath, store.Options{ReadOnly: true, Timeout: dumpTimeout})
+	path := f.stateFile()
+	st, err := store.Open(path, store.Options{ReadOnly: true, Timeout: dumpTimeout})
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return snap, fmt.Errorf("no plugin answers on %s and there is no state file at %s", f.adminSocket, f.statePath)
+		return snap, fmt.Errorf("no plugin answers on %s and there is no state file at %s", f.adminSocket, path)
 	case errors.Is(err, store.ErrLocked):
-		return snap, fmt.Errorf("no plugin answers on %s, and %s is held by another process (a plugin with another -admin-socket?): %w", f.adminSocket, f.statePath, err)
+		return snap, fmt.Errorf("no plugin answers on %s, and %s is held by another process (a plugin with another -admin-socket?): %w", f.adminSocket, path, err)
 	case err != nil:
 		return snap, err
 	}
 	defer st.Close()
-	snap, err = admin.Read(stateSource{st}, q, nil)
-	snap.Source = admin.SourceInfo{Type: admin.SourceFile, Path: f.statePath}
+	snap, err = admin.Read(admin.StoreSource{Store: st}, q, nil)
+	snap.Source = admin.SourceInfo{Type: admin.SourceFile, Path: path}
 	return snap, err
-}
-
-// stateSource is the state file as the admin API reads it.
-type stateSource struct{ *store.Store }
-
-var _ admin.Source = stateSource{}
-
-// DamagedRecords lists the records the store quarantined (read-write) or
-// skipped as damaged (read-only).
-func (s stateSource) DamagedRecords() ([]admin.DamagedRecord, error) {
-	damaged, err := s.Damaged()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]admin.DamagedRecord, len(damaged))
-	for i, d := range damaged {
-		out[i] = admin.DamagedRecord{Bucket: d.Bucket, Key: d.Key, Reason: d.Reason}
-	}
-	return out, nil
 }
 
 const dumpSynopsis = "dump [-o table|wide|json|yaml] [--no-headers] [--device ID] [--since TIME|DURATION] [--limit N] [--active]"
@@ -184,6 +209,7 @@ func dump(ctx context.Context, args []string, stdout io.Writer, getenv func(stri
 	fset.StringVar(&since, "since", "", "only history since this RFC 3339 `time` or this long ago (e.g. 1h)")
 	fset.IntVar(&limit, "limit", 0, "at most this many history records of each kind, newest first; 0 means all")
 	fset.BoolVar(&active, "active", false, "only allocations and claims that still hold their devices")
+	fset.BoolVar(&f.nodes, "nodes", false, "the simulator's summary of its nodes (simulate): allocated and free devices per node and profile")
 	pos, err := parseSubcommand(fset, args, getenv)
 	if errors.Is(err, flag.ErrHelp) {
 		printUsage(fset, stdout, dumpSynopsis, "Shows the devices (health, NUMA node, holder), the history of allocations and DRA claims, the health events and the\n"+
@@ -196,8 +222,15 @@ func dump(ctx context.Context, args []string, stdout io.Writer, getenv func(stri
 	if len(pos) > 0 {
 		return usagef("dump: unexpected argument %q", pos[0])
 	}
+	f.stateGiven = given(fset, "state") || getenv(options.EnvName("state")) != ""
 	if err := f.validate(); err != nil {
 		return err
+	}
+	if f.nodes {
+		if f.node != "" || device != "" || since != "" || limit != 0 || active {
+			return usagef("dump --nodes: takes none of --node, --device, --since, --limit, --active")
+		}
+		return dumpNodes(ctx, f, stdout)
 	}
 	if limit < 0 {
 		return usagef("invalid --limit=%d: must be 0 (all) or positive", limit)
@@ -214,6 +247,20 @@ func dump(ctx context.Context, args []string, stdout io.Writer, getenv func(stri
 		return err
 	}
 	return admin.Print(stdout, snap, f.printOptions())
+}
+
+// dumpNodes prints the running simulator's summary of its nodes.
+func dumpNodes(ctx context.Context, f inspectFlags, stdout io.Writer) error {
+	nodes, err := admin.NewClient(f.adminSocket, snapshotTimeout).Nodes(ctx)
+	switch {
+	case errors.Is(err, admin.ErrNoPlugin):
+		return fmt.Errorf("dump --nodes needs the running simulator: %w", err)
+	case errors.Is(err, admin.ErrPermission):
+		return fmt.Errorf("dump --nodes: %w; run as root or as the socket's owner", err)
+	case err != nil:
+		return fmt.Errorf("dump --nodes: %w", err)
+	}
+	return admin.PrintNodes(stdout, nodes, f.printOptions())
 }
 
 // parseSince reads an RFC 3339 time or a duration back from now.

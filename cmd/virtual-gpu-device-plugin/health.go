@@ -31,6 +31,7 @@ func health(ctx context.Context, args []string, stdout io.Writer, getenv func(st
 	if err != nil {
 		return err
 	}
+	f.stateGiven = given(fset, "state") || getenv("VGPU_STATE") != ""
 	if err := f.validate(); err != nil {
 		return err
 	}
@@ -72,7 +73,7 @@ func health(ctx context.Context, args []string, stdout io.Writer, getenv func(st
 		if !healthy && reason == "" {
 			reason = "set unhealthy by an operator"
 		}
-		snap, err := admin.NewClient(f.adminSocket, dumpTimeout).SetHealth(ctx, id, healthy, reason)
+		snap, err := f.client(dumpTimeout).SetHealth(ctx, id, healthy, reason)
 		switch {
 		case errors.Is(err, admin.ErrNoPlugin):
 			return fmt.Errorf("health set needs the running plugin: %w", err)

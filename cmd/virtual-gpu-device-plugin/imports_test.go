@@ -48,6 +48,7 @@ var allowedImports = map[string][]string{
 	"plugin":              {"plugin/agent", "plugin/atomicfile", "plugin/gpuset", "plugin/metrics", "plugin/telemetry", "plugin/unixsock", "plugin/view", "store", "topology"},
 	"plugin/plugintest":   {"allocator", "plugin/gpuset", "plugin/view", "store", "topology", "topology/mig"},
 	"plugin/dra/endpoint": {"plugin/unixsock"},
+	"plugin/simulate":     {"plugin/admin", "plugin/agent", "plugin/dra", "plugin/faults", "plugin/gpuset", "plugin/kube", "store", "topology"},
 	"plugin/dra": {"plugin/agent", "plugin/dra/endpoint", "plugin/gpuset", "plugin/metrics", "plugin/telemetry", "plugin/unixsock", "plugin/view/cdi",
 		"store", "topology", "topology/mig"},
 }
@@ -65,7 +66,7 @@ const (
 
 var (
 	devicePluginAPIUsers = []string{"plugin", "plugin/plugintest"}
-	clientGoUsers        = []string{"plugin/kube", "plugin/dra"}
+	clientGoUsers        = []string{"plugin/kube", "plugin/dra", "plugin/simulate"}
 )
 
 // listedPackage is what the test reads of `go list -json`.

@@ -6,6 +6,7 @@
 //	virtual-gpu-device-plugin [serve] [flags]   serve the device plugin (the main job)
 //	virtual-gpu-device-plugin dump [flags]      show devices, allocation history and health events
 //	virtual-gpu-device-plugin health list|set   show or change device health
+//	virtual-gpu-device-plugin simulate [flags]  give KWOK nodes GPUs (one Deployment for many nodes)
 //	virtual-gpu-device-plugin help [command]    show a command's usage
 //	virtual-gpu-device-plugin version           print the version, commit and Go version
 //	nvidia-smi [options]                        the fake nvidia-smi, when run under that name
@@ -93,7 +94,8 @@ var commands = []struct{ name, summary string }{
 	{"serve", "serve the device plugin to the kubelet (the default command)"},
 	{"dump", "show the devices, the allocation history and the health events"},
 	{"health", "list device health, or set a device healthy or unhealthy"},
-	{"help", "show the usage of a command: help [serve|dump|health|version]"},
+	{"simulate", "give kubelet-less (KWOK) nodes the GPUs of their profile: capacity, labels, ResourceSlices, history"},
+	{"help", "show the usage of a command: help [serve|dump|health|simulate|version]"},
 	{"version", "print the version, the commit and the Go version"},
 }
 
@@ -134,6 +136,8 @@ func runCommand(ctx context.Context, name string, args []string, stdout, stderr 
 		return dump(ctx, args, stdout, getenv)
 	case "health":
 		return health(ctx, args, stdout, getenv)
+	case "simulate":
+		return runSimulate(ctx, args, stdout, stderr, getenv)
 	case "version":
 		if len(args) == 1 && isHelpFlag(args[0]) {
 			fmt.Fprintln(stdout, "Usage: virtual-gpu-device-plugin version\n\nPrints the version, the commit it was built from and the Go version.")

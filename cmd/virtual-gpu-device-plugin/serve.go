@@ -154,7 +154,7 @@ func serve(ctx context.Context, o *options.Options, start *options.Config, profi
 	// cannot run must leave the running one's files alone. The state file
 	// is locked (openState); then the admin socket, the listeners and the
 	// device-plugin socket.
-	adminSrv := admin.NewServer(admin.ServerConfig{Socket: start.AdminSocket, Source: stateSource{st}, Logger: log,
+	adminSrv := admin.NewServer(admin.ServerConfig{Socket: start.AdminSocket, Source: admin.StoreSource{Store: st}, Logger: log,
 		Reported: ag.Devices, Health: ag.HealthSetter(store.CauseAdmin)})
 	if err := adminSrv.Listen(); err != nil { // before anything registers
 		return err

@@ -21,6 +21,7 @@ import (
 // build it with NewClient. Safe for concurrent use.
 type Client struct {
 	socket  string
+	prefix  string // "/v1/nodes/<node>" for a simulated node's API (ForNode)
 	http    *http.Client
 	timeout time.Duration
 }
@@ -106,6 +107,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 		}
 		rd = bytes.NewReader(b)
 	}
+	path = c.prefix + path
 	u := "http://plugin" + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()

@@ -34,8 +34,12 @@ type ServerConfig struct {
 	// Socket is the absolute path of the unix socket to listen on; needed
 	// by Listen and Run, not by Handler.
 	Socket string
-	// Source is read for every answer: the plugin's open store. Required.
+	// Source is read for every answer: the plugin's open store. Required
+	// unless Handler is set.
 	Source Source
+	// Handler, when set, is served instead of this package's API (the
+	// simulator's, which serves a node's API per simulated node).
+	Handler http.Handler
 	// Health changes a device's health in the running plugin. Required for
 	// PUT /v1/devices/{id}/health.
 	Health HealthFunc
@@ -204,7 +208,11 @@ func (s *Server) Run(ctx context.Context) error {
 	s.mu.Lock()
 	lis := s.lis
 	s.mu.Unlock()
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second}
+	h := s.cfg.Handler
+	if h == nil {
+		h = s.Handler()
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lis) }()
 	s.log.Info().Str("socket", s.cfg.Socket).Msg("admin API listening")

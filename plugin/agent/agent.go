@@ -49,11 +49,12 @@ type Options struct {
 
 // Parts are what a started agent drives, built by the caller between
 // Begin and Start (they may call back into the agent: the fault plan's
-// setter, the load sockets' bound). Files, Faults and at least one Target
-// are required; Tracker and Loads are the device plugin's (a DRA driver
-// has neither: nil).
+// setter, the load sockets' bound). Faults and at least one Target are
+// required; Tracker and Loads are the device plugin's (a DRA driver has
+// neither: nil).
 type Parts struct {
-	// Files are the host files containers use.
+	// Files are the host files containers use; nil for a node without
+	// containers (a simulated one): nothing is written on the host.
 	Files *view.Files
 	// Telemetry is the GPU telemetry; nil when it is off.
 	Telemetry *telemetry.Service
@@ -222,13 +223,15 @@ func (a *Agent) Start(ctx context.Context, p Parts) error {
 		return errors.New("agent: Start before Begin")
 	}
 	set := a.set
-	if err := p.Files.Prepare(set.View, nil); err != nil {
-		return err
-	}
-	p.Files.Publish(set.View) // what cannot be written now is written by Files.Run once it can
-	if p.Telemetry == nil {
-		if err := p.Files.DropLive(); err != nil {
-			a.log.Warn().Err(err).Msg("live GPU values of an earlier run not removed: nvidia-smi in containers shows them")
+	if p.Files != nil {
+		if err := p.Files.Prepare(set.View, nil); err != nil {
+			return err
+		}
+		p.Files.Publish(set.View) // what cannot be written now is written by Files.Run once it can
+		if p.Telemetry == nil {
+			if err := p.Files.DropLive(); err != nil {
+				a.log.Warn().Err(err).Msg("live GPU values of an earlier run not removed: nvidia-smi in containers shows them")
+			}
 		}
 	}
 	stored, err := a.st.Devices()
@@ -408,7 +411,9 @@ func (a *Agent) SetHealth(id string, healthy bool, reason, cause string) error {
 	if !changed && len(ids) == 0 {
 		return nil
 	}
-	a.parts.Files.Health(id, healthy, reason)
+	if a.parts.Files != nil {
+		a.parts.Files.Health(id, healthy, reason)
+	}
 	var errs []error
 	for _, t := range a.parts.Targets {
 		if err := t.SetHealth(id, ids, healthy, reason); err != nil {

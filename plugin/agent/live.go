@@ -230,8 +230,10 @@ func (a *Agent) apply(_ context.Context, ch Choice) error {
 		return nil
 	}
 	p := a.parts
-	if err := p.Files.Prepare(set.View, prev.View); err != nil { // what set's answers name exists first
-		return err
+	if p.Files != nil {
+		if err := p.Files.Prepare(set.View, prev.View); err != nil { // what set's answers name exists first
+			return err
+		}
 	}
 	if p.Tracker != nil {
 		for _, r := range set.Resources() {
@@ -281,7 +283,9 @@ func (a *Agent) apply(_ context.Context, ch Choice) error {
 	}
 	a.set, a.why = set, ch.Why
 	a.publish(set, devs)
-	p.Files.Publish(set.View) // what cannot be written now is written by Files.Run once it can
+	if p.Files != nil {
+		p.Files.Publish(set.View) // what cannot be written now is written by Files.Run once it can
+	}
 	if p.Telemetry != nil {
 		if err := p.Telemetry.Follow(set.GPUs, set.Config.Telemetry); err != nil {
 			a.log.Error().Err(err).Msg("GPU telemetry unavailable with the configuration applied")
@@ -341,6 +345,9 @@ func (a *Agent) syncLabels(ctx context.Context) error {
 	a.log.Info().Strs("set", slices.Sorted(maps.Keys(set))).Strs("removed", remove).Msg("GPU labels of the node updated")
 	// As the watch will show them: a change before its event must not patch again.
 	labels := maps.Clone(a.labels)
+	if labels == nil { // a Node without labels
+		labels = make(map[string]string, len(set))
+	}
 	maps.Copy(labels, set)
 	for _, k := range remove {
 		delete(labels, k)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -67,6 +68,14 @@ type Options struct {
 	BackoffInitial, BackoffMax time.Duration
 	// RequestTimeout bounds one list or patch request (default 30 s).
 	RequestTimeout time.Duration
+	// QPS and Burst bound the client's request rate (client-go's
+	// defaults, 5 and 10, when zero): the simulator of many nodes raises
+	// them.
+	QPS   float32
+	Burst int
+	// WrapTransport, when set, wraps every request's transport (to count
+	// them, say).
+	WrapTransport func(http.RoundTripper) http.RoundTripper
 }
 
 // Client talks to the API server for the plugin: it watches one Node and
@@ -121,6 +130,12 @@ func newClient(opts Options, e env) (*Client, error) {
 	cfg.ContentType = "application/vnd.kubernetes.protobuf"
 	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
 	cfg.WarningHandlerWithContext = warningLogger{opts.Logger}
+	if opts.QPS > 0 {
+		cfg.QPS, cfg.Burst = opts.QPS, max(opts.Burst, int(opts.QPS))
+	}
+	if opts.WrapTransport != nil {
+		cfg.Wrap(opts.WrapTransport)
+	}
 	nodes, err := newNodesClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("API client for %s (%s): %w", cfg.Host, source, err)
