@@ -2,8 +2,13 @@ package chart_test
 
 import (
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"maps"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -12,9 +17,52 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/e2e/chart"
 )
 
-// simulateStateDir is the simulate subcommand's -state default, where the chart mounts the
-// state volume.
-const simulateStateDir = "/var/lib/virtual-gpu/simulate"
+// simulateDefault is the value of a string constant of package plugin/simulate (the defaults
+// of simulate's -state and -node-selector), read from its source: the e2e module does not
+// build that package.
+func simulateDefault(t *testing.T, name string) string {
+	t.Helper()
+	dir := filepath.Join(repo, "plugin", "simulate")
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no Go files in %s (%v)", dir, err)
+	}
+	fset := token.NewFileSet()
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, decl := range file.Decls {
+			g, ok := decl.(*ast.GenDecl)
+			if !ok || g.Tok != token.CONST {
+				continue
+			}
+			for _, spec := range g.Specs {
+				vs := spec.(*ast.ValueSpec)
+				for i, n := range vs.Names {
+					if n.Name != name || i >= len(vs.Values) {
+						continue
+					}
+					lit, ok := vs.Values[i].(*ast.BasicLit)
+					if !ok || lit.Kind != token.STRING {
+						t.Fatalf("%s: %s is not a string literal", f, name)
+					}
+					v, err := strconv.Unquote(lit.Value)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return v
+				}
+			}
+		}
+	}
+	t.Fatalf("no constant %s in %s", name, dir)
+	return ""
+}
 
 // simulatorObjects are the objects of the simulator (component label simulator) by kind.
 func simulatorObjects(objs []*unstructured.Unstructured) map[string][]*unstructured.Unstructured {
@@ -58,6 +106,11 @@ func TestChart_Simulate(t *testing.T) {
 		t.Errorf("simulate.enabled false renders simulator objects %v", got)
 	}
 
+	chartValues := values(t, string(mustRead(t, filepath.Join(chartDir, "values.yaml"))))
+	if sel, _, _ := unstructured.NestedString(chartValues, "simulate", "selectNodes"); sel != simulateDefault(t, "DefaultSelector") {
+		t.Errorf("values.yaml simulate.selectNodes %q, the default of -node-selector %q", sel, simulateDefault(t, "DefaultSelector"))
+	}
+
 	objs := render(t, values(t, "simulate: {enabled: true}"))
 	d, c, vols := simulator(t, objs)
 	if d.GetName() != "virtual-gpu-simulator" || d.GetNamespace() != chart.Namespace {
@@ -70,13 +123,13 @@ func TestChart_Simulate(t *testing.T) {
 		t.Errorf("strategy %q, want Recreate", s)
 	}
 	a, _, _ := unstructured.NestedStringSlice(c, "args")
-	if want := []string{"simulate", "-state=" + simulateStateDir, "-metrics-address=:9401", "-log-format=json"}; !slices.Equal(a, want) {
+	if want := []string{"simulate", "-state=" + simulateDefault(t, "DefaultStateDir"), "-metrics-address=:9401", "-log-format=json", "-devices=4"}; !slices.Equal(a, want) {
 		t.Errorf("args %v, want %v", a, want)
 	}
 	mounts, _, _ := unstructured.NestedSlice(c, "volumeMounts")
 	stateVol := ""
 	for _, m := range mounts {
-		if m := m.(map[string]any); m["mountPath"] == simulateStateDir {
+		if m := m.(map[string]any); m["mountPath"] == simulateDefault(t, "DefaultStateDir") {
 			stateVol, _ = m["name"].(string)
 		}
 	}
@@ -113,11 +166,14 @@ func TestChart_Simulate(t *testing.T) {
 	// Flags from values; only those away from their defaults.
 	for _, c := range []struct {
 		values string
-		want   []string // the args after -log-format
+		want   []string // the args after -log-format: the machine without profiles, as the DaemonSet's
 	}{
-		{"simulate: {enabled: true, selectNodes: kwok.x-k8s.io/node=fake}", nil},
-		{"simulate: {enabled: true, selectNodes: 'type=kwok,!real'}", []string{"-node-selector=type=kwok,!real"}},
-		{"simulate: {enabled: true, logLevel: debug}", []string{"-log-level=debug"}},
+		{"simulate: {enabled: true, selectNodes: " + simulateDefault(t, "DefaultSelector") + "}", []string{"-devices=4"}},
+		{"simulate: {enabled: true, selectNodes: 'type=kwok,!real'}", []string{"-devices=4", "-node-selector=type=kwok,!real"}},
+		{"simulate: {enabled: true, logLevel: debug}", []string{"-log-level=debug", "-devices=4"}},
+		{"{simulate: {enabled: true}, topology: dgx-a100}", []string{"-topology=dgx-a100"}},
+		{"{simulate: {enabled: true}, devices: 8, kubeletAPI: dra, dra: {driverName: gpu.example.com}}",
+			[]string{"-devices=8", "-kubelet-api=dra", "-dra-driver-name=gpu.example.com"}},
 		{"{simulate: {enabled: true}, profiles: {a: {version: v1}}}", []string{"-config=/etc/virtual-gpu/profiles"}},
 		{"{simulate: {enabled: true}, profiles: {a: {version: v1}}, defaultProfile: a}", []string{"-config=/etc/virtual-gpu/profiles", "-config-default=a"}},
 		{"{simulate: {enabled: true, configDefault: b}, profiles: {a: {version: v1}, b: {version: v1}}, defaultProfile: a}",

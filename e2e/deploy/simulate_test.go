@@ -13,6 +13,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+
+	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 )
 
 // The simulator (`virtual-gpu-device-plugin simulate`, deploy/components/simulate and the
@@ -21,19 +23,19 @@ import (
 const (
 	// simulatorComponent is the app.kubernetes.io/component label of its objects.
 	simulatorComponent = "simulator"
-	// simulateStateDefault is the default of simulate's -state (the subcommand's documented
-	// default): the manifests pass it and mount the state volume there.
+	// simulateStateDefault is the default of simulate's -state (plugin/simulate's
+	// DefaultStateDir; e2e/chart's TestChart_Simulate reads it from there, and compares the
+	// chart with deploy/overlays/simulate): the manifests pass it and mount the state volume
+	// there.
 	simulateStateDefault = "/var/lib/virtual-gpu/simulate"
 	// kwokNodeTaint is the taint KWOK's nodes carry: the simulator must not tolerate it, it
 	// runs on a real node.
 	kwokNodeTaint = "kwok.x-k8s.io/node"
 )
 
-// simulateFlags are the flags of `virtual-gpu-device-plugin simulate`.
-var simulateFlags = map[string]bool{
-	"kubeconfig": true, "config": true, "config-default": true, "state": true, "admin-socket": true,
-	"node-selector": true, "log-level": true, "log-format": true, "metrics-address": true,
-}
+// simulateOwnFlags are the flags of `virtual-gpu-device-plugin simulate` that the plugin's
+// serve has not; every other flag of simulate is serve's, read by the options package.
+var simulateOwnFlags = map[string]bool{"node-selector": true, "state": true, "admin-socket": true, "workers": true}
 
 // simulatorManifests are the manifest sets that run the simulator: the overlay and the chart
 // renders with simulate.enabled. No other renders one.
@@ -46,24 +48,32 @@ func isSimulator(o object) bool {
 	return labels["app.kubernetes.io/component"] == simulatorComponent
 }
 
-// parseSimulateArgs reads the simulator container's args: "simulate", then -name=value or
-// -name flags, each a flag of simulate. It returns the flags by name.
+// parseSimulateArgs reads the simulator container's args: "simulate", then flags written
+// -name=value or -name, each simulate's own or one the plugin's options parser accepts (it
+// parses them all, as simulate does). It returns the flags by name.
 func parseSimulateArgs(t *testing.T, args []string) map[string]string {
 	t.Helper()
 	if len(args) == 0 || args[0] != "simulate" {
 		t.Fatalf("args %v: the first is not the subcommand simulate", args)
 	}
 	out := map[string]string{}
+	var rest []string
 	for _, a := range args[1:] {
 		name, value, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if !strings.HasPrefix(a, "-") || !simulateFlags[name] {
-			t.Errorf("arg %q is not a flag of simulate (%v)", a, slices.Sorted(maps.Keys(simulateFlags)))
+		if !strings.HasPrefix(a, "-") {
+			t.Errorf("arg %q is not a flag", a)
 			continue
 		}
 		if _, dup := out[name]; dup {
 			t.Errorf("args %v: -%s twice", args, name)
 		}
 		out[name] = value
+		if !simulateOwnFlags[name] {
+			rest = append(rest, a)
+		}
+	}
+	if _, err := options.Parse(rest, func(string) string { return "" }); err != nil {
+		t.Errorf("args %v: the plugin's flags %v: %v", args, rest, err)
 	}
 	return out
 }

@@ -343,8 +343,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- .Values.simulate.configDefault | default .Values.defaultProfile }}
 {{- end }}
 
-{{/* The simulator's args: the state directory, metrics, the log, the profiles (the
-     DaemonSet's ConfigMap), the node selector where it is not the default. */}}
+{{/* The simulator's args: the state directory, metrics, the log; the DaemonSet's profiles
+     (its ConfigMap), or without profiles the DaemonSet's machine; the kubelet API and the DRA
+     driver's name as the DaemonSet's; the node selector where it is not the default. */}}
 {{- define "vgpu.simulateArgs" -}}
 - simulate
 - -state={{ include "vgpu.simulateStateDir" . }}
@@ -358,6 +359,21 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- with include "vgpu.simulateConfigDefault" . }}
 - -config-default={{ . }}
 {{- end }}
+{{- else }}
+{{- if .Values.topology }}
+- -topology={{ .Values.topology }}
+{{- end }}
+{{- if not (kindIs "invalid" .Values.devices) }}
+- -devices={{ int64 .Values.devices }}
+{{- else if not .Values.topology }}
+- -devices=4
+{{- end }}
+{{- end }}
+{{- if eq .Values.kubeletAPI "dra" }}
+- -kubelet-api=dra
+{{- end }}
+{{- if ne .Values.dra.driverName (include "vgpu.defaultDRADriverName" .) }}
+- -dra-driver-name={{ .Values.dra.driverName }}
 {{- end }}
 {{- if ne .Values.simulate.selectNodes (include "vgpu.defaultSimulateSelector" .) }}
 - -node-selector={{ .Values.simulate.selectNodes }}
