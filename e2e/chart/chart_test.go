@@ -746,6 +746,12 @@ func TestChart_RefusesBadValues(t *testing.T) {
 		{"driver name not a DNS subdomain", "dra: {driverName: GPU_Driver}", "driverName"},
 		{"extended resource without a domain", "dra: {deviceClass: {extendedResourceName: gpu}}", "extendedResourceName"},
 		{"chart's DRA flag in extraArgs", "extraArgs: [-kubelet-api=dra]", "extraArgs: -kubelet-api=dra is set by the chart: use kubeletAPI"},
+		{"simulator's default profile without profiles", "simulate: {enabled: true, configDefault: a100}", `simulate.configDefault "a100": there are no profiles`},
+		{"simulator's default profile unknown", "{simulate: {enabled: true, configDefault: a10}, profiles: {a100: {version: v1}}}", `simulate.configDefault "a10" is not one of the profiles (a100)`},
+		{"simulator's claim without persistence", "simulate: {enabled: true, persistence: {enabled: false, existingClaim: mine}}", "simulate.persistence.existingClaim without simulate.persistence.enabled"},
+		{"simulator's selector empty", "simulate: {enabled: true, selectNodes: ''}", "selectNodes"},
+		{"simulator's misspelt value", "simulate: {enabled: true, nodeSelector: {a: b}}", "nodeSelector"},
+		{"simulator's claim size", "simulate: {enabled: true, persistence: {size: lots}}", "size"},
 		{"chart's DRA variable in extraEnv", "extraEnv: [{name: VGPU_KUBELET_REGISTRY_DIR, value: /x}]", "extraEnv: VGPU_KUBELET_REGISTRY_DIR is set by the chart: use kubeletRootDir"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -921,7 +927,8 @@ func valuePaths(t *testing.T) []string {
 		t.Fatal(err)
 	}
 	userMaps := map[string]bool{"profiles": true, "resources": true, "nodeSelector": true, "affinity": true, "podAnnotations": true,
-		"podLabels": true, "updateStrategy": true, "serviceAccount.annotations": true, "metrics.serviceMonitor.labels": true}
+		"podLabels": true, "updateStrategy": true, "serviceAccount.annotations": true, "metrics.serviceMonitor.labels": true,
+		"simulate.resources": true, "simulate.podNodeSelector": true}
 	var out []string
 	var walk func(prefix string, m map[string]any)
 	walk = func(prefix string, m map[string]any) {

@@ -39,13 +39,15 @@ import (
 const repoRoot = "../.."
 
 // kubeletRootDirs is the kubelet --root-dir each overlay in deploy/overlays is for: that
-// distribution's, from its source (cited in the overlay), and the default one for the overlay
-// that changes what the plugin serves (dra). The kubelet serves PodResources under its root
-// directory, and has its plugin directories there; its device-plugin directory is fixed.
+// distribution's, from its source (cited in the overlay), and the default one for the overlays
+// that change what the plugin serves (dra) or add the simulator (simulate). The kubelet serves
+// PodResources under its root directory, and has its plugin directories there; its
+// device-plugin directory is fixed.
 var kubeletRootDirs = map[string]string{
 	"k0s":      "/var/lib/k0s/kubelet",
 	"microk8s": "/var/snap/microk8s/common/var/lib/kubelet",
 	"dra":      "/var/lib/kubelet",
+	"simulate": "/var/lib/kubelet",
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -828,10 +830,14 @@ func TestDeploy_EveryManifestDecodesStrictly(t *testing.T) {
 		case "DaemonSet":
 			err = decodeStrict(o, &appsv1.DaemonSet{})
 		case "Deployment":
+			// The simulator asks for no GPU: TestDeploy_Simulator checks it.
 			var d appsv1.Deployment
-			if err = decodeStrict(o, &d); err == nil {
+			if err = decodeStrict(o, &d); err == nil && !isSimulator(o) {
 				checkGPURequests(t, where, d.Spec.Template.Spec)
 			}
+		case "PersistentVolumeClaim":
+			// The simulator's state directory: TestDeploy_Simulator checks it.
+			err = decodeStrict(o, &corev1.PersistentVolumeClaim{})
 		case "Pod":
 			var pod corev1.Pod
 			if err = decodeStrict(o, &pod); err == nil {

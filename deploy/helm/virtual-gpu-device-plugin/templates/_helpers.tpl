@@ -229,6 +229,17 @@ log-level: logLevel
 {{- fail (printf "defaultProfile %q is not one of the profiles (%s)" . (join ", " $names)) }}
 {{- end }}
 {{- end }}
+{{- with .Values.simulate.configDefault }}
+{{- if not $profiles }}
+{{- fail (printf "simulate.configDefault %q: there are no profiles; set profiles.%s, or leave simulate.configDefault empty" . .) }}
+{{- end }}
+{{- if not (hasKey $profiles .) }}
+{{- fail (printf "simulate.configDefault %q is not one of the profiles (%s)" . (join ", " $names)) }}
+{{- end }}
+{{- end }}
+{{- if and .Values.simulate.persistence.existingClaim (not .Values.simulate.persistence.enabled) }}
+{{- fail "simulate.persistence.existingClaim without simulate.persistence.enabled: the state would go to an emptyDir; enable persistence or leave existingClaim empty" }}
+{{- end }}
 {{- if $profiles }}
 {{- if .Values.topology }}
 {{- fail (printf "topology %q with profiles: -topology would override every profile; set flags.topology in the profiles instead" .Values.topology) }}
@@ -284,5 +295,94 @@ log-level: logLevel
 {{- fail (printf "extraEnv: %s with profiles would override every profile; set it in the profiles instead" $name) }}
 {{- end }}
 {{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The simulator's name: the full name with -simulator for a trailing -device-plugin
+     (virtual-gpu-simulator for the README's release, as in deploy/components/simulate),
+     else the full name and -simulator. */}}
+{{- define "vgpu.simulatorName" -}}
+{{- $full := include "vgpu.fullname" . }}
+{{- if hasSuffix "-device-plugin" $full }}
+{{- printf "%s-simulator" (trimSuffix "-device-plugin" $full) | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-simulator" (trunc 53 $full | trimSuffix "-") }}
+{{- end }}
+{{- end }}
+
+{{/* The simulator Deployment's selector. */}}
+{{- define "vgpu.simulatorSelectorLabels" -}}
+app: {{ include "vgpu.simulatorName" . }}
+{{- end }}
+
+{{/* The labels of the simulator's pods and objects, as in deploy/components/simulate. */}}
+{{- define "vgpu.simulatorPodLabels" -}}
+{{ include "vgpu.simulatorSelectorLabels" . }}
+app.kubernetes.io/name: {{ include "vgpu.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: simulator
+{{- end }}
+
+{{/* The labels of every simulator object: the pods' and Helm's own. */}}
+{{- define "vgpu.simulatorLabels" -}}
+{{ include "vgpu.simulatorPodLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The simulator's state directory: the PVC's mount and -state (its default). */}}
+{{- define "vgpu.simulateStateDir" -}}/var/lib/virtual-gpu/simulate{{- end }}
+
+{{/* The nodes the simulator picks without -node-selector. */}}
+{{- define "vgpu.defaultSimulateSelector" -}}kwok.x-k8s.io/node=fake{{- end }}
+
+{{/* The simulator's profile of a node without the profile label: simulate.configDefault,
+     else defaultProfile. */}}
+{{- define "vgpu.simulateConfigDefault" -}}
+{{- .Values.simulate.configDefault | default .Values.defaultProfile }}
+{{- end }}
+
+{{/* The simulator's args: the state directory, metrics, the log; the DaemonSet's profiles
+     (its ConfigMap), or without profiles the DaemonSet's machine; the kubelet API and the DRA
+     driver's name as the DaemonSet's; the node selector where it is not the default. */}}
+{{- define "vgpu.simulateArgs" -}}
+- simulate
+- -state={{ include "vgpu.simulateStateDir" . }}
+- -metrics-address=:{{ int64 .Values.metrics.port }}
+- -log-format={{ .Values.logFormat }}
+{{- with .Values.simulate.logLevel }}
+- -log-level={{ . }}
+{{- end }}
+{{- if .Values.profiles }}
+- -config={{ include "vgpu.profilesDir" . }}
+{{- with include "vgpu.simulateConfigDefault" . }}
+- -config-default={{ . }}
+{{- end }}
+{{- else }}
+{{- if .Values.topology }}
+- -topology={{ .Values.topology }}
+{{- end }}
+{{- if not (kindIs "invalid" .Values.devices) }}
+- -devices={{ int64 .Values.devices }}
+{{- else if not .Values.topology }}
+- -devices=4
+{{- end }}
+{{- end }}
+{{- if eq .Values.kubeletAPI "dra" }}
+- -kubelet-api=dra
+{{- end }}
+{{- if ne .Values.dra.driverName (include "vgpu.defaultDRADriverName" .) }}
+- -dra-driver-name={{ .Values.dra.driverName }}
+{{- end }}
+{{- if ne .Values.simulate.selectNodes (include "vgpu.defaultSimulateSelector" .) }}
+- -node-selector={{ .Values.simulate.selectNodes }}
+{{- end }}
+{{- end }}
+
+{{/* The simulator's state claim: existingClaim, else the chart's own; "" without persistence. */}}
+{{- define "vgpu.simulateClaimName" -}}
+{{- if .Values.simulate.persistence.enabled }}
+{{- .Values.simulate.persistence.existingClaim | default (include "vgpu.simulatorName" .) }}
 {{- end }}
 {{- end }}
