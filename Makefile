@@ -23,7 +23,7 @@ E2E_UNIT := ./chart ./deploy
 K8S_VERSION ?=
 E2E_ENV  := VGPU_PLUGIN_BIN=$(CURDIR)/$(BIN)/$(BINARY) $(if $(K8S_VERSION),VGPU_E2E_K8S_VERSION=$(K8S_VERSION))
 
-.PHONY: all build test unit lint bench e2e demo image clean
+.PHONY: all build test unit lint bench e2e scale demo image clean
 
 all: build
 
@@ -44,6 +44,14 @@ unit:
 ## e2e: the end-to-end suite against a real kubelet, containerd and API server (root, Linux; see e2e/README.md)
 e2e: build
 	$(E2E_ENV) e2e/run.sh
+
+## scale: the simulate scale test at SCALE_NODES simulated GPU nodes (default 1,000: half 8-GPU device-plugin
+## nodes, half DGX A100s under DRA; 8,000 GPUs, 6,500 pods) on a control plane with KWOK (root, Linux);
+## make test runs the same test at 20 nodes
+SCALE_NODES ?= 1000
+scale: build
+	cd e2e && $(E2E_ENV) go run ./cmd/prepare
+	cd e2e && $(E2E_ENV) VGPU_SIM_NODES=$(SCALE_NODES) go test -count=1 -timeout 60m -v -run 'TestSimulate_Cluster' ./sim/
 
 ## demo: the seed's demo on this machine: plugin registers, node shows 4 GPUs, vgpu-demo pod prints its ids
 demo: build

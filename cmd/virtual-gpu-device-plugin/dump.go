@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -166,6 +167,11 @@ func readSnapshot(ctx context.Context, f inspectFlags, q admin.Query) (admin.Sna
 		return snap, nil
 	case errors.Is(err, admin.ErrPermission):
 		return snap, fmt.Errorf("%w; run as root or as the socket's owner", err)
+	case errors.Is(err, admin.ErrNotSimulated):
+		// Not simulated now: its state file, closed, holds its history.
+		if _, serr := os.Stat(f.stateFile()); serr != nil {
+			return snap, err
+		}
 	case !errors.Is(err, admin.ErrNoPlugin):
 		return snap, err
 	}

@@ -117,6 +117,7 @@ type Cluster struct {
 
 	mu                sync.Mutex
 	etcd              *Process
+	apiserverSpec     processSpec // how the API server was started, for RestartAPIServer
 	kwok              *Process // nil unless Options.KWOK
 	apiserver         *Process
 	scheduler         *Process
@@ -506,7 +507,7 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 	// The API server listens on the host's address and advertises it, so the endpoint of the default
 	// kubernetes Service is <host IP>:<port>, which hostNetwork pods reach (startServiceProxy routes
 	// the Service's ClusterIP there).
-	p, err := c.reg.start(processSpec{
+	c.apiserverSpec = processSpec{
 		name: "kube-apiserver",
 		argv: append([]string{c.Binaries.APIServer,
 			fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", c.ports.etcdClient),
@@ -526,7 +527,8 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		}, slices.Concat(c.featureGateArgs(), runtimeConfigArgs(c.Binaries.Version, c.FeatureGates))...),
 		dir:     dir,
 		logPath: c.logPath("kube-apiserver"),
-	})
+	}
+	p, err := c.reg.start(c.apiserverSpec)
 	if err != nil {
 		return err
 	}

@@ -77,3 +77,34 @@ func (c *Cluster) StartSimulator(ctx context.Context, opts SimulatorOptions) (*S
 	}
 	return s, nil
 }
+
+// RestartAPIServer kills kube-apiserver (SIGKILL: a crash; its graceful shutdown outwaits its long
+// watches) and starts it again as it was started,
+// then waits (one minute at most) until it answers /readyz. Clients, their watches included, see the
+// server go away and come back with the same address, credentials and data.
+func (c *Cluster) RestartAPIServer(ctx context.Context) error {
+	c.mu.Lock()
+	old, spec := c.apiserver, c.apiserverSpec
+	c.mu.Unlock()
+	if old == nil {
+		return fmt.Errorf("restart kube-apiserver: it was never started")
+	}
+	old.Kill()
+	p, err := c.reg.start(spec)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.apiserver = p
+	c.mu.Unlock()
+	return poll(ctx, time.Minute, 100*time.Millisecond, func() (bool, string, error) {
+		if p.Exited() {
+			return false, "", fmt.Errorf("kube-apiserver exited: %w", p.ExitErr())
+		}
+		err := c.Client.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).Error()
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return true, "", nil
+	})
+}

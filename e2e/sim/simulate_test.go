@@ -242,19 +242,21 @@ func TestSimulate_Cluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitPublished(t, cs, dpNodes, draNodes)
+	waitPublished(t, cs, dpNodes, draNodes, time.Minute+time.Duration(total)*200*time.Millisecond)
 	published := time.Since(t0)
 	t.Logf("figure: simulate start -> capacity of %d device-plugin nodes and slices of %d DRA nodes published: %s", half, half, published.Round(time.Millisecond))
-	if lines, err := sim.FindLog("profile"); err == nil {
-		n := 0
-		for _, l := range lines {
-			if l["node"] == "dp-0" && strings.Contains(fmt.Sprint(l["error"]), "no-such-profile") {
-				n++
-			}
+	lines, err := sim.LogLines()
+	if err != nil {
+		t.Fatal(err)
+	}
+	unknown := 0
+	for _, l := range lines {
+		if l["node"] == "dp-0" && strings.Contains(fmt.Sprint(l["error"]), "no-such-profile") {
+			unknown++
 		}
-		if n != 1 {
-			t.Errorf("the unknown profile of dp-0 logged %d times, want once", n)
-		}
+	}
+	if unknown != 1 {
+		t.Errorf("the unknown profile of dp-0 logged %d times, want once", unknown)
 	}
 
 	// The device-plugin half: one-GPU pods fill it; one more stays Pending.
@@ -272,6 +274,25 @@ func TestSimulate_Cluster(t *testing.T) {
 
 	checkClaims(t, cs, ns, half)
 	checkHistory(t, sim, ctx, total, dpPods+half*8)
+
+	// The API server restarted mid-run: the simulator resumes with no slice written twice and no
+	// history lost, and follows what changes after.
+	t0 = time.Now()
+	if err := c.RestartAPIServer(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("figure: kube-apiserver restarted in %s", time.Since(t0).Round(time.Millisecond))
+	for i := range 8 {
+		if err := cs.CoreV1().Pods(ns).Delete(ctx, fmt.Sprintf("dp-%d", i), metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkHistory(t, sim, ctx, total, dpPods-8+half*8)
+	for _, n := range draNodes {
+		if got, err := slicesOf(ctx, cs, n); err != nil || got != 8 {
+			t.Errorf("node %s after the API server's restart: %d devices in its slices (%v), want 8", n, got, err)
+		}
+	}
 
 	// Health on a simulated node: allocatable drops, or the device gets its taint.
 	t0 = time.Now()
@@ -303,6 +324,38 @@ func TestSimulate_Cluster(t *testing.T) {
 	rss, cpu := procStats(t, sim.PID())
 	t.Logf("figure: simulate at %d nodes: RSS %.1f MiB, CPU %.1f s since its start (%s ago)", total, float64(rss)/(1<<20), cpu.Seconds(), time.Since(sim.Started).Round(time.Second))
 
+	// A DRA node deleted while its slices are being written: none stays behind.
+	flash := "dra-flash"
+	if err := c.AddKWOKNodes(ctx, []cluster.KWOKNode{{Name: flash, Labels: map[string]string{profileLabel: "dgx-dra"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.Poll(ctx, time.Minute, 5*time.Millisecond, func() (bool, string, error) {
+		out, err := sim.CLI(ctx, "dump", "--node", flash, "-o", "json")
+		return err == nil, out, nil
+	}); err != nil {
+		t.Fatalf("%s not simulated: %v", flash, err)
+	}
+	if err := c.DeleteKWOKNodes(ctx, time.Minute, []string{flash}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.Poll(ctx, time.Minute, 200*time.Millisecond, func() (bool, string, error) {
+		n, err := slicesOf(ctx, cs, flash)
+		if err != nil {
+			return false, "", err
+		}
+		out, err := sim.CLI(ctx, "dump", "--nodes", "-o", "json")
+		if err != nil {
+			return false, "", err
+		}
+		return n == 0 && !strings.Contains(out, flash), fmt.Sprintf("%d devices in slices; simulated: %v", n, strings.Contains(out, flash)), nil
+	}); err != nil {
+		t.Fatalf("slices of %s, deleted while they were written: %v", flash, err)
+	}
+	// Its history stays: dump reads its state file.
+	if out, err := sim.CLI(ctx, "dump", "--node", flash); err != nil || !strings.Contains(out, flash+".db") {
+		t.Errorf("dump --node %s after it was deleted: %v\n%s", flash, err, out)
+	}
+
 	// A DRA node deleted: its slices go with it (owned by the Node); the simulator drops it.
 	gone := draNodes[half-1]
 	if err := c.DeleteKWOKNodes(ctx, time.Minute, []string{gone}); err != nil {
@@ -317,6 +370,16 @@ func TestSimulate_Cluster(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// attribute returns a device's attribute by its fully qualified name: one in the driver's domain
+// may be written without it.
+func attribute(d resourcev1.Device, name string) (resourcev1.DeviceAttribute, bool) {
+	if a, ok := d.Attributes[resourcev1.QualifiedName(name)]; ok {
+		return a, true
+	}
+	a, ok := d.Attributes[resourcev1.QualifiedName(strings.TrimPrefix(name, draDriver+"/"))]
+	return a, ok
+}
 
 // claimPod returns a pod builder using one claim of template tpl.
 func claimPod(tpl string) func(*corev1.Pod) {
@@ -400,10 +463,10 @@ func schedule(t *testing.T, cs kubernetes.Interface, ns, prefix string, fit int,
 
 // waitPublished waits until every device-plugin node reports 8 GPUs and every DRA node's slices hold
 // its 8 GPUs, each with its NVLink domain, owned by the Node.
-func waitPublished(t *testing.T, cs kubernetes.Interface, dpNodes, draNodes []string) {
+func waitPublished(t *testing.T, cs kubernetes.Interface, dpNodes, draNodes []string, timeout time.Duration) {
 	t.Helper()
 	ctx := t.Context()
-	if err := cluster.Poll(ctx, 10*time.Minute, 500*time.Millisecond, func() (bool, string, error) {
+	if err := cluster.Poll(ctx, timeout, 500*time.Millisecond, func() (bool, string, error) {
 		list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, "", err
@@ -433,7 +496,7 @@ func waitPublished(t *testing.T, cs kubernetes.Interface, dpNodes, draNodes []st
 			}
 			owned := len(s.OwnerReferences) == 1 && s.OwnerReferences[0].Kind == "Node" && s.OwnerReferences[0].Name == *s.Spec.NodeName
 			for _, d := range s.Spec.Devices {
-				if _, ok := d.Attributes[resourcev1.QualifiedName(nvlinkDomain)]; owned && ok {
+				if _, ok := attribute(d, nvlinkDomain); owned && ok {
 					devices[*s.Spec.NodeName]++
 				}
 			}
@@ -462,7 +525,7 @@ func checkClaims(t *testing.T, cs kubernetes.Interface, ns string, wantBig int) 
 	domain := map[string]string{}
 	for _, s := range slices.Items {
 		for _, d := range s.Spec.Devices {
-			if a, ok := d.Attributes[resourcev1.QualifiedName(nvlinkDomain)]; ok && a.StringValue != nil {
+			if a, ok := attribute(d, nvlinkDomain); ok && a.StringValue != nil {
 				domain[s.Spec.Pool.Name+"/"+d.Name] = *a.StringValue
 			} else if ok && a.IntValue != nil {
 				domain[s.Spec.Pool.Name+"/"+d.Name] = strconv.FormatInt(*a.IntValue, 10)

@@ -69,6 +69,9 @@ type healthRequest struct {
 // errorBody is every error answer.
 type errorBody struct {
 	Error string `json:"error"`
+	// NotSimulated marks the simulator's answer for a node it does not
+	// simulate (now): its state file may still be read (ErrNotSimulated).
+	NotSimulated bool `json:"notSimulated,omitempty"`
 }
 
 // DefaultTimeout bounds one Client call when NewClient is given none.

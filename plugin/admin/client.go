@@ -84,8 +84,9 @@ func (c *Client) SetHealth(ctx context.Context, id string, healthy bool, reason 
 
 // requestError is a non-200 answer: its message is the plugin's.
 type requestError struct {
-	status int
-	msg    string
+	status       int
+	msg          string
+	notSimulated bool
 }
 
 func (e *requestError) Error() string { return e.msg }
@@ -93,7 +94,8 @@ func (e *requestError) Error() string { return e.msg }
 // Is makes every requestError match ErrRequest, and a 404 match
 // store.ErrUnknownDevice too.
 func (e *requestError) Is(target error) bool {
-	return target == ErrRequest || e.status == http.StatusNotFound && target == store.ErrUnknownDevice
+	return target == ErrRequest || e.status == http.StatusNotFound && target == store.ErrUnknownDevice ||
+		e.notSimulated && target == ErrNotSimulated
 }
 
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, body, out any) error {
@@ -126,7 +128,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 		if json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&e) != nil || e.Error == "" {
 			e.Error = "admin " + method + " " + path + ": " + resp.Status
 		}
-		return &requestError{status: resp.StatusCode, msg: e.Error}
+		return &requestError{status: resp.StatusCode, msg: e.Error, notSimulated: e.NotSimulated}
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		return fmt.Errorf("admin %s %s: decode answer: %w", method, path, err)

@@ -19,4 +19,8 @@ var (
 	// is its answer. A refusal for an unknown device also wraps
 	// store.ErrUnknownDevice.
 	ErrRequest = errors.New("admin request refused")
+	// ErrNotSimulated means the simulator answers but does not simulate
+	// the node asked for (Client.ForNode): not now, or never. Its state
+	// file, if it was simulated before, holds its history.
+	ErrNotSimulated = errors.New("node not simulated")
 )

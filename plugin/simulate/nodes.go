@@ -126,7 +126,7 @@ func (s *Simulator) Handler() http.Handler {
 		}
 		s.mu.Unlock()
 		if n == nil {
-			writeJSON(w, http.StatusNotFound, map[string]string{"error": unknownNode(name, names)})
+			writeJSON(w, http.StatusNotFound, map[string]any{"error": unknownNode(name, names), "notSimulated": true})
 			return
 		}
 		http.StripPrefix("/v1/nodes/"+name, n.adm).ServeHTTP(w, r)
