@@ -118,7 +118,7 @@ type Cluster struct {
 	mu                sync.Mutex
 	etcd              *Process
 	apiserverSpec     processSpec // how the API server was started, for RestartAPIServer
-	kwok              *Process // nil unless Options.KWOK
+	kwok              *Process    // nil unless Options.KWOK
 	apiserver         *Process
 	scheduler         *Process
 	controllerManager *Process

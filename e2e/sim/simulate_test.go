@@ -226,7 +226,9 @@ func TestSimulate_Cluster(t *testing.T) {
 	if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cs.ResourceV1().DeviceClasses().Delete(context.Background(), class.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = cs.ResourceV1().DeviceClasses().Delete(context.Background(), class.Name, metav1.DeleteOptions{})
+	})
 	big := cluster.NewResourceClaimTemplate(ns, "gpu8", class.Name, 8)
 	big.Spec.Spec.Devices.Constraints = []resourcev1.DeviceConstraint{{MatchAttribute: ptr(resourcev1.FullyQualifiedName(nvlinkDomain))}}
 	small := cluster.NewResourceClaimTemplate(ns, "gpu1", class.Name, 1)
