@@ -17,6 +17,8 @@ type SimulatorOptions struct {
 	StateDir string
 	// Args are more flags of simulate (-config, -config-default, -node-selector, serve's settings).
 	Args []string
+	// Env is added to its environment (GOMEMLIMIT=…, say).
+	Env []string
 }
 
 // Simulator is a running `virtual-gpu-device-plugin simulate`: a Plugin without a node, whose
@@ -50,7 +52,7 @@ func (c *Cluster) StartSimulator(ctx context.Context, opts SimulatorOptions) (*S
 	if err := mkdirFor(filepath.Join(opts.StateDir, "x")); err != nil {
 		return nil, err
 	}
-	p, err := c.reg.start(processSpec{name: "simulate", argv: argv, dir: opts.StateDir, env: pluginEnv(),
+	p, err := c.reg.start(processSpec{name: "simulate", argv: argv, dir: opts.StateDir, env: append(pluginEnv(), opts.Env...),
 		logPath: c.logPath(fmt.Sprintf("simulate.%d", num))})
 	if err != nil {
 		return nil, err

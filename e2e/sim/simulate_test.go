@@ -40,6 +40,15 @@ var simProfiles = map[string]string{
 	"dgx-dra": "version: v1\nflags:\n  topology: dgx-a100\n  kubeletAPI: dra\n",
 }
 
+// simEnv is the simulator's environment: GOMEMLIMIT from $VGPU_SIM_GOMEMLIMIT, as the Deployment sets
+// it from its memory limit.
+func simEnv() []string {
+	if v := os.Getenv("VGPU_SIM_GOMEMLIMIT"); v != "" {
+		return []string{"GOMEMLIMIT=" + v}
+	}
+	return nil
+}
+
 func needPlugin(t *testing.T) string {
 	t.Helper()
 	if pluginErr != nil {
@@ -135,7 +144,7 @@ func metric(t *testing.T, s *cluster.Simulator, name string) float64 {
 }
 
 // procStats returns the process's resident memory (bytes) and CPU time used so far.
-func procStats(t *testing.T, pid int) (rss int64, cpu time.Duration) {
+func procStats(t *testing.T, pid int) (rss, rssFile int64, cpu time.Duration) {
 	t.Helper()
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -146,6 +155,10 @@ func procStats(t *testing.T, pid int) (rss int64, cpu time.Duration) {
 			kb, _ := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
 			rss = kb << 10
 		}
+		if v, ok := strings.CutPrefix(line, "RssFile:"); ok {
+			kb, _ := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+			rssFile = kb << 10
+		}
 	}
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
@@ -154,7 +167,7 @@ func procStats(t *testing.T, pid int) (rss int64, cpu time.Duration) {
 	f := strings.Fields(string(stat)[strings.LastIndexByte(string(stat), ')')+2:])
 	utime, _ := strconv.ParseInt(f[11], 10, 64)
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return rss, time.Duration(utime+stime) * (time.Second / 100) // USER_HZ
+	return rss, rssFile, time.Duration(utime+stime) * (time.Second / 100) // USER_HZ
 }
 
 type nodeSummary struct {
@@ -240,7 +253,7 @@ func TestSimulate_Cluster(t *testing.T) {
 
 	t0 = time.Now()
 	sim, err := c.StartSimulator(ctx, cluster.SimulatorOptions{Binary: bin,
-		Args: []string{"-config=" + profiles, "-config-default=gpu8", "-log-level=info"}})
+		Args: []string{"-config=" + profiles, "-config-default=gpu8", "-log-level=info"}, Env: simEnv()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,8 +336,10 @@ func TestSimulate_Cluster(t *testing.T) {
 	if patches2 != patches {
 		t.Errorf("status patches at rest: %v -> %v, want none", patches, patches2)
 	}
-	rss, cpu := procStats(t, sim.PID())
-	t.Logf("figure: simulate at %d nodes: RSS %.1f MiB, CPU %.1f s since its start (%s ago)", total, float64(rss)/(1<<20), cpu.Seconds(), time.Since(sim.Started).Round(time.Second))
+	rss, rssFile, cpu := procStats(t, sim.PID())
+	heap := metric(t, sim, "go_memstats_heap_inuse_bytes")
+	t.Logf("figure: simulate at %d nodes: RSS %.1f MiB (of it mapped files %.1f MiB; Go heap in use %.1f MiB), CPU %.1f s since its start (%s ago)",
+		total, float64(rss)/(1<<20), float64(rssFile)/(1<<20), heap/(1<<20), cpu.Seconds(), time.Since(sim.Started).Round(time.Second))
 
 	// A DRA node deleted while its slices are being written: none stays behind.
 	flash := "dra-flash"

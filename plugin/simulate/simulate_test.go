@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -57,21 +58,22 @@ func (s *source) Select(sel agent.Selection) (agent.Choice, error) {
 func (s *source) Reload() error { return nil }
 func (s *source) Dir() string   { return "profiles" }
 
-func profile(t *testing.T, name, machine string, api agent.KubeletAPI) agent.Config {
+func profile(t testing.TB, name, machine string, api agent.KubeletAPI) agent.Config {
 	t.Helper()
 	return agent.Config{Profile: name, KubeletAPI: api, GPUs: plugintest.GPUConfig(t, machine, gpuset.Sharing{})}
 }
 
 // rig is a Simulator running against a fake API server.
 type rig struct {
-	t      *testing.T
+	t      testing.TB
+	stop   func() // ends the Simulator's Run (also at cleanup)
 	client *fake.Clientset
 	sim    *simulate.Simulator
 	dir    string
 	logs   *plugintest.LogBuffer
 }
 
-func startRig(t *testing.T, objs ...any) *rig {
+func startRig(t testing.TB, objs ...any) *rig {
 	t.Helper()
 	client := fake.NewClientset()
 	client.Resources = []*metav1.APIResourceList{{GroupVersion: "resource.k8s.io/v1",
@@ -103,13 +105,17 @@ func startRig(t *testing.T, objs ...any) *rig {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- sim.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
-	return &rig{t: t, client: client, sim: sim, dir: dir, logs: logs}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return &rig{t: t, stop: stop, client: client, sim: sim, dir: dir, logs: logs}
 }
 
 func kwokNode(name string, labels map[string]string) *corev1.Node {

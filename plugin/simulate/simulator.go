@@ -295,25 +295,32 @@ func claimNodes(c *resourcev1.ResourceClaim, driver string) []string {
 	return out
 }
 
-// trim drops what the Simulator never reads from the cached objects, to
-// keep its memory small with thousands of pods: managed fields, and the
-// annotations of pods and claims.
+// trim keeps of the cached objects only what the Simulator reads, to
+// keep its memory small with thousands of pods and nodes: a pod's name,
+// deletion, node, phase and its containers' names and resources; a
+// claim's name and status; a node's labels, annotations and extended
+// resources.
 func trim(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
-		o.ManagedFields, o.Annotations = nil, nil
-		o.Spec.Volumes, o.Status.Conditions, o.Status.ContainerStatuses, o.Status.InitContainerStatuses = nil, nil, nil, nil
-		for _, list := range [][]corev1.Container{o.Spec.InitContainers, o.Spec.Containers} {
-			for i := range list {
-				c := &list[i]
-				c.Env, c.EnvFrom, c.VolumeMounts, c.Command, c.Args, c.LivenessProbe, c.ReadinessProbe, c.StartupProbe = nil, nil, nil, nil, nil, nil, nil, nil
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace, UID: o.UID,
+			ResourceVersion: o.ResourceVersion, DeletionTimestamp: o.DeletionTimestamp},
+			Spec: corev1.PodSpec{NodeName: o.Spec.NodeName}, Status: corev1.PodStatus{Phase: o.Status.Phase}}
+		keep := func(cs []corev1.Container) []corev1.Container {
+			out := make([]corev1.Container, len(cs))
+			for i, c := range cs {
+				out[i] = corev1.Container{Name: c.Name, Resources: c.Resources}
 			}
+			return out
 		}
+		p.Spec.InitContainers, p.Spec.Containers = keep(o.Spec.InitContainers), keep(o.Spec.Containers)
+		return p, nil
 	case *corev1.Node:
 		o.ManagedFields = nil
-		o.Status.Images = nil
+		o.Status = corev1.NodeStatus{Capacity: o.Status.Capacity, Allocatable: o.Status.Allocatable}
 	case *resourcev1.ResourceClaim:
-		o.ManagedFields, o.Annotations = nil, nil
+		o.ManagedFields, o.Annotations, o.Labels = nil, nil, nil
+		o.Spec = resourcev1.ResourceClaimSpec{}
 	}
 	return obj, nil
 }
