@@ -302,7 +302,15 @@ func TestSimulate_Cluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	checkHistory(t, sim, ctx, total, dpPods-8+half*8)
+	// The pod left Pending takes one of the GPUs freed.
+	extra := fmt.Sprintf("dp-%d", dpPods)
+	if err := cluster.Poll(ctx, 2*time.Minute, 100*time.Millisecond, func() (bool, string, error) {
+		p, err := cs.CoreV1().Pods(ns).Get(ctx, extra, metav1.GetOptions{})
+		return err == nil && p.Spec.NodeName != "", "not bound", err
+	}); err != nil {
+		t.Fatalf("pod %s after 8 GPUs were freed: %v", extra, err)
+	}
+	checkHistory(t, sim, ctx, total, dpPods-8+1+half*8)
 	for _, n := range draNodes {
 		if got, err := slicesOf(ctx, cs, n); err != nil || got != 8 {
 			t.Errorf("node %s after the API server's restart: %d devices in its slices (%v), want 8", n, got, err)
