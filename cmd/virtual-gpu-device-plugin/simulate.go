@@ -229,6 +229,8 @@ func simulateMetrics(sim *simulate.Simulator, requests *atomic.Uint64) http.Hand
 			func() float64 { return float64(sim.Stats().Started) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "virtual_gpu_simulate_status_patches_total", Help: "Node status patches sent."},
 			func() float64 { return float64(sim.Stats().StatusPatches) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "virtual_gpu_simulate_slice_writes_total", Help: "ResourceSlice creates, updates and deletes sent."},
+			func() float64 { return float64(sim.Stats().SliceWrites) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "virtual_gpu_simulate_api_requests_total", Help: "Requests sent to the API server, watches included."},
 			func() float64 { return float64(requests.Load()) }),
 	)

@@ -337,6 +337,7 @@ func TestSimulate_Cluster(t *testing.T) {
 		rest = time.Minute
 	}
 	before, patches := metric(t, sim, "virtual_gpu_simulate_api_requests_total"), metric(t, sim, "virtual_gpu_simulate_status_patches_total")
+	sliceWrites := metric(t, sim, "virtual_gpu_simulate_slice_writes_total")
 	time.Sleep(rest) // a measurement window, not a wait for a condition
 	after, patches2 := metric(t, sim, "virtual_gpu_simulate_api_requests_total"), metric(t, sim, "virtual_gpu_simulate_status_patches_total")
 	perNodeMin := (after - before) / float64(total) / rest.Minutes()
@@ -344,6 +345,10 @@ func TestSimulate_Cluster(t *testing.T) {
 	if patches2 != patches {
 		t.Errorf("status patches at rest: %v -> %v, want none", patches, patches2)
 	}
+	if w := metric(t, sim, "virtual_gpu_simulate_slice_writes_total"); w != sliceWrites {
+		t.Errorf("slice writes at rest: %v -> %v, want none", sliceWrites, w)
+	}
+	t.Logf("figure: writes: %.0f status patches, %.0f ResourceSlice writes in all (%d nodes)", patches2, sliceWrites, total)
 	rss, rssFile, cpu := procStats(t, sim.PID())
 	heap := metric(t, sim, "go_memstats_heap_inuse_bytes")
 	t.Logf("figure: simulate at %d nodes: RSS %.1f MiB (of it mapped files %.1f MiB; Go heap in use %.1f MiB), CPU %.1f s since its start (%s ago)",

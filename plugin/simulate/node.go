@@ -92,15 +92,6 @@ func (s *Simulator) startNode(parent context.Context, obj *corev1.Node, api agen
 	}
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); _ = plan.Run(ctx) }()
-	if api == agent.KubeletAPIDRA {
-		n.wg.Add(1)
-		go func() {
-			defer n.wg.Done()
-			if err := n.tgt.startSlices(ctx, s.cfg.Client, obj.UID); err != nil && ctx.Err() == nil {
-				log.Error().Err(err).Msg("ResourceSlices not published")
-			}
-		}()
-	}
 	n.adm = admin.NewServer(admin.ServerConfig{Source: admin.StoreSource{Store: st}, Reported: n.ag.Devices,
 		Health: n.ag.HealthSetter(store.CauseAdmin), Logger: log}).Handler()
 	return n, nil
@@ -110,7 +101,6 @@ func (s *Simulator) startNode(parent context.Context, obj *corev1.Node, api agen
 func (n *node) stop() error {
 	n.cancel()
 	n.wg.Wait()
-	n.tgt.stopSlices()
 	if err := n.st.Close(); err != nil {
 		return fmt.Errorf("close state of node %q: %w", n.name, err)
 	}

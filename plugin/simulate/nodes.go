@@ -16,6 +16,7 @@ import (
 type stats struct {
 	started       atomic.Uint64 // node simulations started
 	statusPatches atomic.Uint64 // Node status patches sent
+	sliceWrites   atomic.Uint64 // ResourceSlice creates, updates and deletes sent
 }
 
 // Stats is what the Simulator did so far.
@@ -26,6 +27,9 @@ type Stats struct {
 	Started uint64
 	// StatusPatches counts the Node status patches sent.
 	StatusPatches uint64
+	// SliceWrites counts the ResourceSlice creates, updates and deletes
+	// sent.
+	SliceWrites uint64
 	// Synced reports whether the first lists of Nodes, Pods and claims
 	// are in: until then no node is simulated.
 	Synced bool
@@ -35,7 +39,8 @@ type Stats struct {
 func (s *Simulator) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return Stats{Nodes: len(s.sims), Started: s.stats.started.Load(), StatusPatches: s.stats.statusPatches.Load(), Synced: s.synced}
+	return Stats{Nodes: len(s.sims), Started: s.stats.started.Load(), StatusPatches: s.stats.statusPatches.Load(),
+		SliceWrites: s.stats.sliceWrites.Load(), Synced: s.synced}
 }
 
 // Nodes returns a summary of every simulated node, sorted by name.

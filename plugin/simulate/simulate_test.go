@@ -278,6 +278,34 @@ func TestSimulator_DRA(t *testing.T) {
 	if _, ok := r.node("kwok-1").Status.Capacity[gpu]; ok {
 		t.Fatal("a DRA node got the extended resource")
 	}
+	// A change that changes nothing published writes nothing; a slice
+	// deleted by someone is written again.
+	writes := r.sim.Stats().SliceWrites
+	n := r.node("kwok-1")
+	n.Labels["touch"] = "1"
+	if _, err := r.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.eventually("the node's change seen", func() (bool, string) {
+		return r.summary("kwok-1").Node != "" && r.node("kwok-1").Labels[kube.LabelCount] == "8", ""
+	})
+	if got := r.sim.Stats().SliceWrites; got != writes {
+		t.Errorf("slice writes %d -> %d after a change that changes no slice", writes, got)
+	}
+	list, err := r.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil || len(list.Items) != 1 {
+		t.Fatalf("slices: %v %v", list, err)
+	}
+	if err := r.client.ResourceV1().ResourceSlices().Delete(ctx, list.Items[0].Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.eventually("the slice written again", func() (bool, string) {
+		l, err := r.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		return err == nil && len(l.Items) == 1 && r.sim.Stats().SliceWrites > writes, stringOf(r.sim.Stats())
+	})
+	if gen := list.Items[0].Spec.Pool.Generation; gen != 1 {
+		t.Errorf("first generation %d, want 1", gen)
+	}
 	claim := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "default", UID: "claim-1"},
 		Status: resourcev1.ResourceClaimStatus{Allocation: &resourcev1.AllocationResult{Devices: resourcev1.DeviceAllocationResult{
 			Results: []resourcev1.DeviceRequestAllocationResult{{Request: "gpu", Driver: driver, Pool: "kwok-1", Device: "fake-2"}}}}}}

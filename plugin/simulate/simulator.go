@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/agent"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/kube"
@@ -76,7 +77,8 @@ type Simulator struct {
 
 	nodes  cache.Indexer
 	pods   cache.Indexer
-	claims cache.Indexer // nil when the API server has no resource.k8s.io/v1
+	claims cache.Indexer       // nil when the API server has no resource.k8s.io/v1
+	slices cache.MutationCache // the driver's ResourceSlices, with the ones just written; nil as claims
 
 	mu      sync.Mutex
 	sims    map[string]*node
@@ -112,7 +114,7 @@ func New(cfg Config) (*Simulator, error) {
 
 // Index names of the informers' indexers.
 const (
-	byNode = "node" // pods by spec.nodeName; claims by the node pools of their allocation
+	byNode = "node" // pods by spec.nodeName; claims by the node pools of their allocation; slices by spec.nodeName
 )
 
 // Run simulates the selected nodes until ctx ends: it watches the Nodes,
@@ -149,8 +151,21 @@ func (s *Simulator) Run(ctx context.Context) error {
 	}}); err != nil {
 		return err
 	}
-	var claimInf cache.SharedIndexInformer
+	var claimInf, sliceInf cache.SharedIndexInformer
+	sliceFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(trim),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("spec.driver", s.cfg.DriverName).String()
+		}))
 	if s.hasDRA() {
+		sliceInf = sliceFactory.Resource().V1().ResourceSlices().Informer()
+		if err := sliceInf.AddIndexers(cache.Indexers{byNode: func(obj any) ([]string, error) {
+			if sl, ok := obj.(*resourcev1.ResourceSlice); ok && sl.Spec.NodeName != nil {
+				return []string{*sl.Spec.NodeName}, nil
+			}
+			return nil, nil
+		}}); err != nil {
+			return err
+		}
 		claimInf = factory.Resource().V1().ResourceClaims().Informer()
 		if err := claimInf.AddIndexers(cache.Indexers{byNode: func(obj any) ([]string, error) {
 			c, ok := obj.(*resourcev1.ResourceClaim)
@@ -203,15 +218,42 @@ func (s *Simulator) Run(ctx context.Context) error {
 			return err
 		}
 		s.claims = claimInf.GetIndexer()
+		// The slices written are seen before the watch brings them: a
+		// reconcile right after a write must not write them again.
+		s.slices = cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), sliceInf.GetIndexer(),
+			cache.MutationCacheOptions{TTL: time.Minute, Indexer: sliceInf.GetIndexer(), IncludeAdds: true, MaxCacheSize: 1 << 16})
+		enqueueSlice := func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if sl, ok := obj.(*resourcev1.ResourceSlice); ok && sl.Spec.NodeName != nil {
+				s.queue.Add(*sl.Spec.NodeName)
+			}
+		}
+		sliceHandlers := handlers(enqueueSlice)
+		sliceHandlers.DeleteFunc = func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if sl, ok := obj.(*resourcev1.ResourceSlice); ok {
+				s.slices.OnDelete(sl) // a slice written, then deleted by someone: gone, not just unseen
+			}
+			enqueueSlice(obj)
+		}
+		if _, err := sliceInf.AddEventHandler(sliceHandlers); err != nil {
+			return err
+		}
 	}
 	s.nodes, s.pods = nodeInf.GetIndexer(), podInf.GetIndexer()
 	factory.Start(ctx.Done())
 	podFactory.Start(ctx.Done())
+	sliceFactory.Start(ctx.Done())
 	defer factory.Shutdown()
 	defer podFactory.Shutdown()
+	defer sliceFactory.Shutdown()
 	synced := []cache.InformerSynced{nodeInf.HasSynced, podInf.HasSynced}
 	if claimInf != nil {
-		synced = append(synced, claimInf.HasSynced)
+		synced = append(synced, claimInf.HasSynced, sliceInf.HasSynced)
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		s.queue.ShutDown()
@@ -299,7 +341,7 @@ func claimNodes(c *resourcev1.ResourceClaim, driver string) []string {
 // keep its memory small with thousands of pods and nodes: a pod's name,
 // deletion, node, phase and its containers' names and resources; a
 // claim's name and status; a node's labels, annotations and extended
-// resources.
+// resources; a slice's metadata and pool (writeSlices compares hashes).
 func trim(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
@@ -321,6 +363,9 @@ func trim(obj any) (any, error) {
 	case *resourcev1.ResourceClaim:
 		o.ManagedFields, o.Annotations, o.Labels = nil, nil, nil
 		o.Spec = resourcev1.ResourceClaimSpec{}
+	case *resourcev1.ResourceSlice: // what writeSlices compares: the hash, the owner, the generation
+		o.ManagedFields = nil
+		o.Spec.Devices, o.Spec.SharedCounters = nil, nil
 	}
 	return obj, nil
 }
@@ -407,6 +452,11 @@ func (s *Simulator) reconcile(ctx context.Context, name string) error {
 	now := time.Now()
 	switch sim.api {
 	case agent.KubeletAPIDRA:
+		if s.slices != nil {
+			if err := s.writeSlices(ctx, nodeObj, sim); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		if s.claims != nil {
 			objs, err := s.claims.ByIndex(byNode, name)
 			if err != nil {

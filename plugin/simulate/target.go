@@ -1,16 +1,12 @@
 package simulate
 
 import (
-	"context"
-	"fmt"
 	"strings"
 	"sync"
 
 	"github.com/rs/zerolog"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/agent"
@@ -20,10 +16,9 @@ import (
 )
 
 // target is a simulated node's kubelet API (agent.Target): what its
-// plugin would publish, kept as the desired state. Under the device
-// plugin API the Simulator's worker writes it into the Node's status
-// (desiredStatus); under DRA a resourceslice controller of the node's
-// own publishes its pool. The agent calls Apply and SetHealth with its
+// plugin would publish, kept as the desired state, which the Simulator's
+// worker writes: into the Node's status under the device plugin API
+// (desiredStatus), as its ResourceSlices under DRA (resources). The agent calls Apply and SetHealth with its
 // lock held, one at a time; the rest is safe for concurrent use.
 type target struct {
 	node   string
@@ -42,9 +37,6 @@ type target struct {
 	// published are the extended resources this target wrote into the
 	// Node's status, so that one no longer served is removed.
 	published map[string]bool
-
-	// DRA: the node's resourceslice controller, once started.
-	ctrl *resourceslice.Controller
 }
 
 var _ agent.Target = (*target)(nil)
@@ -97,21 +89,9 @@ func (t *target) SetHealth(_ string, ids []string, healthy bool, reason string) 
 	return t.push()
 }
 
-// push publishes the state: the node's worker writes the status; the
-// DRA controller gets the new pool.
+// push has the node's worker write what changed: its status, or its
+// ResourceSlices.
 func (t *target) push() error {
-	if t.api == agent.KubeletAPIDRA {
-		t.mu.Lock()
-		ctrl := t.ctrl
-		t.mu.Unlock()
-		if ctrl != nil {
-			res, err := t.resources()
-			if err != nil {
-				return err
-			}
-			ctrl.Update(&res)
-		}
-	}
 	t.changed()
 	return nil
 }
@@ -121,49 +101,6 @@ func (t *target) resources() (resourceslice.DriverResources, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return dra.Resources(t.driver, t.node, t.set.GPUs, t.devs, t.stored)
-}
-
-// startSlices starts the node's resourceslice controller, owned by the
-// Node (its slices go when the Node goes), with the pool as it is now,
-// and then gives it the pool again in case it changed meanwhile:
-// StartController waits for its informer, about a second.
-func (t *target) startSlices(ctx context.Context, client kubernetes.Interface, uid types.UID) error {
-	res, err := t.resources()
-	if err != nil {
-		return err
-	}
-	ctrl, err := resourceslice.StartController(ctx, resourceslice.Options{
-		DriverName: t.driver,
-		KubeClient: client,
-		Owner:      &resourceslice.Owner{APIVersion: "v1", Kind: "Node", Name: t.node, UID: uid},
-		Resources:  &res,
-		ErrorHandler: func(_ context.Context, err error, msg string) {
-			t.log.Warn().Err(err).Msg("ResourceSlices: " + msg)
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("ResourceSlices of node %q: %w", t.node, err)
-	}
-	t.mu.Lock()
-	t.ctrl = ctrl
-	t.mu.Unlock()
-	res, err = t.resources()
-	if err != nil {
-		return err
-	}
-	ctrl.Update(&res)
-	return nil
-}
-
-// stopSlices stops the controller, if it started; the slices stay.
-func (t *target) stopSlices() {
-	t.mu.Lock()
-	ctrl := t.ctrl
-	t.ctrl = nil
-	t.mu.Unlock()
-	if ctrl != nil {
-		ctrl.Stop()
-	}
 }
 
 // desiredStatus returns the extended resources' capacity and allocatable
