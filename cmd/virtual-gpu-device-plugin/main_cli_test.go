@@ -97,7 +97,7 @@ func TestRun_Help(t *testing.T) {
 		{"help health", []string{"help", "health"}, 0, []string{"Usage: virtual-gpu-device-plugin health list", "-reason"}},
 		{"help version", []string{"help", "version"}, 0, []string{"Usage: virtual-gpu-device-plugin version"}},
 		{"dump -h", []string{"dump", "-h"}, 0, []string{"Usage: virtual-gpu-device-plugin dump"}},
-		{"help unknown", []string{"help", "reboot"}, 2, []string{`help: unknown command "reboot" (commands: serve, dump, health, help, version)`}},
+		{"help unknown", []string{"help", "reboot"}, 2, []string{`help: unknown command "reboot" (commands: serve, dump, health, simulate, help, version)`}},
 		{"unknown command", []string{"reboot"}, 2, []string{`unknown command "reboot"`}},
 		{"version with argument", []string{"version", "now"}, 2, []string{`version: unexpected argument "now"`}},
 		{"-version with argument", []string{"-version", "now"}, 2, []string{`unexpected argument "now"`}},

@@ -43,14 +43,7 @@ var _ agent.Target = (*target)(nil)
 
 // begin takes the set the agent began with and its stored devices.
 func (t *target) begin(set *agent.Set, stored []store.Device) error {
-	devs, err := set.GPUs.Devices(stored)
-	if err != nil {
-		return err
-	}
-	t.mu.Lock()
-	t.set, t.stored, t.devs = set, stored, devs
-	t.mu.Unlock()
-	return t.push()
+	return t.Apply(set, func() ([]store.Device, error) { return stored, nil })
 }
 
 // Apply implements agent.Target.
