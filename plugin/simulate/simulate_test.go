@@ -22,6 +22,7 @@ import (
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/admin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/agent"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/faults"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/gpuset"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/kube"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
@@ -90,6 +91,20 @@ func startRig(t testing.TB, objs ...any) *rig {
 		"eight": profile(t, "eight", "dgx-a100", agent.KubeletAPIDevicePlugin),
 		"four":  profile(t, "four", "generic-4", agent.KubeletAPIDevicePlugin),
 		"dra":   profile(t, "dra", "dgx-a100", agent.KubeletAPIDRA),
+		"faulty": func() agent.Config {
+			c := profile(t, "faulty", "generic-4", agent.KubeletAPIDevicePlugin)
+			fs, err := faults.Parse("down:fake-0:after=50ms")
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Faults = faults.Plan{Text: "down:fake-0:after=50ms", Faults: fs}
+			return c
+		}(),
+		"mig": func() agent.Config {
+			c := profile(t, "mig", "hgx-h100", agent.KubeletAPIDevicePlugin)
+			c.GPUs = plugintest.WithMIG(t, c.GPUs, nil, gpuset.MIG{Strategy: gpuset.MIGStrategyMixed, Layout: "all-1g.10gb"})
+			return c
+		}(),
 	}}
 	sel, err := simulate.ParseSelector(simulate.DefaultSelector)
 	if err != nil {
@@ -392,5 +407,55 @@ func FuzzParseSelector(f *testing.F) {
 		if sel.Matches(map[string]string{k: v}, nil) != sel.Matches(nil, map[string]string{k: v}) {
 			t.Fatalf("%q: label and annotation %s=%s differ", s, k, v)
 		}
+	})
+}
+
+// TestSimulator_FaultsAndMIG: a profile's fault plan runs on each of its
+// nodes (allocatable drops); the mixed MIG strategy publishes the MIG
+// resources, and no whole-GPU resource while every GPU is partitioned.
+func TestSimulator_FaultsAndMIG(t *testing.T) {
+	r := startRig(t, kwokNode("kwok-4", map[string]string{kube.ConfigLabel: "faulty"}),
+		kwokNode("kwok-5", map[string]string{kube.ConfigLabel: "mig"}))
+	r.waitGPUs("kwok-4", gpu, 4, 3)
+	mig := "unicore.mcyou.cc/mig-1g.10gb"
+	r.waitGPUs("kwok-5", mig, 56, 56)
+	if _, ok := r.node("kwok-5").Status.Capacity[gpu]; ok {
+		t.Errorf("a node with every GPU partitioned reports %s", gpu)
+	}
+	if s := r.summary("kwok-4"); s.Unhealthy != 1 {
+		t.Errorf("the fault plan's device: %s", stringOf(s))
+	}
+}
+
+// TestSimulator_KubeletAPISwitch: a profile label that moves a node from
+// the device plugin to DRA takes back its extended resource and publishes
+// its slices; moving back deletes them.
+func TestSimulator_KubeletAPISwitch(t *testing.T) {
+	r := startRig(t, kwokNode("kwok-6", nil))
+	r.waitGPUs("kwok-6", gpu, 8, 8)
+	ctx := context.Background()
+	relabel := func(profile string) {
+		n := r.node("kwok-6")
+		n.Labels[kube.ConfigLabel] = profile
+		if _, err := r.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slices := func() int {
+		l, err := r.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(l.Items)
+	}
+	relabel("dra")
+	r.eventually("DRA", func() (bool, string) {
+		_, has := r.node("kwok-6").Status.Capacity[gpu]
+		return !has && slices() == 1 && r.summary("kwok-6").KubeletAPI == "dra", stringOf(r.summary("kwok-6"))
+	})
+	relabel("eight")
+	r.eventually("device plugin again", func() (bool, string) {
+		c := r.node("kwok-6").Status.Capacity[gpu]
+		return c.Value() == 8 && slices() == 0, stringOf(r.summary("kwok-6"))
 	})
 }

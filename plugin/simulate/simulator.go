@@ -549,10 +549,23 @@ func (s *Simulator) unpublish(ctx context.Context, obj *corev1.Node, sim *node) 
 	var errs []error
 	switch sim.api {
 	case agent.KubeletAPIDRA:
-		sel := fields.Set{"spec.nodeName": obj.Name, "spec.driver": s.cfg.DriverName}.AsSelector().String()
-		err := s.cfg.Client.ResourceV1().ResourceSlices().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: sel})
-		if err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("delete ResourceSlices of node %q: %w", obj.Name, err))
+		if s.slices == nil {
+			break
+		}
+		objs, err := s.slices.ByIndex(byNode, obj.Name)
+		if err != nil {
+			return err
+		}
+		for _, o := range objs {
+			sl := o.(*resourcev1.ResourceSlice)
+			s.stats.sliceWrites.Add(1)
+			err := s.cfg.Client.ResourceV1().ResourceSlices().Delete(ctx, sl.Name, metav1.DeleteOptions{})
+			switch {
+			case err == nil || apierrors.IsNotFound(err):
+				s.slices.OnDelete(sl)
+			default:
+				errs = append(errs, fmt.Errorf("delete ResourceSlice %s of node %q: %w", sl.Name, obj.Name, err))
+			}
 		}
 	default:
 		set, _ := sim.tgt.current()
