@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/admin"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
@@ -16,24 +17,23 @@ const healthSynopsis = "health list [-o table|wide|json|yaml] [--no-headers] | h
 // health lists device health or changes it in the running plugin.
 func health(ctx context.Context, args []string, stdout io.Writer, getenv func(string) string) error {
 	var (
-		f      inspectFlags
+		f      options.Inspect
 		reason string
 	)
 	fset := flag.NewFlagSet("health", flag.ContinueOnError)
-	f.register(fset)
+	f.Register(fset)
 	fset.StringVar(&reason, "reason", "", "why the device is unhealthy (health set … unhealthy)")
-	pos, err := parseSubcommand(fset, args, getenv)
+	pos, err := options.ParseSubcommand(fset, args, getenv)
 	if errors.Is(err, flag.ErrHelp) {
-		printUsage(fset, stdout, healthSynopsis, "list shows every device's health, NUMA node and holder, from the running plugin or the state file.\n"+
+		options.PrintSubcommandUsage(fset, stdout, healthSynopsis, "list shows every device's health, NUMA node and holder, from the running plugin or the state file.\n"+
 			"set changes a device's health in the running plugin: stored, and sent to the kubelet at once.")
 		return nil
 	}
 	if err != nil {
-		return err
+		return usageError{err}
 	}
-	f.stateGiven = given(fset, "state") || getenv("VGPU_STATE") != ""
-	if err := f.validate(); err != nil {
-		return err
+	if err := f.Validate(fset, getenv); err != nil {
+		return usageError{err}
 	}
 	if len(pos) == 0 {
 		return usagef("health: want %s", healthSynopsis)
@@ -50,7 +50,7 @@ func health(ctx context.Context, args []string, stdout io.Writer, getenv func(st
 		if err != nil {
 			return err
 		}
-		return admin.Print(stdout, snap, f.printOptions())
+		return admin.Print(stdout, snap, f.PrintOptions())
 	case "set":
 		if len(pos) != 3 {
 			return usagef("health set: want <device> healthy|unhealthy, got %d arguments", len(pos)-1)
@@ -73,7 +73,7 @@ func health(ctx context.Context, args []string, stdout io.Writer, getenv func(st
 		if !healthy && reason == "" {
 			reason = "set unhealthy by an operator"
 		}
-		snap, err := f.client(dumpTimeout).SetHealth(ctx, id, healthy, reason)
+		snap, err := f.Client(dumpTimeout).SetHealth(ctx, id, healthy, reason)
 		switch {
 		case errors.Is(err, admin.ErrNoPlugin):
 			return fmt.Errorf("health set needs the running plugin: %w", err)
@@ -84,7 +84,7 @@ func health(ctx context.Context, args []string, stdout io.Writer, getenv func(st
 		case err != nil: // connected, then no answer: the change may be made
 			return fmt.Errorf("health set: %w (the plugin may have made the change: see health list)", err)
 		}
-		return admin.Print(stdout, snap, f.printOptions())
+		return admin.Print(stdout, snap, f.PrintOptions())
 	default:
 		return usagef("health: unknown command %q: want list or set", topology.Clip(pos[0]))
 	}

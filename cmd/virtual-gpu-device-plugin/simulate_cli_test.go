@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 
@@ -44,19 +43,6 @@ func TestSimulate_BadFlags(t *testing.T) {
 				t.Fatalf("exit %d, stderr %q; want 2 and %q", code, stderr.String(), tc.want)
 			}
 		})
-	}
-}
-
-func TestSplitSimulateArgs(t *testing.T) {
-	own, rest, err := splitSimulateArgs([]string{"-config", "/p", "-state", "/s", "--node-selector=type=kwok", "-devices=8", "-workers", "4", "--", "-state=x"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := []string{"-state", "/s", "--node-selector=type=kwok", "-workers", "4"}; !reflect.DeepEqual(own, want) {
-		t.Errorf("own %q, want %q", own, want)
-	}
-	if want := []string{"-config", "/p", "-devices=8", "--", "-state=x"}; !reflect.DeepEqual(rest, want) {
-		t.Errorf("rest %q, want %q", rest, want)
 	}
 }
 
