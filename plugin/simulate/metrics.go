@@ -23,7 +23,9 @@ const (
 type RequestCounter struct{ n atomic.Uint64 }
 
 // Wrap returns rt counting every request through c.
-func (c *RequestCounter) Wrap(rt http.RoundTripper) http.RoundTripper { return countingTransport{rt, c} }
+func (c *RequestCounter) Wrap(rt http.RoundTripper) http.RoundTripper {
+	return countingTransport{rt, c}
+}
 
 type countingTransport struct {
 	rt http.RoundTripper
