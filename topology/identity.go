@@ -3,6 +3,7 @@ package topology
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 )
 
@@ -38,4 +39,19 @@ func NodeIdentity(nodeName, machineID string) (identity, source string, err erro
 		return "", "", fmt.Errorf("no node identity for the GPU UUIDs: machine id %q is not 32 hexadecimal digits; set -node-name", Clip(id))
 	}
 	return strings.ToLower(id), IdentityMachineID, nil
+}
+
+// ReadMachineID returns the content of the machine-id file at path
+// (DefaultMachineIDPath), or "" when it is not a small regular file that
+// reads.
+func ReadMachineID(path string) string {
+	fi, err := os.Stat(path)
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() > 4096 {
+		return ""
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	return string(b)
 }

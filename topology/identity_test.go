@@ -1,6 +1,8 @@
 package topology_test
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -36,5 +38,24 @@ func TestNodeIdentity(t *testing.T) {
 				t.Errorf("NodeIdentity = %q, %q, %v; want %q, %q", got, source, err, tc.want, tc.source)
 			}
 		})
+	}
+}
+
+// TestReadMachineID: the file's content; "" for a missing file, a
+// directory and a file too big to be a machine id.
+func TestReadMachineID(t *testing.T) {
+	dir := t.TempDir()
+	id := filepath.Join(dir, "machine-id")
+	big := filepath.Join(dir, "big")
+	if err := os.WriteFile(id, []byte("0123456789abcdef0123456789abcdef\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(big, make([]byte, 5000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{id: "0123456789abcdef0123456789abcdef\n", big: "", dir: "", filepath.Join(dir, "none"): ""} {
+		if got := topology.ReadMachineID(path); got != want {
+			t.Errorf("ReadMachineID(%s) = %q, want %q", path, got, want)
+		}
 	}
 }

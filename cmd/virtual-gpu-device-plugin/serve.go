@@ -385,7 +385,7 @@ func checkPluginSocket(cfg *options.Config) error {
 func identityFor(nodeName, machineIDPath string, log zerolog.Logger) string {
 	var machineID string
 	if strings.TrimSpace(nodeName) == "" {
-		machineID = readMachineID(machineIDPath)
+		machineID = topology.ReadMachineID(machineIDPath)
 	}
 	identity, source, err := topology.NodeIdentity(nodeName, machineID)
 	if err != nil {
@@ -394,20 +394,6 @@ func identityFor(nodeName, machineIDPath string, log zerolog.Logger) string {
 	}
 	log.Debug().Str("source", source).Msg("GPU UUIDs derived from the node's identity")
 	return identity
-}
-
-// readMachineID returns the content of the machine-id file at path, or ""
-// when it is not a small regular file that reads.
-func readMachineID(path string) string {
-	fi, err := os.Stat(path)
-	if err != nil || !fi.Mode().IsRegular() || fi.Size() > 4096 {
-		return ""
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	return string(b)
 }
 
 // connectAPI returns a client of the API server when the plugin needs one
