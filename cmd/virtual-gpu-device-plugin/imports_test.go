@@ -3,9 +3,14 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"go/parser"
+	"go/token"
 	"io"
+	"io/fs"
 	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -45,10 +50,12 @@ var allowedImports = map[string][]string{
 	"plugin/admin": {"plugin/gpuset", "plugin/unixsock", "store", "topology"},
 	"plugin/agent": {"plugin/faults", "plugin/gpuset", "plugin/kube", "plugin/telemetry", "plugin/view", "plugin/view/loadsock",
 		"store", "topology", "topology/mig"},
-	"plugin":              {"plugin/agent", "plugin/atomicfile", "plugin/gpuset", "plugin/metrics", "plugin/telemetry", "plugin/unixsock", "plugin/view", "store", "topology"},
-	"plugin/plugintest":   {"allocator", "plugin/gpuset", "plugin/view", "store", "topology", "topology/mig"},
-	"plugin/dra/endpoint": {"plugin/unixsock"},
-	"plugin/simulate":     {"plugin/admin", "plugin/agent", "plugin/dra", "plugin/faults", "plugin/gpuset", "plugin/kube", "store", "topology"},
+	"plugin":                {"plugin/agent", "plugin/atomicfile", "plugin/gpuset", "plugin/metrics", "plugin/telemetry", "plugin/unixsock", "plugin/view", "store", "topology"},
+	"plugin/plugintest":     {"allocator", "plugin/gpuset", "plugin/view", "store", "topology", "topology/mig"},
+	"plugin/dra/endpoint":   {"plugin/unixsock"},
+	"plugin/simulate/scope": nil,
+	"plugin/simulate": {"plugin/admin", "plugin/agent", "plugin/dra", "plugin/faults", "plugin/gpuset", "plugin/kube", "plugin/simulate/scope",
+		"store", "topology"},
 	"plugin/dra": {"plugin/agent", "plugin/dra/endpoint", "plugin/gpuset", "plugin/metrics", "plugin/telemetry", "plugin/unixsock", "plugin/view/cdi",
 		"store", "topology", "topology/mig"},
 }
@@ -69,6 +76,45 @@ var (
 	clientGoUsers        = []string{"plugin/kube", "plugin/dra", "plugin/simulate"}
 )
 
+// The e2e module builds the kubelet and the API server from Kubernetes'
+// own release (e2e/go.mod pins k8s.io/dynamic-resource-allocation to it),
+// and imports some packages of ours (e2eImports reads which from its
+// sources): none of them may depend on the DRA libraries, which this
+// module takes at a newer version whose API the e2e module's lacks
+// (plugin/dra/endpoint and plugin/simulate/scope exist for this).
+const draLibraries = "k8s.io/dynamic-resource-allocation/"
+
+// e2eImports returns the packages of this module, outside e2e/, that the
+// e2e module's Go files import, relative to the module's path.
+func e2eImports(t *testing.T) []string {
+	t.Helper()
+	var found []string
+	err := filepath.WalkDir(filepath.Join("..", "..", "e2e"), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") {
+			return err
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if rel, ours := strings.CutPrefix(p, module+"/"); ours && rel != "e2e" && !strings.HasPrefix(rel, "e2e/") && !slices.Contains(found, rel) {
+				found = append(found, rel)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("read the e2e module's imports: %v", err)
+	}
+	if len(found) == 0 {
+		t.Fatal("the e2e module imports no package of this module: the walk read the wrong directory")
+	}
+	slices.Sort(found)
+	return found
+}
+
 // listedPackage is what the test reads of `go list -json`.
 type listedPackage struct {
 	ImportPath string
@@ -84,6 +130,7 @@ func TestImportRules(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}
+	e2eImported := e2eImports(t)
 	dec := json.NewDecoder(bytes.NewReader(out))
 	var checked []string
 	for {
@@ -119,11 +166,18 @@ func TestImportRules(t *testing.T) {
 				t.Errorf("%s depends on the device-plugin API (%s): only %s may", rel, devicePluginAPI, strings.Join(devicePluginAPIUsers, ", "))
 			}
 		}
+		if slices.Contains(e2eImported, rel) {
+			for _, dep := range p.Deps {
+				if strings.HasPrefix(dep, draLibraries) || dep == module+"/plugin/dra" {
+					t.Errorf("%s depends on %s: the e2e module imports it, and builds against an older DRA library", rel, dep)
+				}
+			}
+		}
 		checked = append(checked, rel)
 	}
 	if len(checked) < len(allowedImports) {
 		t.Errorf("go list found %d packages, the rules place %d: a package went missing", len(checked), len(allowedImports))
 	}
-	t.Logf("import rules hold for %d packages (%d outside cmd/, each within its allowed imports; the device-plugin API only in %s; client-go only in %s)",
-		len(checked), len(allowedImports), strings.Join(devicePluginAPIUsers, ", "), strings.Join(clientGoUsers, ", "))
+	t.Logf("import rules hold for %d packages (%d outside cmd/, each within its allowed imports; the device-plugin API only in %s; client-go only in %s; no DRA library under %s)",
+		len(checked), len(allowedImports), strings.Join(devicePluginAPIUsers, ", "), strings.Join(clientGoUsers, ", "), strings.Join(e2eImported, ", "))
 }

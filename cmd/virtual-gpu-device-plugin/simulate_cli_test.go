@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/simulate"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/simulate/scope"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/store/storetest"
 )
@@ -52,7 +52,7 @@ func TestSimulate_Help(t *testing.T) {
 		if err := run(context.Background(), args, &out, io.Discard, env(nil)); err != nil {
 			t.Fatal(err)
 		}
-		for _, want := range []string{"Usage: virtual-gpu-device-plugin simulate", "-node-selector", simulate.DefaultSelector, "-workers", "-config-default"} {
+		for _, want := range []string{"Usage: virtual-gpu-device-plugin simulate", "-node-selector", scope.DefaultSelector, "-workers", "-config-default"} {
 			if !strings.Contains(out.String(), want) {
 				t.Errorf("%q: help lacks %q:\n%s", args, want, out.String())
 			}
@@ -65,7 +65,7 @@ func TestSimulate_Help(t *testing.T) {
 // the simulator; a name that is no node name is refused.
 func TestDump_Node(t *testing.T) {
 	dir := t.TempDir()
-	path := simulate.StatePath(dir, "kwok-1")
+	path := scope.StatePath(dir, "kwok-1")
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestDump_Node(t *testing.T) {
 		{[]string{"dump", "--nodes", "-state", dir}, "dump --nodes needs the running simulator"},
 		{[]string{"dump", "--node", "../x", "-state", dir}, `invalid --node="../x": not a node name`},
 		{[]string{"dump", "--nodes", "--node", "kwok-1", "-state", dir}, "dump --nodes: takes none of"},
-		{[]string{"dump", "--node", "kwok-2", "-state", dir}, "no state file at " + simulate.StatePath(dir, "kwok-2")},
+		{[]string{"dump", "--node", "kwok-2", "-state", dir}, "no state file at " + scope.StatePath(dir, "kwok-2")},
 		{[]string{"health", "set", "--node", "kwok-1", "fake-0", "unhealthy", "-state", dir}, "health set needs the running plugin"},
 	} {
 		var stderr bytes.Buffer

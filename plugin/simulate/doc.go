@@ -1,6 +1,6 @@
 // Package simulate gives kubelet-less nodes (KWOK's, sigs.k8s.io/kwok) the
 // GPUs a real node of their profile would have: one process, the
-// Simulator, watches the Nodes a Selector picks and publishes for each what
+// Simulator, watches the Nodes a scope.Selector picks and publishes for each what
 // that node's plugin would — the extended resources' capacity and
 // allocatable and the GPU labels under the device plugin API, or the
 // node's ResourceSlices, owned by the Node, under DRA — and records in a

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -15,18 +14,10 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/admin"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/agent"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/faults"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/simulate/scope"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
-
-// NodesDir is the directory of the per-node state files under the
-// Simulator's state directory: <StateDir>/nodes/<node>.db.
-const NodesDir = "nodes"
-
-// StatePath returns the state file of node under stateDir.
-func StatePath(stateDir, node string) string {
-	return filepath.Join(stateDir, NodesDir, node+".db")
-}
 
 // node is one simulated node: its agent, state file, fault plan and
 // target, running until stop.
@@ -55,7 +46,7 @@ type node struct {
 func (s *Simulator) startNode(parent context.Context, obj *corev1.Node, api agent.KubeletAPI) (*node, error) {
 	name := obj.Name
 	log := s.log.With().Str("node", name).Logger()
-	st, err := store.Open(StatePath(s.cfg.StateDir, name), store.Options{
+	st, err := store.Open(scope.StatePath(s.cfg.StateDir, name), store.Options{
 		RecoveryHint: "move it aside (or delete it) to start this node afresh"})
 	if err != nil {
 		return nil, err
@@ -106,7 +97,3 @@ func (n *node) stop() error {
 	}
 	return nil
 }
-
-// DefaultStateDir is the default of the simulator's -state: its state
-// directory, next to the plugin's state file.
-const DefaultStateDir = "/var/lib/virtual-gpu/simulate"

@@ -27,6 +27,7 @@ import (
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/kube"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/plugintest"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/simulate"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/simulate/scope"
 	"github.com/unicore/virtual-gpu-device-plugin/store"
 )
 
@@ -106,7 +107,7 @@ func startRig(t testing.TB, objs ...any) *rig {
 			return c
 		}(),
 	}}
-	sel, err := simulate.ParseSelector(simulate.DefaultSelector)
+	sel, err := scope.ParseSelector(scope.DefaultSelector)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,25 +389,6 @@ func TestSimulator_NotSelected(t *testing.T) {
 		_, has := n.Status.Capacity[gpu]
 		_, cpu := n.Status.Capacity[corev1.ResourceCPU]
 		return !has && cpu && n.Labels[kube.LabelCount] == "", stringOf(n.Status.Capacity)
-	})
-}
-
-func FuzzParseSelector(f *testing.F) {
-	for _, s := range []string{simulate.DefaultSelector, "type=kwok,!gpu", "a in (b,c)", "", "=", "a!=b,", "x==y"} {
-		f.Add(s, "kwok.x-k8s.io/node", "fake")
-	}
-	f.Fuzz(func(t *testing.T, s, k, v string) {
-		sel, err := simulate.ParseSelector(s)
-		if err != nil {
-			if sel.String() != "" || sel.Matches(map[string]string{k: v}, nil) {
-				t.Fatalf("a refused selector %q selects", s)
-			}
-			return
-		}
-		// A label and an annotation of the same key and value select alike.
-		if sel.Matches(map[string]string{k: v}, nil) != sel.Matches(nil, map[string]string{k: v}) {
-			t.Fatalf("%q: label and annotation %s=%s differ", s, k, v)
-		}
 	})
 }
 

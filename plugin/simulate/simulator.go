@@ -26,16 +26,12 @@ import (
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/agent"
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/kube"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/simulate/scope"
 )
 
-// Defaults of Config.
-const (
-	// DefaultWorkers is how many nodes are reconciled at once.
-	DefaultWorkers = 16
-	// DefaultRetry is the first wait before a failed node is tried again
-	// (then doubling, up to a minute).
-	DefaultRetry = time.Second
-)
+// DefaultRetry is the default of Config.Retry: the first wait before a
+// failed node is tried again (then doubling, up to a minute).
+const DefaultRetry = time.Second
 
 // Config configures a Simulator. Client, Source, Selector and StateDir are
 // required.
@@ -48,15 +44,15 @@ type Config struct {
 	// Simulator calls it one call at a time.
 	Source agent.Source
 	// Selector picks the nodes to simulate.
-	Selector Selector
-	// StateDir holds a state file per node (StatePath), created when
+	Selector scope.Selector
+	// StateDir holds a state file per node (scope.StatePath), created when
 	// missing; each stays after its node is gone, for its history.
 	StateDir string
 	// DriverName is the DRA driver the nodes with a DRA profile publish
 	// as (the plugin's -dra-driver-name).
 	DriverName string
 	// Workers bounds the nodes reconciled at once (default
-	// DefaultWorkers).
+	// scope.DefaultWorkers).
 	Workers int
 	// Retry is the first wait before a failed node is tried again, and
 	// before a node's agent is given labels it failed to apply again
@@ -95,13 +91,13 @@ func New(cfg Config) (*Simulator, error) {
 		return nil, errors.New("simulate: no API client")
 	case cfg.Source == nil:
 		return nil, errors.New("simulate: no configuration source")
-	case cfg.Selector.sel == nil:
+	case cfg.Selector.IsZero():
 		return nil, errors.New("simulate: no node selector")
 	case !filepath.IsAbs(cfg.StateDir):
 		return nil, fmt.Errorf("simulate: state directory %q: must be an absolute path", cfg.StateDir)
 	}
 	if cfg.Workers <= 0 {
-		cfg.Workers = DefaultWorkers
+		cfg.Workers = scope.DefaultWorkers
 	}
 	if cfg.Retry <= 0 {
 		cfg.Retry = DefaultRetry
@@ -130,7 +126,7 @@ func (s *Simulator) Run(ctx context.Context) error {
 	}
 	s.running = true
 	s.mu.Unlock()
-	if err := os.MkdirAll(filepath.Join(s.cfg.StateDir, NodesDir), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(s.cfg.StateDir, scope.NodesDir), 0o700); err != nil {
 		return fmt.Errorf("state directory: %w", err)
 	}
 	ctx, cancel := context.WithCancel(ctx)

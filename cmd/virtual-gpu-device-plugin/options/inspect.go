@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/unicore/virtual-gpu-device-plugin/plugin/admin"
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/simulate"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/simulate/scope"
 	"github.com/unicore/virtual-gpu-device-plugin/topology"
 )
 
@@ -22,7 +22,7 @@ import (
 type Inspect struct {
 	// StatePath is -state: the state file, or with Node or Nodes the
 	// simulator's state directory (default DefaultStatePath, then
-	// simulate.DefaultStateDir).
+	// scope.DefaultStateDir).
 	StatePath string
 	// AdminSocket is -admin-socket (default admin.sock next to the state
 	// file, or in the simulator's directory).
@@ -55,7 +55,7 @@ func (f *Inspect) Register(fset *flag.FlagSet) {
 	fset.StringVar(&f.Output, "o", "table", "output `format`: "+strings.Join(admin.OutputFormats, ", "))
 	fset.StringVar(&f.Output, "output", "table", "output `format` (same as -o)")
 	fset.BoolVar(&f.NoHeaders, "no-headers", false, "table and wide output: print no header lines")
-	fset.StringVar(&f.Node, "node", "", "a simulated node's `name` (simulate): -state is then the simulator's state directory (default "+simulate.DefaultStateDir+")")
+	fset.StringVar(&f.Node, "node", "", "a simulated node's `name` (simulate): -state is then the simulator's state directory (default "+scope.DefaultStateDir+")")
 }
 
 // Client returns the admin client: the plugin's, or with --node the
@@ -72,7 +72,7 @@ func (f Inspect) Client(timeout time.Duration) *admin.Client {
 // with --node the node's file in the simulator's state directory.
 func (f Inspect) StateFile() string {
 	if f.Node != "" {
-		return simulate.StatePath(f.StatePath, f.Node)
+		return scope.StatePath(f.StatePath, f.Node)
 	}
 	return f.StatePath
 }
@@ -92,7 +92,7 @@ func (f *Inspect) Validate(fset *flag.FlagSet, getenv func(string) string) error
 			}
 		}
 		if !stateGiven {
-			f.StatePath = simulate.DefaultStateDir
+			f.StatePath = scope.DefaultStateDir
 		}
 		if f.AdminSocket == "" {
 			f.AdminSocket = filepath.Join(f.StatePath, AdminSocketName)

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/unicore/virtual-gpu-device-plugin/plugin/simulate"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/simulate/scope"
 )
 
 // Simulate is the simulate command's configuration: its own flags, which
@@ -18,15 +18,15 @@ import (
 type Simulate struct {
 	// Serve is serve's flags, parsed by Parse; Serve.Help is -h.
 	Serve *Options
-	// Selector is -node-selector (default simulate.DefaultSelector).
-	Selector simulate.Selector
+	// Selector is -node-selector (default scope.DefaultSelector).
+	Selector scope.Selector
 	// StateDir is -state, absolute and clean (default
-	// simulate.DefaultStateDir).
+	// scope.DefaultStateDir).
 	StateDir string
 	// AdminSocket is -admin-socket, absolute (default admin.sock in
 	// StateDir).
 	AdminSocket string
-	// Workers is -workers (default simulate.DefaultWorkers).
+	// Workers is -workers (default scope.DefaultWorkers).
 	Workers int
 }
 
@@ -46,10 +46,10 @@ type simulateFlags struct {
 func newSimulateFlagSet(f *simulateFlags) *flag.FlagSet {
 	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.StringVar(&f.selector, "node-selector", simulate.DefaultSelector, "the nodes to simulate: a `selector` in label-selector syntax, matched against each node's labels and annotations")
-	fs.StringVar(&f.stateDir, "state", simulate.DefaultStateDir, "state `directory`: one state file per simulated node, in nodes/<node>.db")
+	fs.StringVar(&f.selector, "node-selector", scope.DefaultSelector, "the nodes to simulate: a `selector` in label-selector syntax, matched against each node's labels and annotations")
+	fs.StringVar(&f.stateDir, "state", scope.DefaultStateDir, "state `directory`: one state file per simulated node, in nodes/<node>.db")
 	fs.StringVar(&f.adminSocket, "admin-socket", "", "admin API socket `path`, used by dump --node/--nodes and health --node (default: admin.sock in -state)")
-	fs.IntVar(&f.workers, "workers", simulate.DefaultWorkers, "how many nodes are brought up to date at once")
+	fs.IntVar(&f.workers, "workers", scope.DefaultWorkers, "how many nodes are brought up to date at once")
 	return fs
 }
 
@@ -104,7 +104,7 @@ func ParseSimulate(args []string, getenv func(string) string) (*Simulate, error)
 	if f.workers < 1 {
 		return nil, invalidf("invalid -workers=%d: must be at least 1", f.workers)
 	}
-	if s.Selector, err = simulate.ParseSelector(f.selector); err != nil {
+	if s.Selector, err = scope.ParseSelector(f.selector); err != nil {
 		return nil, invalidf("invalid -node-selector: %w", err)
 	}
 	return s, nil

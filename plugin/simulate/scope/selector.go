@@ -1,4 +1,4 @@
-package simulate
+package scope
 
 import (
 	"fmt"
@@ -6,10 +6,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/labels"
 )
-
-// DefaultSelector is the default of -node-selector: the annotation KWOK
-// manages its nodes by (kwokctl's default).
-const DefaultSelector = "kwok.x-k8s.io/node=fake"
 
 // Selector picks the Nodes to simulate: a selector in label-selector
 // syntax ("a=b,c in (d),!e") matched against a node's labels and
@@ -52,6 +48,9 @@ func (s Selector) Matches(nodeLabels, annotations map[string]string) bool {
 	}
 	return s.sel.Matches(set)
 }
+
+// IsZero reports whether s is the zero Selector, which selects nothing.
+func (s Selector) IsZero() bool { return s.sel == nil }
 
 // String returns the selector as given.
 func (s Selector) String() string { return s.text }
