@@ -35,11 +35,12 @@ build:
 test: lint unit e2e
 
 ## unit: go vet and the unit tests with the race detector; then the e2e module's packages that need
-## no root and no cluster (E2E_UNIT: the chart, the manifests, the Dockerfile), which e2e/run.sh leaves out
+## no root and no cluster (E2E_UNIT: the chart, the manifests, the Dockerfile), which e2e/run.sh leaves out;
+## their -timeout allows the Dockerfile test's two builds (this platform and another) on a cold build cache
 unit:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
-	cd e2e && $(GO) vet $(E2E_UNIT) && $(GO) test -count=1 $(E2E_UNIT)
+	cd e2e && $(GO) vet $(E2E_UNIT) && $(GO) test -count=1 -timeout 30m $(E2E_UNIT)
 
 ## e2e: the end-to-end suite against a real kubelet, containerd and API server (root, Linux; see e2e/README.md)
 e2e: build

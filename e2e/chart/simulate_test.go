@@ -2,67 +2,17 @@ package chart_test
 
 import (
 	"fmt"
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"maps"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/unicore/virtual-gpu-device-plugin/e2e/chart"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/simulate/scope"
 )
-
-// simulateDefault is the value of a string constant of package plugin/simulate (the defaults
-// of simulate's -state and -node-selector), read from its source: the e2e module does not
-// build that package.
-func simulateDefault(t *testing.T, name string) string {
-	t.Helper()
-	dir := filepath.Join(repo, "plugin", "simulate")
-	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no Go files in %s (%v)", dir, err)
-	}
-	fset := token.NewFileSet()
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
-		}
-		file, err := parser.ParseFile(fset, f, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, decl := range file.Decls {
-			g, ok := decl.(*ast.GenDecl)
-			if !ok || g.Tok != token.CONST {
-				continue
-			}
-			for _, spec := range g.Specs {
-				vs := spec.(*ast.ValueSpec)
-				for i, n := range vs.Names {
-					if n.Name != name || i >= len(vs.Values) {
-						continue
-					}
-					lit, ok := vs.Values[i].(*ast.BasicLit)
-					if !ok || lit.Kind != token.STRING {
-						t.Fatalf("%s: %s is not a string literal", f, name)
-					}
-					v, err := strconv.Unquote(lit.Value)
-					if err != nil {
-						t.Fatal(err)
-					}
-					return v
-				}
-			}
-		}
-	}
-	t.Fatalf("no constant %s in %s", name, dir)
-	return ""
-}
 
 // simulatorObjects are the objects of the simulator (component label simulator) by kind.
 func simulatorObjects(objs []*unstructured.Unstructured) map[string][]*unstructured.Unstructured {
@@ -107,8 +57,8 @@ func TestChart_Simulate(t *testing.T) {
 	}
 
 	chartValues := values(t, string(mustRead(t, filepath.Join(chartDir, "values.yaml"))))
-	if sel, _, _ := unstructured.NestedString(chartValues, "simulate", "selectNodes"); sel != simulateDefault(t, "DefaultSelector") {
-		t.Errorf("values.yaml simulate.selectNodes %q, the default of -node-selector %q", sel, simulateDefault(t, "DefaultSelector"))
+	if sel, _, _ := unstructured.NestedString(chartValues, "simulate", "selectNodes"); sel != scope.DefaultSelector {
+		t.Errorf("values.yaml simulate.selectNodes %q, the default of -node-selector %q", sel, scope.DefaultSelector)
 	}
 
 	objs := render(t, values(t, "simulate: {enabled: true}"))
@@ -123,13 +73,13 @@ func TestChart_Simulate(t *testing.T) {
 		t.Errorf("strategy %q, want Recreate", s)
 	}
 	a, _, _ := unstructured.NestedStringSlice(c, "args")
-	if want := []string{"simulate", "-state=" + simulateDefault(t, "DefaultStateDir"), "-metrics-address=:9401", "-log-format=json", "-devices=4"}; !slices.Equal(a, want) {
+	if want := []string{"simulate", "-state=" + scope.DefaultStateDir, "-metrics-address=:9401", "-log-format=json", "-devices=4"}; !slices.Equal(a, want) {
 		t.Errorf("args %v, want %v", a, want)
 	}
 	mounts, _, _ := unstructured.NestedSlice(c, "volumeMounts")
 	stateVol := ""
 	for _, m := range mounts {
-		if m := m.(map[string]any); m["mountPath"] == simulateDefault(t, "DefaultStateDir") {
+		if m := m.(map[string]any); m["mountPath"] == scope.DefaultStateDir {
 			stateVol, _ = m["name"].(string)
 		}
 	}
@@ -168,7 +118,7 @@ func TestChart_Simulate(t *testing.T) {
 		values string
 		want   []string // the args after -log-format: the machine without profiles, as the DaemonSet's
 	}{
-		{"simulate: {enabled: true, selectNodes: " + simulateDefault(t, "DefaultSelector") + "}", []string{"-devices=4"}},
+		{"simulate: {enabled: true, selectNodes: " + scope.DefaultSelector + "}", []string{"-devices=4"}},
 		{"simulate: {enabled: true, selectNodes: 'type=kwok,!real'}", []string{"-devices=4", "-node-selector=type=kwok,!real"}},
 		{"simulate: {enabled: true, logLevel: debug}", []string{"-log-level=debug", "-devices=4"}},
 		{"{simulate: {enabled: true}, topology: dgx-a100}", []string{"-topology=dgx-a100"}},

@@ -15,6 +15,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 
 	"github.com/unicore/virtual-gpu-device-plugin/cmd/virtual-gpu-device-plugin/options"
+	"github.com/unicore/virtual-gpu-device-plugin/plugin/simulate/scope"
 )
 
 // The simulator (`virtual-gpu-device-plugin simulate`, deploy/components/simulate and the
@@ -23,11 +24,6 @@ import (
 const (
 	// simulatorComponent is the app.kubernetes.io/component label of its objects.
 	simulatorComponent = "simulator"
-	// simulateStateDefault is the default of simulate's -state (plugin/simulate's
-	// DefaultStateDir; e2e/chart's TestChart_Simulate reads it from there, and compares the
-	// chart with deploy/overlays/simulate): the manifests pass it and mount the state volume
-	// there.
-	simulateStateDefault = "/var/lib/virtual-gpu/simulate"
 	// kwokNodeTaint is the taint KWOK's nodes carry: the simulator must not tolerate it, it
 	// runs on a real node.
 	kwokNodeTaint = "kwok.x-k8s.io/node"
@@ -175,8 +171,8 @@ func checkSimulatorDeployment(t *testing.T, d *appsv1.Deployment, ds *appsv1.Dae
 	flags := parseSimulateArgs(t, c.Args)
 
 	// The state directory: -state at its default, the state volume mounted there.
-	if got := flags["state"]; got != simulateStateDefault {
-		t.Errorf("-state=%q, want simulate's default %s", got, simulateStateDefault)
+	if got := flags["state"]; got != scope.DefaultStateDir {
+		t.Errorf("-state=%q, want simulate's default %s", got, scope.DefaultStateDir)
 	}
 	if a, ok := flags["admin-socket"]; ok && filepath.Dir(a) != flags["state"] {
 		t.Errorf("-admin-socket %s is not in the state directory %s", a, flags["state"])
@@ -190,7 +186,7 @@ func checkSimulatorDeployment(t *testing.T, d *appsv1.Deployment, ds *appsv1.Dae
 	}
 	var state *corev1.Volume
 	for _, m := range c.VolumeMounts {
-		if m.MountPath == simulateStateDefault {
+		if m.MountPath == scope.DefaultStateDir {
 			v, ok := vols[m.Name]
 			if !ok {
 				t.Fatalf("mount %s: no volume %s", m.MountPath, m.Name)
@@ -202,7 +198,7 @@ func checkSimulatorDeployment(t *testing.T, d *appsv1.Deployment, ds *appsv1.Dae
 		}
 	}
 	if state == nil {
-		t.Fatalf("no volume mounted at %s (mounts %v): the state would be on the read-only root", simulateStateDefault, c.VolumeMounts)
+		t.Fatalf("no volume mounted at %s (mounts %v): the state would be on the read-only root", scope.DefaultStateDir, c.VolumeMounts)
 	}
 	if state.PersistentVolumeClaim == nil && state.EmptyDir == nil {
 		t.Errorf("state volume %+v: want a PersistentVolumeClaim (or an emptyDir)", state.VolumeSource)
