@@ -170,6 +170,23 @@ func checkSimulatorDeployment(t *testing.T, d *appsv1.Deployment, ds *appsv1.Dae
 	}
 	flags := parseSimulateArgs(t, c.Args)
 
+	// The Go runtime's memory settings, which the scale test (e2e/sim) runs the simulator with:
+	// GOGC a number, GOMEMLIMIT the container's own memory limit, which it has.
+	env := map[string]corev1.EnvVar{}
+	for _, e := range c.Env {
+		env[e.Name] = e
+	}
+	if g, err := strconv.Atoi(env["GOGC"].Value); err != nil || g < 25 || g > 100 {
+		t.Errorf("env GOGC=%q: want a percentage from 25 to 100 (the README's measurement is of 50)", env["GOGC"].Value)
+	}
+	if ref := env["GOMEMLIMIT"].ValueFrom; ref == nil || ref.ResourceFieldRef == nil || ref.ResourceFieldRef.Resource != "limits.memory" ||
+		ref.ResourceFieldRef.ContainerName != c.Name {
+		t.Errorf("env GOMEMLIMIT %+v: want the container's limits.memory (resourceFieldRef, containerName %s)", env["GOMEMLIMIT"], c.Name)
+	}
+	if c.Resources.Limits.Memory().IsZero() {
+		t.Errorf("no memory limit: GOMEMLIMIT would be the node's allocatable memory")
+	}
+
 	// The state directory: -state at its default, the state volume mounted there.
 	if got := flags["state"]; got != scope.DefaultStateDir {
 		t.Errorf("-state=%q, want simulate's default %s", got, scope.DefaultStateDir)
