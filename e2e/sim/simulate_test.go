@@ -14,12 +14,15 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
 
 	"github.com/unicore/virtual-gpu-device-plugin/e2e/cluster"
 )
@@ -40,13 +43,44 @@ var simProfiles = map[string]string{
 	"dgx-dra": "version: v1\nflags:\n  topology: dgx-a100\n  kubeletAPI: dra\n",
 }
 
-// simEnv is the simulator's environment: GOMEMLIMIT from $VGPU_SIM_GOMEMLIMIT, as the Deployment sets
-// it from its memory limit.
-func simEnv() []string {
-	if v := os.Getenv("VGPU_SIM_GOMEMLIMIT"); v != "" {
-		return []string{"GOMEMLIMIT=" + v}
+// simulatorDeployment is the simulator's Deployment as kustomize ships it.
+const simulatorDeployment = "../../deploy/components/simulate/deployment.yaml"
+
+// simEnv is the simulator's environment as its Deployment sets it (deploy/components/simulate): the
+// container's values, and a limit read from its resources (GOMEMLIMIT from limits.memory), so that the
+// figures are the shipped process's. $VGPU_SIM_GOMEMLIMIT and $VGPU_SIM_GOGC replace those two, to
+// measure other settings.
+func simEnv(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile(simulatorDeployment)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return nil
+	var d appsv1.Deployment
+	if err := yaml.UnmarshalStrict(b, &d); err != nil {
+		t.Fatalf("%s: %v", simulatorDeployment, err)
+	}
+	if n := len(d.Spec.Template.Spec.Containers); n != 1 {
+		t.Fatalf("%s: %d containers, want 1", simulatorDeployment, n)
+	}
+	c := d.Spec.Template.Spec.Containers[0]
+	var env []string
+	for _, e := range c.Env {
+		v := e.Value
+		if e.ValueFrom != nil {
+			ref := e.ValueFrom.ResourceFieldRef
+			if ref == nil || ref.Resource != "limits.memory" || c.Resources.Limits.Memory().IsZero() {
+				t.Fatalf("%s: env %s: only a resourceFieldRef of a set limits.memory is read here", simulatorDeployment, e.Name)
+			}
+			v = strconv.FormatInt(c.Resources.Limits.Memory().Value(), 10)
+		}
+		if o := os.Getenv("VGPU_SIM_" + e.Name); o != "" && (e.Name == "GOMEMLIMIT" || e.Name == "GOGC") {
+			v = o
+		}
+		env = append(env, e.Name+"="+v)
+	}
+	t.Logf("simulator environment (%s): %s", simulatorDeployment, strings.Join(env, " "))
+	return env
 }
 
 func needPlugin(t *testing.T) string {
@@ -107,6 +141,45 @@ func parallel(t *testing.T, n int, fn func(i int) error) {
 	wg.Wait()
 	if len(errs) > 0 {
 		t.Fatalf("%d errors, first: %v", len(errs), errs[0])
+	}
+}
+
+// deletePods deletes the n pods named <prefix>-<i> and waits until they and the claims made for
+// them are gone: their devices are free again.
+func deletePods(t *testing.T, cs kubernetes.Interface, ns, prefix string, n int) {
+	t.Helper()
+	ctx := t.Context()
+	parallel(t, n, func(i int) error {
+		err := cs.CoreV1().Pods(ns).Delete(ctx, fmt.Sprintf("%s-%d", prefix, i), metav1.DeleteOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	})
+	if err := cluster.Poll(ctx, 5*time.Minute, 500*time.Millisecond, func() (bool, string, error) {
+		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		left := 0
+		for _, p := range pods.Items {
+			if strings.HasPrefix(p.Name, prefix+"-") {
+				left++
+			}
+		}
+		claims, err := cs.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		held := 0
+		for _, c := range claims.Items {
+			if strings.HasPrefix(c.Name, prefix+"-") {
+				held++
+			}
+		}
+		return left == 0 && held == 0, fmt.Sprintf("%d %s pods, %d of their claims left", left, prefix, held), nil
+	}); err != nil {
+		t.Fatalf("deleting the %s pods: %v", prefix, err)
 	}
 }
 
@@ -183,11 +256,13 @@ type nodeSummary struct {
 // TestSimulate_Cluster is the scale test, small in make test (20 nodes) and at 1,000 nodes in make
 // scale: half the nodes are 8-GPU device-plugin nodes, half DGX A100s under DRA, all KWOK's, given
 // their GPUs by one simulate process. It checks every node's capacity or slices against its
-// profile, fills the device-plugin half with one-GPU pods and the DRA half with 8-GPU claims that
-// must share an NVLink domain, then asks for more than is left: the extra pods stay Pending with the
-// scheduler's reason. No device is allocated twice, every claim's devices meet its constraint, and
-// the simulator's history adds up. It logs the figures: publish time, scheduling throughput, RSS and
-// CPU, API requests at rest, health-change latency.
+// profile, fills the device-plugin half with one-GPU pods, schedules as many one-GPU claims onto
+// the DRA half as it has nodes (the like-for-like throughput) and deletes them, fills the DRA half
+// with 8-GPU claims that must share an NVLink domain, then asks for more than is left: the extra
+// pods stay Pending with the scheduler's reason. No device is allocated twice, every claim's devices
+// meet its constraint, and the simulator's history adds up. It runs the simulator with the
+// Deployment's environment (simEnv) and logs the figures: publish time, scheduling throughput, RSS
+// and CPU, API requests at rest, health-change latency.
 func TestSimulate_Cluster(t *testing.T) {
 	c := needCluster(t)
 	bin := needPlugin(t)
@@ -253,7 +328,7 @@ func TestSimulate_Cluster(t *testing.T) {
 
 	t0 = time.Now()
 	sim, err := c.StartSimulator(ctx, cluster.SimulatorOptions{Binary: bin,
-		Args: []string{"-config=" + profiles, "-config-default=gpu8", "-log-level=info"}, Env: simEnv()})
+		Args: []string{"-config=" + profiles, "-config-default=gpu8", "-log-level=info"}, Env: simEnv(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,12 +355,16 @@ func TestSimulate_Cluster(t *testing.T) {
 		q := *resource.NewQuantity(1, resource.DecimalSI)
 		pod.Spec.Containers[0].Resources = corev1.ResourceRequirements{Limits: corev1.ResourceList{gpuResource: q}, Requests: corev1.ResourceList{gpuResource: q}}
 	}, 1, "Insufficient "+gpuResource)
-	// The DRA half: 8-GPU claims fill it; one-GPU claims (four per node, as many as the cluster has
-	// GPUs again) stay Pending.
+	// The DRA half, like for like first: one-GPU claims, one per DRA node, against the extended
+	// resource's one-GPU pods; then they go, and the half is empty again.
+	oneRate := schedule(t, cs, ns, "one", half, claimPod("gpu1"), 0, "")
+	deletePods(t, cs, ns, "one", half)
+	// 8-GPU claims fill it; one-GPU claims (four per node, as many as the cluster has GPUs again)
+	// stay Pending.
 	draRate := schedule(t, cs, ns, "big", half, claimPod("gpu8"), 0, "")
 	schedule(t, cs, ns, "small", 0, claimPod("gpu1"), total*2, "cannot allocate all claims")
-	t.Logf("figure: scheduling throughput: extended resource %.1f pods/s (1 GPU each), DRA %.1f pods/s (8 GPUs each): DRA/extended = %.2f",
-		dpRate, draRate, draRate/dpRate)
+	t.Logf("figure: scheduling throughput, one GPU a pod: extended resource %.1f pods/s, DRA %.1f pods/s: DRA/extended = %.2f; "+
+		"DRA with 8-GPU claims under matchAttribute: %.1f pods/s (%.0f GPUs/s)", dpRate, oneRate, oneRate/dpRate, draRate, draRate*8)
 
 	checkClaims(t, cs, ns, half)
 	checkHistory(t, sim, ctx, total, dpPods+half*8)
