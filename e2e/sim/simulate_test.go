@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -156,27 +157,27 @@ func deletePods(t *testing.T, cs kubernetes.Interface, ns, prefix string, n int)
 		}
 		return err
 	})
+	// mine counts the names of pods or claims made for them (<pod>-<claim>-<suffix>).
+	mine := func(names []string) int {
+		return len(slices.DeleteFunc(names, func(n string) bool { return !strings.HasPrefix(n, prefix+"-") }))
+	}
 	if err := cluster.Poll(ctx, 5*time.Minute, 500*time.Millisecond, func() (bool, string, error) {
 		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, "", err
 		}
-		left := 0
-		for _, p := range pods.Items {
-			if strings.HasPrefix(p.Name, prefix+"-") {
-				left++
-			}
-		}
 		claims, err := cs.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, "", err
 		}
-		held := 0
-		for _, c := range claims.Items {
-			if strings.HasPrefix(c.Name, prefix+"-") {
-				held++
-			}
+		var podNames, claimNames []string
+		for _, p := range pods.Items {
+			podNames = append(podNames, p.Name)
 		}
+		for _, c := range claims.Items {
+			claimNames = append(claimNames, c.Name)
+		}
+		left, held := mine(podNames), mine(claimNames)
 		return left == 0 && held == 0, fmt.Sprintf("%d %s pods, %d of their claims left", left, prefix, held), nil
 	}); err != nil {
 		t.Fatalf("deleting the %s pods: %v", prefix, err)
